@@ -1,0 +1,3 @@
+"""retarget: compile ML models once per target, run them on any device."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Frontends: MLIR text, torch.export and ONNX, each into the graph IR."""

@@ -1,0 +1,279 @@
+"""The graph ops: for each, its operands, its attributes and its result types.
+
+Semantics follow numpy where numpy has the op: elementwise ops broadcast,
+`rt.matmul` is `np.matmul`. Images are NCHW and conv filters OIHW; importers
+insert the transposes for other layouts, and passes fold them. Integer `div`
+and `rem` truncate toward zero, as C and every GPU do.
+The numpy reference for each op is in `targets/vmvx/kernels.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import VerificationError
+from .core import Location, TensorType
+from .dtypes import DTYPES, i1
+
+UNARY = (
+    "neg abs exp log sqrt rsqrt tanh sigmoid erf floor ceil round sin cos tan "
+    "reciprocal sign not log1p expm1 atan"
+).split()
+BINARY = "add sub mul div rem pow max min and or xor atan2".split()
+COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE_KINDS = ("sum", "max", "min", "prod", "and", "or")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    min_operands: int
+    max_operands: int | None
+    attrs: tuple[str, ...]  # required attributes
+    infer: Callable[[str, list[TensorType], dict], list[TensorType]]
+    elementwise: bool = False
+
+
+class _Fail(Exception):
+    pass
+
+
+def _check(cond, reason: str):
+    if not cond:
+        raise _Fail(reason)
+
+
+def broadcast_shapes(*shapes):
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(1 if d is None else d for d in s) for s in shapes]))
+    except ValueError:
+        raise _Fail(f"shapes {' and '.join(str(list(s)) for s in shapes)} do not broadcast") from None
+
+
+def _same_dtype(types):
+    _check(len({t.dtype for t in types}) == 1, f"operand element types differ: {', '.join(str(t) for t in types)}")
+    return types[0].dtype
+
+
+def _unary(name, types, attrs):
+    return [types[0]]
+
+
+def _binary(name, types, attrs):
+    return [TensorType(broadcast_shapes(*(t.shape for t in types)), _same_dtype(types))]
+
+
+def _compare(name, types, attrs):
+    _check(attrs["predicate"] in COMPARE_PREDICATES, f"predicate must be one of {', '.join(COMPARE_PREDICATES)}")
+    _same_dtype(types)
+    return [TensorType(broadcast_shapes(*(t.shape for t in types)), i1)]
+
+
+def _select(name, types, attrs):
+    _check(types[0].dtype == i1, "the condition must be i1")
+    dtype = _same_dtype(types[1:])
+    return [TensorType(broadcast_shapes(*(t.shape for t in types)), dtype)]
+
+
+def _cast(name, types, attrs):
+    _check(attrs["dtype"] in DTYPES, f"unknown dtype '{attrs['dtype']}'")
+    return [TensorType(types[0].shape, DTYPES[attrs["dtype"]])]
+
+
+def _constant(name, types, attrs):
+    from .core import DenseAttr
+
+    value = attrs["value"]
+    _check(isinstance(value, DenseAttr), "value must be a dense elements attribute")
+    return [value.type]
+
+
+def _reshape(name, types, attrs):
+    shape = tuple(attrs["shape"])
+    _check(all(d >= 0 for d in shape), f"shape {list(shape)} has a negative dimension")
+    _check(
+        int(np.prod(shape, dtype=np.int64)) == types[0].num_elements,
+        f"cannot reshape {types[0]} ({types[0].num_elements} elements) to {list(shape)}",
+    )
+    return [TensorType(shape, types[0].dtype)]
+
+
+def _transpose(name, types, attrs):
+    perm = tuple(attrs["perm"])
+    _check(sorted(perm) == list(range(types[0].rank)), f"perm {list(perm)} is not a permutation of rank {types[0].rank}")
+    return [TensorType(tuple(types[0].shape[p] for p in perm), types[0].dtype)]
+
+
+def _broadcast(name, types, attrs):
+    shape = tuple(attrs["shape"])
+    _check(broadcast_shapes(types[0].shape, shape) == shape, f"{types[0]} does not broadcast to {list(shape)}")
+    return [TensorType(shape, types[0].dtype)]
+
+
+def _slice(name, types, attrs):
+    t = types[0]
+    start, limit, stride = (tuple(attrs[k]) for k in ("start", "limit", "stride"))
+    _check(len(start) == len(limit) == len(stride) == t.rank, f"start/limit/stride need {t.rank} entries")
+    shape = []
+    for d, (s, e, k) in enumerate(zip(start, limit, stride)):
+        _check(k > 0, f"stride {k} in dim {d} must be positive")
+        _check(0 <= s <= e <= t.shape[d], f"slice [{s}:{e}] out of bounds for dim {d} of size {t.shape[d]}")
+        shape.append((e - s + k - 1) // k)
+    return [TensorType(tuple(shape), t.dtype)]
+
+
+def _concat(name, types, attrs):
+    axis = attrs["axis"]
+    dtype = _same_dtype(types)
+    rank = types[0].rank
+    _check(0 <= axis < rank, f"axis {axis} out of range for rank {rank}")
+    for t in types:
+        _check(t.rank == rank and all(t.shape[d] == types[0].shape[d] for d in range(rank) if d != axis),
+               f"operands {', '.join(map(str, types))} differ outside axis {axis}")
+    shape = list(types[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return [TensorType(tuple(shape), dtype)]
+
+
+def _pad(name, types, attrs):
+    t = types[0]
+    low, high = tuple(attrs["low"]), tuple(attrs["high"])
+    _check(len(low) == len(high) == t.rank, f"low/high need {t.rank} entries")
+    _check(all(p >= 0 for p in low + high), "padding must be non-negative")
+    return [TensorType(tuple(d + lo + hi for d, lo, hi in zip(t.shape, low, high)), t.dtype)]
+
+
+def _gather(name, types, attrs):
+    data, idx = types
+    axis = attrs["axis"]
+    _check(0 <= axis < data.rank, f"axis {axis} out of range for rank {data.rank}")
+    _check(idx.dtype.is_integer and idx.dtype != i1, "indices must be integers")
+    return [TensorType(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.dtype)]
+
+
+def _matmul(name, types, attrs):
+    a, b = types
+    _check(a.rank >= 2 and b.rank >= 2, f"operands must have rank >= 2, got {a} and {b}")
+    _check(a.shape[-1] == b.shape[-2], f"contraction dims differ: {a} @ {b}")
+    _same_dtype(types)
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return [TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)]
+
+
+def _window(size, k, stride, lo, hi, dilation=1):
+    out = (size + lo + hi - dilation * (k - 1) - 1) // stride + 1
+    _check(out > 0, f"window of {k} (dilation {dilation}) does not fit input {size} with padding {lo}+{hi}")
+    return out
+
+
+def _pairs(attrs, key, default):
+    value = tuple(attrs.get(key, default))
+    _check(len(value) == len(default), f"'{key}' needs {len(default)} entries, got {list(value)}")
+    _check(all(v >= (0 if key == "pad" else 1) for v in value), f"'{key}' entries out of range: {list(value)}")
+    return value
+
+
+def _conv2d(name, types, attrs):
+    x, w = types
+    _check(x.rank == 4 and w.rank == 4, f"input and filter must be rank 4 (NCHW, OIHW), got {x} and {w}")
+    _same_dtype(types)
+    sh, sw = _pairs(attrs, "strides", (1, 1))
+    dh, dw = _pairs(attrs, "dilations", (1, 1))
+    pt, pb, pl, pr = _pairs(attrs, "pad", (0, 0, 0, 0))
+    groups = attrs.get("groups", 1)
+    n, c, h, wd = x.shape
+    o, ci, kh, kw = w.shape
+    _check(groups >= 1 and c % groups == 0 and o % groups == 0, f"groups={groups} must divide {c} in and {o} out channels")
+    _check(ci * groups == c, f"filter has {ci} input channels per group, input has {c} channels in {groups} groups")
+    return [TensorType((n, o, _window(h, kh, sh, pt, pb, dh), _window(wd, kw, sw, pl, pr, dw)), x.dtype)]
+
+
+def _pool2d(name, types, attrs):
+    x = types[0]
+    _check(x.rank == 4, f"input must be rank 4 (NCHW), got {x}")
+    kh, kw = _pairs(attrs, "kernel", (1, 1))
+    sh, sw = _pairs(attrs, "strides", (1, 1))
+    pt, pb, pl, pr = _pairs(attrs, "pad", (0, 0, 0, 0))
+    _check(pt < kh and pb < kh and pl < kw and pr < kw, "padding must be smaller than the window")
+    n, c, h, w = x.shape
+    return [TensorType((n, c, _window(h, kh, sh, pt, pb), _window(w, kw, sw, pl, pr)), x.dtype)]
+
+
+def _reduce(name, types, attrs):
+    t = types[0]
+    _check(attrs["kind"] in REDUCE_KINDS, f"kind must be one of {', '.join(REDUCE_KINDS)}")
+    axes = tuple(attrs["axes"])
+    _check(all(0 <= a < t.rank for a in axes) and len(set(axes)) == len(axes), f"axes {list(axes)} invalid for rank {t.rank}")
+    keep = attrs.get("keepdims", False)
+    if keep:
+        return [TensorType(tuple(1 if d in axes else s for d, s in enumerate(t.shape)), t.dtype)]
+    return [TensorType(tuple(s for d, s in enumerate(t.shape) if d not in axes), t.dtype)]
+
+
+def _argmax(name, types, attrs):
+    t = types[0]
+    axis = attrs["axis"]
+    _check(0 <= axis < t.rank, f"axis {axis} invalid for rank {t.rank}")
+    keep = attrs.get("keepdims", False)
+    shape = tuple(1 if d == axis else s for d, s in enumerate(t.shape)) if keep else t.shape[:axis] + t.shape[axis + 1:]
+    return [TensorType(shape, DTYPES["i64"])]
+
+
+def _iota(name, types, attrs):
+    shape = tuple(attrs["shape"])
+    _check(0 <= attrs["axis"] < len(shape), f"axis {attrs['axis']} invalid for shape {list(shape)}")
+    _check(attrs["dtype"] in DTYPES, f"unknown dtype '{attrs['dtype']}'")
+    return [TensorType(shape, DTYPES[attrs["dtype"]])]
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _define(name, n_min, n_max, attrs, infer, elementwise=False):
+    OPS[f"rt.{name}"] = OpDef(f"rt.{name}", n_min, n_max, tuple(attrs), infer, elementwise)
+
+
+for _n in UNARY:
+    _define(_n, 1, 1, (), _unary, elementwise=True)
+for _n in BINARY:
+    _define(_n, 2, 2, (), _binary, elementwise=True)
+_define("cmp", 2, 2, ("predicate",), _compare, elementwise=True)
+_define("select", 3, 3, (), _select, elementwise=True)
+_define("cast", 1, 1, ("dtype",), _cast, elementwise=True)
+_define("constant", 0, 0, ("value",), _constant)
+_define("iota", 0, 0, ("shape", "axis", "dtype"), _iota)
+_define("reshape", 1, 1, ("shape",), _reshape)
+_define("transpose", 1, 1, ("perm",), _transpose)
+_define("broadcast", 1, 1, ("shape",), _broadcast)
+_define("slice", 1, 1, ("start", "limit", "stride"), _slice)
+_define("concat", 1, None, ("axis",), _concat)
+_define("pad", 1, 1, ("low", "high", "value"), _pad)
+_define("gather", 2, 2, ("axis",), _gather)
+_define("matmul", 2, 2, (), _matmul)
+_define("conv2d", 2, 2, (), _conv2d)
+_define("max_pool2d", 1, 1, ("kernel",), _pool2d)
+_define("avg_pool2d", 1, 1, ("kernel",), _pool2d)
+_define("reduce", 1, 1, ("kind", "axes"), _reduce)
+_define("argmax", 1, 1, ("axis",), _argmax)
+
+
+def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location | None = None) -> list[TensorType]:
+    """Result types of op `name`; raises VerificationError naming the op and the reason."""
+    where = f" at {loc}" if loc else ""
+    opdef = OPS.get(name)
+    if opdef is None:
+        raise VerificationError(f"'{name}'{where}: unknown graph op")
+    n = len(types)
+    if n < opdef.min_operands or (opdef.max_operands is not None and n > opdef.max_operands):
+        want = opdef.min_operands if opdef.max_operands == opdef.min_operands else f"{opdef.min_operands}+"
+        raise VerificationError(f"'{name}'{where}: expects {want} operands, got {n}")
+    missing = [a for a in opdef.attrs if a not in attrs]
+    if missing:
+        raise VerificationError(f"'{name}'{where}: missing attribute {', '.join(missing)}")
+    try:
+        return opdef.infer(name, types, attrs)
+    except _Fail as e:
+        raise VerificationError(f"'{name}'{where}: {e}") from None

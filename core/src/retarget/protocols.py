@@ -1,0 +1,199 @@
+"""What plugin hooks return: small protocols and the plain data they exchange.
+
+`hookspecs.py` says which hook returns which of these. A plugin implements the
+protocols with any class it likes; nothing here is meant to be subclassed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .ir.core import Function, Module, TensorType
+
+# -- plain data -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetDesc:
+    """One concrete architecture of a target backend, with the limits codegen needs.
+
+    `arch` is the canonical name (`sm_90`, `gfx942`, `x86-64-v3`); `spec` is what the
+    user wrote. `format` names the executable format that `compile` produces; a
+    device advertises the formats it can load.
+    """
+
+    backend: str
+    arch: str
+    format: str
+    spec: str = ""
+    features: tuple[str, ...] = ()
+    subgroup_size: int | None = None
+    subgroup_sizes: tuple[int, ...] = ()
+    max_workgroup_size: int = 1
+    max_workgroup_dims: tuple[int, int, int] = (1, 1, 1)
+    shared_memory_bytes: int = 0
+    fp16: bool = False
+    int8: bool = False
+    matrix_units: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}:{self.arch}"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One buffer an entry point reads or writes, and the tensor it holds."""
+
+    type: TensorType
+    access: str  # "read" or "write"
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    name: str
+    bindings: tuple[Binding, ...]
+    workgroup_size: tuple[int, int, int] = (1, 1, 1)
+    workgroup_count: tuple[int, int, int] = (1, 1, 1)
+
+
+@dataclass
+class ExecutableBinary:
+    """What a target's `compile` returns: one blob holding every dispatch's kernel."""
+
+    format: str
+    target: TargetDesc
+    data: bytes
+    entry_points: list[EntryPoint]
+
+
+@dataclass
+class DeviceInfo:
+    """A device as `Driver.enumerate` reports it. An unavailable one says why."""
+
+    driver: str
+    id: str
+    name: str
+    available: bool = True
+    reason: str = ""
+    properties: dict = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        return f"{self.driver}:{self.id}"
+
+
+# -- protocols -----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class TargetBackend(Protocol):
+    """A compiler target: turns dispatch functions into an executable for one architecture.
+
+    `name` is what `--target` starts with; `drivers` lists the drivers that can run
+    its output. `parse(spec)` resolves every spelling of an architecture in the
+    plugin's table (raising `UnknownTargetError` with the closest names);
+    `default()` is the architecture used when none is given, with a one-line note;
+    `describe(device)` is the architecture matching a live device. `compile` gets the
+    dispatches (one graph `Function` each, named after its entry point).
+    """
+
+    name: str
+    drivers: tuple[str, ...]
+
+    def names(self) -> Sequence[str]: ...
+    def parse(self, spec: str) -> TargetDesc: ...
+    def default(self) -> tuple[TargetDesc, str]: ...
+    def describe(self, device: Device) -> TargetDesc: ...
+    def compile(self, dispatches: list[Function], desc: TargetDesc) -> ExecutableBinary: ...
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """A HAL driver. `enumerate` is cheap and never raises for a missing library:
+    it returns the device as unavailable, with the reason. `create` opens one."""
+
+    name: str
+
+    def enumerate(self) -> list[DeviceInfo]: ...
+    def create(self, device_id: str) -> Device: ...
+    def dump(self, device_id: str) -> dict: ...
+
+
+@runtime_checkable
+class Buffer(Protocol):
+    """Device memory of `nbytes` bytes."""
+
+    nbytes: int
+
+
+@runtime_checkable
+class Executable(Protocol):
+    """A loaded `ExecutableBinary`; its entry points are dispatched by index."""
+
+    entry_points: list[EntryPoint]
+
+
+@runtime_checkable
+class CommandBuffer(Protocol):
+    """Recorded work. Commands between two barriers may run in any order or at once.
+    A command buffer is recorded once and may be submitted many times."""
+
+    def dispatch(self, executable: Executable, entry: int, bindings: Sequence[tuple[Buffer, int, int]]) -> None: ...
+    def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None: ...
+    def fill(self, buffer: Buffer, offset: int, nbytes: int, value: int) -> None: ...
+    def barrier(self) -> None: ...
+    def end(self) -> None: ...
+
+
+@runtime_checkable
+class Device(Protocol):
+    """An open device: memory, executables, command buffers.
+
+    `formats` lists the executable formats it loads; `can_load(binary_meta)`
+    returns None, or the reason an executable for another arch cannot run here.
+    `write`/`read` move host bytes; `submit` runs a command buffer and `wait`
+    blocks until all submitted work is done.
+    """
+
+    info: DeviceInfo
+    formats: tuple[str, ...]
+
+    def can_load(self, format: str, target: TargetDesc) -> str | None: ...
+    def allocate(self, nbytes: int) -> Buffer: ...
+    def write(self, buffer: Buffer, offset: int, data: np.ndarray) -> None: ...
+    def read(self, buffer: Buffer, offset: int, nbytes: int) -> np.ndarray: ...
+    def load_executable(self, binary: ExecutableBinary) -> Executable: ...
+    def command_buffer(self) -> CommandBuffer: ...
+    def submit(self, command_buffer: CommandBuffer) -> None: ...
+    def wait(self) -> None: ...
+
+
+@runtime_checkable
+class Importer(Protocol):
+    """A frontend. `accepts(source)` says whether it reads this source (a path, or
+    an in-memory model); `load(source, **options)` returns a graph `Module`.
+    `suffixes` are the file extensions it claims, for messages and `--help`."""
+
+    name: str
+    suffixes: tuple[str, ...]
+
+    def accepts(self, source: Any) -> bool: ...
+    def load(self, source: Any, **options) -> Module: ...
+
+
+@runtime_checkable
+class ExecutableLoader(Protocol):
+    """Loads executables of one `format` for the host-memory drivers (`local-sync`,
+    `local-task`): `load` returns one callable per entry point, which gets numpy
+    views of its bindings (in entry-point order), and the workgroup to run."""
+
+    format: str
+
+    def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray], tuple[int, int, int]], None]]: ...
+    def can_load(self, target: TargetDesc) -> str | None: ...

@@ -1,0 +1,260 @@
+"""numpy reference semantics for every graph op: the oracle for all backends.
+
+Each kernel takes the op's attributes and its operand arrays and returns the
+result array. Half-precision inputs are computed in f32, then rounded once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ...ir.core import TensorType
+
+KERNELS = {}
+
+
+def kernel(*names):
+    def register(fn):
+        for n in names:
+            KERNELS[f"rt.{n}"] = fn
+        return fn
+
+    return register
+
+
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _wide(a: np.ndarray) -> np.ndarray:
+    """f16/bf16 computed in f32, i4 in i8; everything else as is."""
+    if a.dtype in _HALF:
+        return a.astype(np.float32)
+    if a.dtype == np.dtype(ml_dtypes.int4):
+        return a.astype(np.int8)
+    return a
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _trunc_div(a, b):
+    if a.dtype.kind in "iu":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.floor_divide(a, np.where(b == 0, 1, b))
+            fix = (np.remainder(a, np.where(b == 0, 1, b)) != 0) & ((a < 0) != (b < 0))
+        return q + fix.astype(q.dtype)
+    return np.divide(a, b)
+
+
+_UNARY = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 0.5 * (1 + np.tanh(0.5 * x)),
+    "erf": _erf,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.round,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "atan": np.arctan,
+    "reciprocal": lambda x: 1 / x,
+    "sign": np.sign,
+    "not": np.invert,
+    "log1p": np.log1p,
+    "expm1": np.expm1,
+}
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": _trunc_div,
+    "rem": np.fmod,
+    "pow": np.power,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "atan2": np.arctan2,
+}
+_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "and": np.all, "or": np.any}
+
+for _name, _fn in _UNARY.items():
+    KERNELS[f"rt.{_name}"] = (lambda f: lambda attrs, x: f(_wide(x)))(_fn)
+for _name, _fn in _BINARY.items():
+    KERNELS[f"rt.{_name}"] = (lambda f: lambda attrs, a, b: f(_wide(a), _wide(b)))(_fn)
+
+
+@kernel("cmp")
+def _cmp(attrs, a, b):
+    return _COMPARE[attrs["predicate"]](a, b)
+
+
+@kernel("select")
+def _select(attrs, c, a, b):
+    return np.where(c, a, b)
+
+
+@kernel("cast")
+def _cast(attrs, x):
+    return x  # the result conversion below does the work, once
+
+
+@kernel("constant")
+def _constant(attrs):
+    return attrs["value"].array
+
+
+@kernel("iota")
+def _iota(attrs):
+    shape, axis = tuple(attrs["shape"]), attrs["axis"]
+    ramp = np.arange(shape[axis]).reshape([-1 if d == axis else 1 for d in range(len(shape))])
+    return np.broadcast_to(ramp, shape)
+
+
+@kernel("reshape")
+def _reshape(attrs, x):
+    return x.reshape(tuple(attrs["shape"]))
+
+
+@kernel("transpose")
+def _transpose(attrs, x):
+    return np.transpose(x, attrs["perm"])
+
+
+@kernel("broadcast")
+def _broadcast(attrs, x):
+    return np.broadcast_to(x, tuple(attrs["shape"]))
+
+
+@kernel("slice")
+def _slice(attrs, x):
+    return x[tuple(slice(s, e, k) for s, e, k in zip(attrs["start"], attrs["limit"], attrs["stride"]))]
+
+
+@kernel("concat")
+def _concat(attrs, *xs):
+    return np.concatenate(xs, axis=attrs["axis"])
+
+
+@kernel("pad")
+def _pad(attrs, x):
+    return np.pad(x, list(zip(attrs["low"], attrs["high"])), constant_values=attrs["value"])
+
+
+@kernel("gather")
+def _gather(attrs, data, idx):
+    return np.take(data, idx, axis=attrs["axis"], mode="clip")
+
+
+@kernel("matmul")
+def _matmul(attrs, a, b):
+    return np.matmul(_wide(a), _wide(b))
+
+
+def _taps(x, kh, kw, sh, sw, dh, dw, oh, ow):
+    """For each filter tap (i, j), the strided input window it multiplies."""
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, x[..., i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+
+
+def _pad_nchw(x, pad, value):
+    pt, pb, pl, pr = pad
+    if not any(pad):
+        return x
+    return np.pad(x, [(0, 0), (0, 0), (pt, pb), (pl, pr)], constant_values=value)
+
+
+@kernel("conv2d")
+def _conv2d(attrs, x, w):
+    sh, sw = attrs.get("strides", (1, 1))
+    dh, dw = attrs.get("dilations", (1, 1))
+    pad = attrs.get("pad", (0, 0, 0, 0))
+    groups = attrs.get("groups", 1)
+    x, w = _wide(x), _wide(w)
+    if x.dtype.kind in "iu":
+        x, w = x.astype(np.int64), w.astype(np.int64)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = (h + pad[0] + pad[1] - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pad[2] + pad[3] - dw * (kw - 1) - 1) // sw + 1
+    xp = _pad_nchw(x, pad, 0).reshape(n, groups, cg, h + pad[0] + pad[1], wd + pad[2] + pad[3])
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
+    out = np.zeros((n, groups, o // groups, oh, ow), dtype=np.result_type(x, w))
+    for i, j, window in _taps(xp, kh, kw, sh, sw, dh, dw, oh, ow):
+        if cg == 1 and o == groups:  # depthwise: a plain product per channel
+            out += window * wg[None, :, :, :, i, j][..., None, None]
+        else:
+            out += np.einsum("ngchw,goc->ngohw", window, wg[:, :, :, i, j], optimize=True)
+    return out.reshape(n, o, oh, ow)
+
+
+def _pool(attrs, x, init, combine):
+    kh, kw = attrs["kernel"]
+    sh, sw = attrs.get("strides", (1, 1))
+    pad = attrs.get("pad", (0, 0, 0, 0))
+    n, c, h, w = x.shape
+    oh = (h + pad[0] + pad[1] - kh) // sh + 1
+    ow = (w + pad[2] + pad[3] - kw) // sw + 1
+    xp = _pad_nchw(x, pad, init)
+    out = np.full((n, c, oh, ow), init, dtype=xp.dtype)
+    for _, _, window in _taps(xp, kh, kw, sh, sw, 1, 1, oh, ow):
+        out = combine(out, window)
+    return out, oh, ow
+
+
+@kernel("max_pool2d")
+def _max_pool2d(attrs, x):
+    x = _wide(x)
+    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return _pool(attrs, x, lowest, np.maximum)[0]
+
+
+@kernel("avg_pool2d")
+def _avg_pool2d(attrs, x):
+    x = _wide(x).astype(np.float32) if x.dtype.kind != "f" else _wide(x)
+    total, oh, ow = _pool(attrs, x, 0, np.add)
+    if attrs.get("count_include_pad", False):
+        kh, kw = attrs["kernel"]
+        return total / (kh * kw)
+    ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+    count, _, _ = _pool(attrs, ones, 0, np.add)
+    return total / count
+
+
+@kernel("reduce")
+def _reduce(attrs, x):
+    kind = attrs["kind"]
+    x = _wide(x) if kind in ("sum", "prod") else x
+    return _REDUCE[kind](x, axis=tuple(attrs["axes"]), keepdims=attrs.get("keepdims", False))
+
+
+@kernel("argmax")
+def _argmax(attrs, x):
+    return np.argmax(x, axis=attrs["axis"], keepdims=attrs.get("keepdims", False))
+
+
+def evaluate(name: str, attrs: dict, arrays: list[np.ndarray], result_type: TensorType) -> np.ndarray:
+    """Run op `name` on `arrays`; the result has exactly `result_type`."""
+    with np.errstate(all="ignore"):
+        out = np.asarray(KERNELS[name](attrs, *arrays))
+        target = result_type.dtype.np_dtype
+        if out.dtype.kind == "f" and target.kind in "iu":
+            out = np.trunc(np.nan_to_num(out))
+        if out.dtype != target:
+            out = out.astype(target)
+    if out.shape != result_type.shape:
+        out = np.broadcast_to(out, result_type.shape)
+    return out

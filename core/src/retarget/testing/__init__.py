@@ -1,0 +1,1 @@
+"""Test helpers shared by the core, the plugins and third parties."""
