@@ -40,7 +40,8 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
-        return (self.num_elements * self.dtype.bits + 7) // 8
+        """Bytes in memory: one numpy item per element (i1 and i4 take a byte each)."""
+        return self.num_elements * self.dtype.itemsize
 
     def __str__(self) -> str:
         dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)

@@ -536,7 +536,7 @@ class Parser:
         else:
             name = self.bare_id()
             op = MOp(name, self.location(op_pos), results)
-            handler = CUSTOM_SYNTAX.get(name)
+            handler = CUSTOM_SYNTAX.get(name) or CUSTOM_SYNTAX.get(name.split(".")[0] + ".*")
             if handler is None:
                 dialect = name.split(".")[0] if "." in name else name
                 raise self.error(

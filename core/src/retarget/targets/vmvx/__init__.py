@@ -1,0 +1,66 @@
+"""The `vmvx` target: dispatches kept as graph IR and run by numpy.
+
+It is the reference every other backend is compared with, so it favours being
+obviously right over being fast.
+"""
+
+from __future__ import annotations
+
+from ...errors import UnknownTargetError
+from ...ir.core import Function, Module
+from ...ir.parser import parse_module
+from ...ir.printer import print_module
+from ...protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+from .interpreter import run_function
+
+FORMAT = "vmvx-graph"
+REFERENCE = TargetDesc(backend="vmvx", arch="reference", format=FORMAT, spec="vmvx")
+SPELLINGS = ("reference", "host", "default")
+
+
+class VmvxTarget:
+    name = "vmvx"
+    drivers = ("local-task", "local-sync")
+
+    def names(self):
+        return SPELLINGS
+
+    def parse(self, spec: str) -> TargetDesc:
+        if spec in ("",) + SPELLINGS:
+            return REFERENCE
+        raise UnknownTargetError(f"vmvx has no architecture '{spec}'", hint="vmvx has one: use --target vmvx")
+
+    def default(self):
+        return REFERENCE, "vmvx: the numpy reference target"
+
+    def describe(self, device) -> TargetDesc:
+        return REFERENCE
+
+    def compile(self, dispatches: list[Function], desc: TargetDesc) -> ExecutableBinary:
+        module = Module({fn.name: fn for fn in dispatches})
+        entries = [
+            EntryPoint(fn.name, tuple([Binding(a.type, "read") for a in fn.args] + [Binding(r.type, "write") for r in fn.returns]))
+            for fn in dispatches
+        ]
+        return ExecutableBinary(FORMAT, desc, print_module(module).encode(), entries)
+
+
+class VmvxLoader:
+    format = FORMAT
+
+    def can_load(self, target: TargetDesc) -> str | None:
+        return None
+
+    def load(self, binary: ExecutableBinary):
+        module = parse_module(binary.data.decode(), filename=f"<{FORMAT} executable>")
+        return [_kernel(module.functions[e.name]) for e in binary.entry_points]
+
+
+def _kernel(fn: Function):
+    n_in = len(fn.args)
+
+    def run(views, workgroup):
+        for out, value in zip(views[n_in:], run_function(fn, views[:n_in])):
+            out[...] = value
+
+    return run

@@ -1,0 +1,184 @@
+"""The host-memory drivers: `local-sync` runs work in the calling thread,
+`local-task` spreads it over a thread pool.
+
+Executables come from `ExecutableLoader`s (hook `retarget_executable_loaders`):
+vmvx's, and any CPU target's such as llvm-cpu. Commands between two barriers run
+concurrently on `local-task`, and so do the workgroups of one dispatch.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UnknownDeviceError
+from ..protocols import DeviceInfo, EntryPoint, ExecutableBinary, TargetDesc
+
+ALIGNMENT = 64
+
+
+@dataclass(eq=False)
+class HostBuffer:
+    nbytes: int
+    data: np.ndarray  # uint8, ALIGNMENT-aligned
+
+    @classmethod
+    def allocate(cls, nbytes: int) -> HostBuffer:
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        start = (-raw.ctypes.data) % ALIGNMENT
+        return cls(nbytes, raw[start:start + nbytes])
+
+    def view(self, offset: int, binding_type) -> np.ndarray:
+        t = binding_type
+        return np.ndarray(t.shape, dtype=t.dtype.np_dtype, buffer=self.data, offset=offset)
+
+
+@dataclass(eq=False)
+class LocalExecutable:
+    entry_points: list[EntryPoint]
+    kernels: list
+
+
+@dataclass(eq=False)
+class LocalCommandBuffer:
+    stages: list[list] = field(default_factory=lambda: [[]])  # each: callables that may run at once
+    ended: bool = False
+
+    def _add(self, work):
+        if self.ended:
+            raise RuntimeError("command buffer already ended; record a new one")
+        self.stages[-1].append(work)
+
+    def dispatch(self, executable: LocalExecutable, entry: int, bindings) -> None:
+        ep = executable.entry_points[entry]
+        if len(bindings) != len(ep.bindings):
+            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
+        views = []
+        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
+            if nbytes < b.type.nbytes or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
+            views.append(buf.view(offset, b.type))
+        kernel = executable.kernels[entry]
+        gx, gy, gz = ep.workgroup_count
+        groups = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        for g in groups:
+            self._add(lambda g=g: kernel(views, g))
+
+    def copy(self, src: HostBuffer, src_offset: int, dst: HostBuffer, dst_offset: int, nbytes: int) -> None:
+        def run():
+            dst.data[dst_offset:dst_offset + nbytes] = src.data[src_offset:src_offset + nbytes]
+
+        self._add(run)
+
+    def fill(self, buffer: HostBuffer, offset: int, nbytes: int, value: int) -> None:
+        def run():
+            buffer.data[offset:offset + nbytes] = value
+
+        self._add(run)
+
+    def barrier(self) -> None:
+        if self.stages[-1]:
+            self.stages.append([])
+
+    def end(self) -> None:
+        self.ended = True
+
+
+class LocalDevice:
+    def __init__(self, info: DeviceInfo, workers: int):
+        from ..plugins import manager
+
+        self.info = info
+        self.loaders = manager().by_name("retarget_executable_loaders")
+        self.formats = tuple(self.loaders)
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="retarget-local") if workers > 1 else None
+        self._lock = threading.Lock()
+
+    def can_load(self, format: str, target: TargetDesc) -> str | None:
+        loader = self.loaders.get(format)
+        if loader is None:
+            return f"no executable loader for format '{format}' is installed"
+        return loader.can_load(target)
+
+    def allocate(self, nbytes: int) -> HostBuffer:
+        return HostBuffer.allocate(nbytes)
+
+    def write(self, buffer: HostBuffer, offset: int, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        buffer.data[offset:offset + raw.size] = raw
+
+    def read(self, buffer: HostBuffer, offset: int, nbytes: int) -> np.ndarray:
+        return buffer.data[offset:offset + nbytes].copy()
+
+    def load_executable(self, binary: ExecutableBinary) -> LocalExecutable:
+        reason = self.can_load(binary.format, binary.target)
+        if reason:
+            raise UnknownDeviceError(f"{self.info.uri} cannot run {binary.target.name}: {reason}")
+        return LocalExecutable(list(binary.entry_points), self.loaders[binary.format].load(binary))
+
+    def command_buffer(self) -> LocalCommandBuffer:
+        return LocalCommandBuffer()
+
+    def submit(self, command_buffer: LocalCommandBuffer) -> None:
+        with self._lock:
+            for stage in command_buffer.stages:
+                if self.pool is None or len(stage) == 1:
+                    for work in stage:
+                        work()
+                else:
+                    for future in [self.pool.submit(work) for work in stage]:
+                        future.result()
+
+    def wait(self) -> None:
+        """Work finishes inside `submit`; nothing is left in flight."""
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
+
+
+class LocalDriver:
+    def __init__(self, name: str, workers: int | None):
+        self.name = name
+        self.workers = workers
+
+    def _workers(self) -> int:
+        return self.workers or os.cpu_count() or 1
+
+    def enumerate(self) -> list[DeviceInfo]:
+        return [
+            DeviceInfo(
+                self.name,
+                "0",
+                platform.processor() or platform.machine() or "host CPU",
+                properties={"workers": self._workers(), "arch": platform.machine(), "memory": "host"},
+            )
+        ]
+
+    def create(self, device_id: str) -> LocalDevice:
+        if device_id not in ("", "0"):
+            raise UnknownDeviceError(f"{self.name} has one device, '0'; there is no '{device_id}'",
+                                     hint=f"use --device {self.name}")
+        return LocalDevice(self.enumerate()[0], self._workers())
+
+    def dump(self, device_id: str) -> dict:
+        info = self.enumerate()[0]
+        from ..plugins import manager
+
+        return {
+            "driver": self.name,
+            "id": info.id,
+            "name": info.name,
+            **info.properties,
+            "cpu_count": os.cpu_count(),
+            "executable_formats": sorted(manager().by_name("retarget_executable_loaders")),
+        }
+
+
+LOCAL_SYNC = LocalDriver("local-sync", workers=1)
+LOCAL_TASK = LocalDriver("local-task", workers=None)

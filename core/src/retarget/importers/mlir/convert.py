@@ -1,0 +1,305 @@
+"""From parsed MLIR (`MOp` trees) to graph IR: the walk, the environment, the op table.
+
+Each dialect module registers, for each op it understands, a pretty-syntax reader
+(in `mlir.syntax.CUSTOM_SYNTAX`) and a converter here (`@converts`). A converter gets
+the `Converter` and the `MOp`, emits `rt.*` ops through `cv.b`, and returns the
+op's results: graph `Value`s, or static shapes (tuples) for `!tosa.shape` values.
+Scalars (f32, index, i1) become rank-0 tensors, so the scalar bodies of
+`linalg.generic` and `stablehlo.reduce` convert with the same converters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...errors import ParseError, RetargetError, UnsupportedOpError, VerificationError
+from ...ir.core import Builder, DenseAttr, Function, Location, Module, TensorType, Value
+from ...ir.dtypes import DType
+from ...ir.ops import OPS, infer_types
+from ...mlir.syntax import MOp, OpaqueType, Parser, custom_syntax
+
+CONVERTERS: dict[str, Callable[[Converter, MOp], list]] = {}
+# Dialects whose unknown ops are reported as unsupported (rather than as bad syntax).
+DIALECTS = ("arith", "math", "tensor", "linalg", "tosa", "stablehlo", "chlo", "check", "util", "func", "rt")
+
+
+def converts(*names):
+    def register(fn):
+        for n in names:
+            CONVERTERS[n] = fn
+        return fn
+
+    return register
+
+
+def supported_ops(dialect: str) -> list[str]:
+    return sorted(n for n in CONVERTERS if n.split(".")[0] == dialect)
+
+
+def unsupported(name: str, loc, detail: str = "") -> UnsupportedOpError:
+    dialect = name.split(".")[0] if "." in name else name
+    ops = supported_ops(dialect)
+    hint = f"supported {dialect} ops: {', '.join(o.split('.', 1)[1] for o in ops)}" if ops else \
+        f"the '{dialect}' dialect is not supported; supported dialects: {', '.join(DIALECTS)}"
+    return UnsupportedOpError(f"unsupported op '{name}'{detail}", location=str(loc), hint=hint)
+
+
+def _unknown_op_syntax(p: Parser, op: MOp):
+    raise unsupported(op.name, op.loc)
+
+
+for _d in DIALECTS:
+    custom_syntax(f"{_d}.*")(_unknown_op_syntax)
+
+
+def as_tensor_type(t, loc=None) -> TensorType:
+    if isinstance(t, TensorType):
+        return t
+    if isinstance(t, DType):
+        return TensorType((), t)
+    raise ParseError(f"type {t} is not supported; only tensors and scalars are", location=str(loc) if loc else None)
+
+
+class Converter:
+    """Converts one function's ops; `env` maps SSA names to converted values."""
+
+    def __init__(self, fn: Function, functions: dict[str, MOp], checks: list | None = None):
+        self.fn = fn
+        self.b = Builder(fn)
+        self.functions = functions  # every func.func in the file, for func.call
+        self.env: dict[str, object] = {}
+        self.checks = checks  # collects check.* ops when importing a check file
+        self.in_body = False  # inside a scalar region (linalg body, reducer)
+        self.call_depth = 0
+
+    # -- operands -------------------------------------------------------------------------
+    def get(self, op: MOp, name: str):
+        try:
+            return self.env[name]
+        except KeyError:
+            raise ParseError(f"'{op.name}' uses {name} before it is defined", location=str(op.loc)) from None
+
+    def value(self, op: MOp, i: int) -> Value:
+        v = self.get(op, op.operands[i])
+        if isinstance(v, tuple):  # a static shape used as a tensor
+            return self.b.constant(np.array(v, dtype=np.int64))
+        return v
+
+    def values(self, op: MOp) -> list[Value]:
+        return [self.value(op, i) for i in range(len(op.operands))]
+
+    def static(self, op: MOp, i: int, what: str = "operand") -> np.ndarray:
+        """The constant value of operand `i`; an error when it is computed at run time."""
+        v = self.get(op, op.operands[i])
+        array = constant_value(v)
+        if array is None:
+            raise UnsupportedOpError(f"'{op.name}': {what} {op.operands[i]} must be a constant",
+                                     location=str(op.loc), hint="only static shapes and indices are supported")
+        return array
+
+    def result_type(self, op: MOp, i: int = 0) -> TensorType:
+        return as_tensor_type(op.result_types[i], op.loc)
+
+    def error(self, op: MOp, message: str, cls=VerificationError) -> RetargetError:
+        return cls(f"'{op.name}': {message}", location=str(op.loc))
+
+    # -- walking ---------------------------------------------------------------------------
+    def run_block(self, ops: list[MOp], terminators=("func.return", "return")) -> list:
+        for op in ops:
+            if op.name in terminators:
+                return [self.get(op, v) for v in op.operands]
+            self.convert(op)
+        return []
+
+    def convert(self, op: MOp):
+        handler = CONVERTERS.get(op.name)
+        if handler is None:
+            if op.name in OPS:
+                handler = _graph_op
+            else:
+                raise unsupported(op.name, op.loc)
+        self.b.loc = op.loc
+        try:
+            results = handler(self, op)
+        except RetargetError as e:
+            if e.location is None or (op.name not in e.message and str(op.loc) not in (e.location or "")):
+                raise type(e)(f"'{op.name}': {e.message}", location=str(op.loc), hint=e.hint) from None
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+            raise self.error(op, f"cannot import it ({type(e).__name__}: {e})", ParseError) from None
+        results = list(results) if isinstance(results, (list, tuple)) and not _is_shape(results) else [results]
+        if len(results) != len(op.results):
+            raise self.error(op, f"produced {len(results)} results, the op declares {len(op.results)}")
+        for k, (name, v) in enumerate(zip(op.results, results)):
+            declared = op.result_types[k] if k < len(op.result_types) else None
+            if isinstance(v, Value) and isinstance(declared, TensorType) and not self.in_body:
+                if not _types_match(v.type, declared):
+                    raise self.error(op, f"result {k} has type {v.type}, the op declares {declared}")
+            self.env[name] = v
+
+    def inline_call(self, op: MOp, callee: str) -> list:
+        target = self.functions.get(callee)
+        if target is None or not target.regions:
+            raise self.error(op, f"calls @{callee}, which has no body in this file", ParseError)
+        if self.call_depth > 64:
+            raise self.error(op, "recursive calls are not supported", UnsupportedOpError)
+        saved = self.env
+        block = target.regions[0][0]
+        self.env = {vid: v for (vid, _), v in zip(block.args, self.values(op))}
+        self.call_depth += 1
+        try:
+            return self.run_block(block.ops)
+        finally:
+            self.env = saved
+            self.call_depth -= 1
+
+
+def _is_shape(results) -> bool:
+    return isinstance(results, tuple) and all(isinstance(d, (int, np.integer)) for d in results)
+
+
+def _types_match(actual: TensorType, declared: TensorType) -> bool:
+    if actual.dtype != declared.dtype or actual.rank != declared.rank:
+        return False
+    return all(d is None or a is None or a == d for a, d in zip(actual.shape, declared.shape))
+
+
+def constant_value(v) -> np.ndarray | None:
+    """The array a value always holds, when it is a constant (or a broadcast of one)."""
+    if isinstance(v, tuple):
+        return np.array(v, dtype=np.int64)
+    if not isinstance(v, Value) or v.owner is None:
+        return None
+    if v.owner.name == "rt.constant":
+        return v.owner.attrs["value"].array
+    if v.owner.name in ("rt.broadcast", "rt.reshape", "rt.cast"):
+        inner = constant_value(v.owner.operands[0])
+        if inner is None:
+            return None
+        if v.owner.name == "rt.cast":
+            return inner.astype(v.type.dtype.np_dtype)
+        if v.owner.name == "rt.reshape":
+            return inner.reshape(v.type.shape)
+        return np.broadcast_to(inner, v.type.shape)
+    return None
+
+
+def is_splat(v, value) -> bool:
+    array = constant_value(v)
+    return array is not None and array.size > 0 and bool(np.all(array == value))
+
+
+def _graph_op(cv: Converter, op: MOp):
+    """Our own graph IR in generic form: build it as written."""
+    operands = cv.values(op)
+    types = infer_types(op.name, [v.type for v in operands], op.attrs, op.loc)
+    declared = [as_tensor_type(t, op.loc) for t in op.result_types]
+    if declared != types:
+        raise cv.error(op, f"declared result types {', '.join(map(str, declared))} "
+                           f"but the operands give {', '.join(map(str, types))}")
+    return cv.b.op_multi(op.name, operands, op.attrs)
+
+
+# -- small builders shared by the dialects -----------------------------------------------------
+
+
+def cast(b: Builder, v: Value, dtype: DType) -> Value:
+    return v if v.type.dtype == dtype else b.op("rt.cast", [v], {"dtype": dtype.name})
+
+
+def reshape(b: Builder, v: Value, shape) -> Value:
+    shape = tuple(int(d) for d in shape)
+    return v if v.type.shape == shape else b.op("rt.reshape", [v], {"shape": shape})
+
+
+def transpose(b: Builder, v: Value, perm) -> Value:
+    perm = tuple(int(p) for p in perm)
+    return v if perm == tuple(range(len(perm))) else b.op("rt.transpose", [v], {"perm": perm})
+
+
+def broadcast(b: Builder, v: Value, shape) -> Value:
+    shape = tuple(int(d) for d in shape)
+    return v if v.type.shape == shape else b.op("rt.broadcast", [v], {"shape": shape})
+
+
+def full(b: Builder, value, ttype: TensorType) -> Value:
+    """A splat constant: a scalar broadcast, so that big fills cost no memory."""
+    scalar = b.constant(np.array(value, dtype=ttype.dtype.np_dtype))
+    return broadcast(b, scalar, ttype.shape)
+
+
+def scalar_like(b: Builder, value, like: Value) -> Value:
+    return b.constant(np.array(value, dtype=like.type.dtype.np_dtype))
+
+
+def dense_attr(value, ttype: TensorType) -> DenseAttr:
+    if isinstance(value, DenseAttr):
+        return value
+    return DenseAttr(np.full(ttype.shape, value, dtype=ttype.dtype.np_dtype))
+
+
+def remove_dead_ops(fn: Function) -> None:
+    live = set(fn.returns)
+    kept = []
+    for op in reversed(fn.ops):
+        if any(r in live for r in op.results):
+            live.update(op.operands)
+            kept.append(op)
+    fn.ops = kept[::-1]
+
+
+# -- func ------------------------------------------------------------------------------------------
+
+ARG_NAME_ATTRS = ("rt.name", "ml_program.identifier", "iree.abi.name")
+
+
+def convert_function(mop: MOp, functions: dict[str, MOp], checks: list | None = None) -> Function:
+    from ...mlir.syntax import FunctionType
+
+    ftype: FunctionType = mop.attrs["function_type"]
+    name = mop.attrs["sym_name"]
+    block = mop.regions[0][0]
+    args = []
+    for i, (vid, t) in enumerate(block.args):
+        args.append(Value(as_tensor_type(t, mop.loc), None, i))
+    names = [next((a[k] for k in ARG_NAME_ATTRS if k in a), None) for a in mop.attrs.get("arg_attrs", [])]
+    fn = Function(name, args, arg_names=[n or f"arg{i}" for i, n in enumerate(names)] if any(names) else None)
+    cv = Converter(fn, functions, checks)
+    cv.env = {vid: a for (vid, _), a in zip(block.args, args)}
+    returned = cv.run_block(block.ops)
+    fn.returns = [v if isinstance(v, Value) else cv.b.constant(np.array(v, dtype=np.int64)) for v in returned]
+    declared = [as_tensor_type(t, mop.loc) for t in ftype.results]
+    if len(declared) != len(fn.returns) or not all(_types_match(v.type, t) for v, t in zip(fn.returns, declared)):
+        raise VerificationError(
+            f"@{name} returns {', '.join(str(v.type) for v in fn.returns)} but its signature says "
+            f"{', '.join(map(str, declared))}", location=str(mop.loc))
+    return fn
+
+
+@converts("func.call", "call")
+def _call(cv: Converter, op: MOp):
+    return cv.inline_call(op, op.attrs["callee"])
+
+
+def module_from_mops(top: list[MOp], checks_by_fn: dict | None = None) -> Module:
+    functions = {m.attrs["sym_name"]: m for m in top if m.name == "func.func"}
+    for m in top:
+        if m.name != "func.func":
+            raise unsupported(m.name, m.loc, " at module level")
+    public = [m for m in functions.values() if m.regions and m.attrs.get("sym_visibility") != "private"]
+    if not public:
+        public = [m for m in functions.values() if m.regions]
+    module = Module()
+    for m in public:
+        checks = [] if checks_by_fn is not None else None
+        fn = convert_function(m, functions, checks)
+        if checks is not None:
+            checks_by_fn[fn.name] = checks
+        remove_dead_ops(fn)
+        module.add(fn)
+    return module
+
+
+Location  # re-exported for the dialect modules' annotations

@@ -1,0 +1,69 @@
+"""Graph cleanups: drop identity ops, fold constants, remove dead ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.core import DenseAttr, Function, Module, Operation, Value
+
+FOLD_LIMIT_BYTES = 1 << 12  # a folded result may grow past its inputs only up to this
+
+
+def canonicalize(module: Module) -> Module:
+    for fn in module.functions.values():
+        replace = {}
+        for op in fn.ops:
+            op.operands = [replace.get(v, v) for v in op.operands]
+            same = _identity_operand(op)
+            if same is not None:
+                replace[op.result] = same
+            elif op.name == "rt.reshape" and op.operands[0].owner is not None and op.operands[0].owner.name == "rt.reshape":
+                op.operands = [op.operands[0].owner.operands[0]]
+        fn.returns = [replace.get(v, v) for v in fn.returns]
+        eliminate_dead_ops(fn)
+    return module
+
+
+def _identity_operand(op: Operation) -> Value | None:
+    if len(op.operands) != 1 or len(op.results) != 1:
+        return None
+    src, dst = op.operands[0].type, op.result.type
+    if op.name in ("rt.reshape", "rt.broadcast") and src == dst:
+        return op.operands[0]
+    if op.name == "rt.transpose" and tuple(op.attrs["perm"]) == tuple(range(src.rank)):
+        return op.operands[0]
+    if op.name == "rt.cast" and src == dst:
+        return op.operands[0]
+    return None
+
+
+def fold_constants(module: Module) -> Module:
+    """Evaluate ops whose operands are all constants, with the reference kernels."""
+    from ..targets.vmvx.kernels import evaluate
+
+    for fn in module.functions.values():
+        for op in fn.ops:
+            if op.name == "rt.constant" or len(op.results) != 1 or not _all_constant(op):
+                continue
+            inputs = [v.owner.attrs["value"].array for v in op.operands]
+            out_type = op.result.type
+            if out_type.nbytes > max([a.nbytes for a in inputs] + [FOLD_LIMIT_BYTES]):
+                continue  # e.g. a broadcast of a scalar: cheaper to compute than to store
+            value = np.ascontiguousarray(evaluate(op.name, op.attrs, inputs, out_type))
+            op.name, op.operands, op.attrs = "rt.constant", [], {"value": DenseAttr(value)}
+        eliminate_dead_ops(fn)
+    return module
+
+
+def _all_constant(op: Operation) -> bool:
+    return bool(op.operands) and all(v.owner is not None and v.owner.name == "rt.constant" for v in op.operands)
+
+
+def eliminate_dead_ops(fn: Function) -> None:
+    live = set(fn.returns)
+    kept = []
+    for op in reversed(fn.ops):
+        if any(r in live for r in op.results):
+            kept.append(op)
+            live.update(op.operands)
+    fn.ops = kept[::-1]

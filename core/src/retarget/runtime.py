@@ -1,0 +1,257 @@
+"""Load a module on a device and call its functions with numpy arrays.
+
+Loading picks the executable variant the device can run, uploads the constant
+pool once, and records one command buffer per function. A call then writes the
+inputs, submits that command buffer once, and reads the outputs.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compiler import desc_from_json
+from .errors import InputError, ModuleFormatError, UnknownDeviceError, suggestion
+from .ir.dtypes import dtype as lookup_dtype
+from .module_format import Artifact, read
+from .plugins import manager
+from .protocols import Binding, DeviceInfo, EntryPoint, ExecutableBinary
+from .mlir.syntax import Parser
+
+# Drivers tried by device="auto", best first; any other driver ranks above these.
+FALLBACK_ORDER = ("local-task", "local-sync")
+
+
+def parse_device(spec: str) -> tuple[str, str]:
+    """'cuda', 'cuda:1' or IREE's 'cuda://1' -> (driver, device id)."""
+    if "://" in spec:
+        driver, _, device_id = spec.partition("://")
+    else:
+        driver, _, device_id = spec.partition(":")
+    return driver, device_id
+
+
+def all_devices() -> list[DeviceInfo]:
+    devices = []
+    for name, driver in manager().by_name("retarget_drivers").items():
+        try:
+            devices.extend(driver.enumerate())
+        except Exception as e:  # enumerate must not raise; report it instead of failing
+            devices.append(DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}"))
+    return devices
+
+
+def open_device(spec: str):
+    drivers = manager().by_name("retarget_drivers")
+    name, device_id = parse_device(spec)
+    driver = drivers.get(name)
+    if driver is None:
+        raise UnknownDeviceError(f"unknown device '{spec}': no driver '{name}'",
+                                 hint=suggestion(name, drivers) + " (`retarget drivers` lists them)")
+    infos = driver.enumerate()
+    available = [d for d in infos if d.available]
+    if not available:
+        reason = "; ".join(d.reason for d in infos if d.reason) or "it found no device"
+        raise UnknownDeviceError(f"driver '{name}' has no usable device: {reason}",
+                                 hint="`retarget doctor` explains how to fix it")
+    device_id = device_id or available[0].id
+    if device_id not in {d.id for d in available}:
+        raise UnknownDeviceError(f"driver '{name}' has no device '{device_id}'",
+                                 hint=f"its devices: {', '.join(d.uri for d in available)}")
+    return driver.create(device_id)
+
+
+def _rank(info: DeviceInfo) -> int:
+    return FALLBACK_ORDER.index(info.driver) + 1 if info.driver in FALLBACK_ORDER else 0
+
+
+@dataclass
+class FunctionSignature:
+    name: str
+    inputs: list[tuple[str, tuple, str]]  # (name, shape, dtype)
+    outputs: list[tuple[tuple, str]]
+
+    def __str__(self) -> str:
+        ins = ", ".join(f"{n}: {_type_text(s, d)}" for n, s, d in self.inputs)
+        outs = ", ".join(_type_text(s, d) for s, d in self.outputs)
+        return f"{self.name}({ins}) -> ({outs})"
+
+
+def _type_text(shape, dtype) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + f"{dtype}>"
+
+
+def _tensor_type(text: str):
+    t = Parser(text).type()
+    return t
+
+
+class Function:
+    """A callable function of a loaded module: numpy arrays in, numpy arrays out."""
+
+    def __init__(self, module: LoadedModule, name: str, plan: dict):
+        self.module, self.name, self.plan = module, name, plan
+        self.input_types = [_tensor_type(i["type"]) for i in plan["inputs"]]
+        self.output_types = [_tensor_type(o["type"]) for o in plan["outputs"]]
+        self.signature = FunctionSignature(
+            name,
+            [(i["name"], t.shape, t.dtype.name) for i, t in zip(plan["inputs"], self.input_types)],
+            [(t.shape, t.dtype.name) for t in self.output_types],
+        )
+        device = module.device
+        self.arena = device.allocate(max(plan["arena_bytes"], 1))
+        self.command_buffer = self._record()
+        self._lock = threading.Lock()
+
+    def _buffer(self, kind: str):
+        return self.arena if kind == "arena" else self.module.constants
+
+    def _record(self):
+        cb = self.module.device.command_buffer()
+        for cmd in self.plan["program"]:
+            if cmd["op"] == "barrier":
+                cb.barrier()
+            else:
+                bindings = [(self._buffer(kind), offset, nbytes) for kind, offset, nbytes in cmd["bindings"]]
+                cb.dispatch(self.module.executable, cmd["entry"], bindings)
+        cb.end()
+        return cb
+
+    def check_inputs(self, args) -> list[np.ndarray]:
+        if len(args) != len(self.input_types):
+            raise InputError(f"{self.signature} takes {len(self.input_types)} inputs, got {len(args)}")
+        arrays = []
+        for i, (arg, t, meta) in enumerate(zip(args, self.input_types, self.plan["inputs"])):
+            a = np.asarray(arg)
+            where = f"input {i} ('{meta['name']}') of {self.name}"
+            if a.dtype != t.dtype.np_dtype:
+                raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
+                                 hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
+            if a.shape != t.shape:
+                raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
+                                 hint=f"the function expects {t}")
+            arrays.append(a)
+        return arrays
+
+    def __call__(self, *args):
+        arrays = self.check_inputs(args)
+        device = self.module.device
+        with self._lock:
+            for a, meta in zip(arrays, self.plan["inputs"]):
+                _, offset, _ = meta["slot"]
+                device.write(self.arena, offset, a)
+            device.submit(self.command_buffer)
+            device.wait()
+            outs = []
+            for t, meta in zip(self.output_types, self.plan["outputs"]):
+                kind, offset, nbytes = meta["slot"]
+                raw = device.read(self._buffer(kind), offset, nbytes)
+                outs.append(raw.view(t.dtype.np_dtype).reshape(t.shape))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class LoadedModule:
+    """A module on a device. Functions are attributes: `m.predict(x)`."""
+
+    def __init__(self, artifact: Artifact, device_spec: str = "auto"):
+        self.artifact = artifact
+        self.device, self.variant = self._choose(device_spec)
+        self.executable = self.device.load_executable(self.variant)
+        constants = artifact.constants()
+        self.constants = self.device.allocate(max(len(constants), 1))
+        if len(constants):
+            self.device.write(self.constants, 0, np.asarray(constants))
+        self.functions = {name: Function(self, name, plan) for name, plan in artifact.functions.items()}
+
+    def _variants(self) -> list[ExecutableBinary]:
+        out = []
+        for exe in self.artifact.manifest["executables"]:
+            try:
+                entries = [
+                    EntryPoint(e["name"], tuple(Binding(_tensor_type(b["type"]), b["access"]) for b in e["bindings"]),
+                               tuple(e["workgroup_size"]), tuple(e["workgroup_count"]))
+                    for e in exe["entry_points"]
+                ]
+                data = self.artifact.entries[exe["path"]]
+                out.append(ExecutableBinary(exe["format"], desc_from_json(exe["target"]), bytes(data), entries))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ModuleFormatError(f"executable entry is malformed ({e})", hint="recompile the module") from None
+        return out
+
+    def _choose(self, spec: str):
+        variants = self._variants()
+        held = ", ".join(v.target.name for v in variants) or "none"
+        if spec != "auto":
+            device = open_device(spec)
+            reasons = []
+            for v in variants:
+                reason = device.can_load(v.format, v.target)
+                if reason is None:
+                    return device, v
+                reasons.append(f"{v.target.name}: {reason}")
+            raise UnknownDeviceError(
+                f"the module holds no code that {device.info.uri} can run (it holds {held}; {'; '.join(reasons)})",
+                hint=f"recompile with a target for this device, e.g. `--target {device.info.driver}`"
+                if device.info.driver not in FALLBACK_ORDER else "recompile with --target vmvx or llvm-cpu:host",
+            )
+        for info in sorted((d for d in all_devices() if d.available), key=_rank):
+            try:
+                device = open_device(info.uri)
+            except UnknownDeviceError:
+                continue
+            for v in variants:
+                if device.can_load(v.format, v.target) is None:
+                    return device, v
+        raise UnknownDeviceError(f"no available device can run this module (it holds {held})",
+                                 hint="`retarget devices` lists devices; `retarget doctor` says what is missing")
+
+    def __getattr__(self, name: str) -> Function:
+        functions = self.__dict__.get("functions", {})
+        if name in functions:
+            return functions[name]
+        raise AttributeError(f"module has no function '{name}'; it has {', '.join(functions)}")
+
+    def function(self, name: str) -> Function:
+        if name not in self.functions:
+            raise InputError(f"the module has no function '{name}'",
+                             hint=f"its functions: {', '.join(self.functions)}")
+        return self.functions[name]
+
+
+def load(source, device: str = "auto") -> LoadedModule:
+    """Load a module (an `Artifact` or a .rtm path) onto `device`."""
+    artifact = source if isinstance(source, Artifact) else read(source)
+    return LoadedModule(artifact, device)
+
+
+def parse_input(text: str) -> np.ndarray:
+    """IREE's --input syntax: `2x2xf32=1 2 3 4`, `1x224xf32=0` (splat), `f32=1.5`, `@x.npy`."""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise InputError(f"cannot read input file {path}: {e}", hint="give a .npy file saved with np.save") from None
+    shape_text, sep, values = text.partition("=")
+    if not sep:
+        raise InputError(f"input '{text}' has no '='", hint="write SHAPExDTYPE=VALUES, e.g. 2x2xf32=1 2 3 4, or @file.npy")
+    *dims, dtype_name = shape_text.split("x")
+    try:
+        shape = tuple(int(d) for d in dims)
+        dt = lookup_dtype(dtype_name)
+    except (ValueError, KeyError):
+        raise InputError(f"input '{text}': '{shape_text}' is not SHAPExDTYPE",
+                         hint="e.g. 1x224x224x3xf32; dtypes: f32, f16, bf16, i8, i32, i64, i1") from None
+    tokens = values.replace(",", " ").replace("[", " ").replace("]", " ").split()
+    try:
+        flat = np.array([float(t) if dt.is_float else int(t) for t in tokens], dtype=np.float64 if dt.is_float else np.int64)
+    except ValueError:
+        raise InputError(f"input '{text}': values must be numbers separated by spaces") from None
+    count = int(np.prod(shape, dtype=np.int64))
+    if flat.size == 1:
+        return np.full(shape, flat[0]).astype(dt.np_dtype)
+    if flat.size != count:
+        raise InputError(f"input '{text}': {flat.size} values for shape {list(shape)}, which needs {count} (or 1 to splat)")
+    return flat.reshape(shape).astype(dt.np_dtype)

@@ -1,0 +1,1 @@
+"""The core's own compiler target: `vmvx`, the numpy reference."""
