@@ -108,6 +108,9 @@ def read(path: str | os.PathLike, *, mmap: bool = True) -> Artifact:
 
 
 def _manifest(zf: zipfile.ZipFile, path: Path) -> dict:
+    if MANIFEST not in zf.namelist():
+        raise ModuleFormatError(f"{path} is a zip file but not a retarget module (no manifest.json)",
+                                hint="compile one with `retarget compile`")
     try:
         manifest = json.loads(_read_entry(zf, MANIFEST, path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

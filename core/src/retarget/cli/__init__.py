@@ -1,0 +1,272 @@
+"""The `retarget` command line. Flags and the --input syntax follow IREE's tools.
+
+Every error a user can cause prints one line, `error: what (what to do)`, and
+exits with code 2; `--verbose` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import InputError, RetargetError
+
+app = typer.Typer(
+    name="retarget",
+    help="Compile ML models once per target and run them on any device.\n\n"
+    "Typical use: `retarget compile model.mlir --target vmvx -o m.rtm`, then "
+    "`retarget run m.rtm --device local-task --function predict --input 1x16xf32=0`.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
+out = Console()
+err = Console(stderr=True)
+_state = {"verbose": False}
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+):
+    _state["verbose"] = verbose
+    if version:
+        from .. import __version__
+
+        out.print(f"retarget {__version__}")
+        raise typer.Exit()
+
+
+def _print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+# -- listings ---------------------------------------------------------------------------------
+
+
+@app.command()
+def plugins(as_json: JsonFlag = False):
+    """List installed plugins: version, hooks, and any broken plugin with its error."""
+    from .. import plugins as list_plugins
+
+    records = list_plugins()
+    if as_json:
+        return _print_json(records)
+    table = Table("plugin", "distribution", "version", "status", "hooks / error")
+    for r in records:
+        status = "[green]ok[/]" if r["status"] == "ok" else "[red]broken[/]"
+        detail = ", ".join(h.removeprefix("retarget_") for h in r["hooks"]) if r["status"] == "ok" else r["error"]
+        table.add_row(r["name"], r["distribution"], r["version"], status, detail)
+    out.print(table)
+    for r in records:
+        for note in r["notes"]:
+            out.print(f"[yellow]note[/] {r['name']}: {note}")
+
+
+def _owner(hook: str, name: str) -> str:
+    from ..plugins import manager
+
+    for plugin_name, item in manager().collect(hook):
+        if getattr(item, "name", None) == name:
+            return plugin_name
+    return "?"
+
+
+@app.command()
+def targets(as_json: JsonFlag = False):
+    """List compiler target backends, the drivers that run their code, and their architectures."""
+    from .. import targets as list_targets
+
+    rows = []
+    for name, backend in list_targets().items():
+        desc, _ = backend.default()
+        rows.append({"name": name, "plugin": _owner("retarget_targets", name), "drivers": list(backend.drivers),
+                     "default": desc.arch, "architectures": list(backend.names())})
+    if as_json:
+        return _print_json(rows)
+    table = Table("target", "plugin", "drivers", "default arch", "architectures")
+    for r in rows:
+        archs = ", ".join(r["architectures"][:8]) + (" ..." if len(r["architectures"]) > 8 else "")
+        table.add_row(r["name"], r["plugin"], ", ".join(r["drivers"]), r["default"], archs)
+    out.print(table)
+
+
+@app.command()
+def drivers(as_json: JsonFlag = False):
+    """List HAL drivers and how many of their devices are usable."""
+    from .. import devices as list_devices
+    from .. import drivers as list_drivers
+
+    devs = list_devices()
+    rows = []
+    for name in list_drivers():
+        mine = [d for d in devs if d.driver == name]
+        rows.append({"name": name, "plugin": _owner("retarget_drivers", name),
+                     "devices": sum(d.available for d in mine),
+                     "unavailable": [d.reason for d in mine if not d.available]})
+    if as_json:
+        return _print_json(rows)
+    table = Table("driver", "plugin", "usable devices", "note")
+    for r in rows:
+        table.add_row(r["name"], r["plugin"], str(r["devices"]), "; ".join(r["unavailable"]))
+    out.print(table)
+
+
+@app.command()
+def devices(
+    dump: Annotated[bool, typer.Option("--dump", help="Show every property of each usable device.")] = False,
+    as_json: JsonFlag = False,
+):
+    """List devices, available or not (with the reason). `--dump` shows their properties."""
+    from .. import devices as list_devices
+    from .. import drivers as list_drivers
+
+    devs = list_devices()
+    rows = []
+    for d in devs:
+        row = {"device": d.uri, "name": d.name, "available": d.available, "reason": d.reason, **d.properties}
+        if dump and d.available:
+            row["dump"] = list_drivers()[d.driver].dump(d.id)
+        rows.append(row)
+    if as_json:
+        return _print_json(rows)
+    table = Table("device", "name", "available", "properties")
+    for d in devs:
+        props = ", ".join(f"{k}={v}" for k, v in d.properties.items())
+        table.add_row(d.uri, d.name, "[green]yes[/]" if d.available else f"[red]no[/]: {d.reason}", props)
+    out.print(table)
+    if dump:
+        for r in rows:
+            if "dump" in r:
+                out.rule(r["device"])
+                for k, v in r["dump"].items():
+                    out.print(f"  {k}: {v}")
+
+
+@app.command()
+def doctor(as_json: JsonFlag = False):
+    """Check every plugin, driver and device, and say how to fix what is missing.
+
+    For each usable device it also compiles and runs a tiny model on each target
+    the device can run, and prints PASS or FAIL with the reason."""
+    from .doctor import diagnose
+
+    report = diagnose()
+    if as_json:
+        _print_json(report)
+    else:
+        for line in report["lines"]:
+            out.print(line)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+# -- compile and run ----------------------------------------------------------------------------
+
+
+@app.command(name="compile")
+def compile_(
+    source: Annotated[Path, typer.Argument(help="Model: .mlir (linalg/TOSA/StableHLO/graph IR), .onnx or .pt2.")],
+    target: Annotated[list[str], typer.Option(
+        "--target", "-t", "--iree-hal-target-backends",
+        help="BACKEND[:ARCH], repeatable: vmvx, llvm-cpu:host, cuda:h100, ... (`retarget targets` lists them).")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The .rtm module to write.")] = None,
+    dump_after_all: Annotated[Optional[Path], typer.Option(
+        "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
+    as_json: JsonFlag = False,
+):
+    """Compile a model into a .rtm module holding code for each target."""
+    from .. import compiler
+
+    if output is None:
+        output = source.with_suffix(".rtm")
+    targets = target or ["vmvx"]
+    if not target:
+        err.print("note: no --target given; using vmvx, the numpy reference (slow, always works)")
+    start = time.perf_counter()
+    with err.status(f"compiling {source} for {', '.join(targets)}"):
+        artifact = compiler.compile(source, targets, dump_dir=dump_after_all,
+                                    notes=lambda n: err.print(f"note: {n}"))
+        artifact.save(output)
+    elapsed = time.perf_counter() - start
+    summary = {
+        "output": str(output),
+        "targets": [f"{e['backend']}:{e['arch']}" for e in artifact.manifest["executables"]],
+        "functions": list(artifact.functions),
+        "dispatches": len(artifact.manifest["executables"][0]["entry_points"]),
+        "bytes": output.stat().st_size,
+        "seconds": round(elapsed, 3),
+    }
+    if as_json:
+        return _print_json(summary)
+    out.print(f"wrote {output} ({summary['bytes']:,} bytes; {', '.join(summary['targets'])}; "
+              f"{summary['dispatches']} dispatches; functions {', '.join(summary['functions'])}) in {elapsed:.2f} s")
+    if dump_after_all:
+        out.print(f"stages dumped to {dump_after_all}/")
+
+
+@app.command()
+def run(
+    module: Annotated[Path, typer.Argument(help="A .rtm module from `retarget compile`.")],
+    device: Annotated[str, typer.Option("--device", "-d", help="DRIVER[:ID], e.g. local-task, cuda:0; or auto.")] = "auto",
+    function: Annotated[Optional[str], typer.Option("--function", "-f", help="Function to call (default: the only one).")] = None,
+    input: Annotated[Optional[list[str]], typer.Option(
+        "--input", "-i",
+        help="Repeat once per argument: SHAPExDTYPE=VALUES (`2x2xf32=1 2 3 4`), a splat (`1x224xf32=0`), or `@x.npy`.")] = None,
+    output: Annotated[Optional[list[str]], typer.Option(
+        "--output", help="Save results as .npy, repeat once per result.")] = None,
+    list_functions: Annotated[bool, typer.Option("--list-functions", help="Print the signatures and exit.")] = False,
+    as_json: JsonFlag = False,
+):
+    """Run one function of a module with the given inputs and print (or save) its results."""
+    from ..runtime import load, parse_input
+
+    loaded = load(module, device=device)
+    if list_functions:
+        sigs = [str(f.signature) for f in loaded.functions.values()]
+        return _print_json(sigs) if as_json else [out.print(s) for s in sigs]
+    if function is None:
+        if len(loaded.functions) != 1:
+            raise InputError(f"the module has several functions: {', '.join(loaded.functions)}",
+                             hint="choose one with --function")
+        function = next(iter(loaded.functions))
+    fn = loaded.function(function)
+    args = [parse_input(text) for text in (input or [])]
+    results = fn(*args)
+    results = list(results) if isinstance(results, tuple) else [results]
+    if output:
+        if len(output) != len(results):
+            raise InputError(f"{len(results)} results but {len(output)} --output files", hint="give one --output per result")
+        for path, value in zip(output, results):
+            np.save(path, value)
+    if as_json:
+        return _print_json({"device": loaded.device.info.uri, "function": function,
+                            "results": [{"shape": list(r.shape), "dtype": str(r.dtype), "values": r.tolist()} for r in results]})
+    err.print(f"EXEC @{function} on {loaded.device.info.uri}")
+    for i, (r, t) in enumerate(zip(results, fn.output_types)):
+        out.print(f"result[{i}]: {t}")
+        with np.printoptions(threshold=64, edgeitems=4, precision=6):
+            out.print(str(r), highlight=False)
+
+
+def main() -> None:
+    try:
+        app()  # exits itself; usage errors exit with 2, as click does
+    except RetargetError as e:
+        if _state["verbose"]:
+            traceback.print_exc()
+        err.print(f"[red]error:[/] {e.oneline()}", highlight=False, soft_wrap=True)
+        sys.exit(2)
