@@ -30,6 +30,7 @@ class PluginRecord:
     error: str | None = None  # one line; None when the plugin works
     traceback: str | None = None
     notes: list[str] = field(default_factory=list)  # e.g. a contribution shadowed by another plugin
+    failed_hooks: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -99,26 +100,27 @@ class PluginManager:
         record.hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
 
     def _broken(self, record: PluginRecord, message: str, exc: BaseException) -> None:
-        record.error = message.splitlines()[0] if message else type(exc).__name__
+        line = message.splitlines()[0] if message else type(exc).__name__
+        record.error = f"{record.error}; {line}" if record.error else line
         record.traceback = "".join(traceback.format_exception(exc))
 
     # -- calling hooks --------------------------------------------------------------------------
     def collect(self, hook: str) -> list[tuple[str, object]]:
         """(plugin name, contribution) for every contribution to `hook`, in hook order.
 
-        A plugin whose hook raises is marked broken and skipped."""
+        A plugin whose hook raises is marked broken, and that hook of it is skipped from then on."""
         out = []
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):  # pluggy calls last-registered first
             record = self.records.get(impl.plugin_name)
-            if record is not None and not record.ok:
+            if record is not None and hook in record.failed_hooks:
                 continue
             try:
                 items = impl.function() or []
                 out.extend((impl.plugin_name, item) for item in items)
-            except Exception as e:
+            except Exception as e:  # the plugin is broken; its other hooks still count
                 if record is not None:
+                    record.failed_hooks.append(hook)
                     self._broken(record, f"{hook} raised {type(e).__name__}: {e}", e)
-                    self.pm.unregister(name=impl.plugin_name)
         return out
 
     def by_name(self, hook: str) -> dict[str, object]:

@@ -142,6 +142,17 @@ class LocalDevice:
             self.pool.shutdown(wait=False)
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "host CPU"
+
+
 class LocalDriver:
     def __init__(self, name: str, workers: int | None):
         self.name = name
@@ -155,7 +166,7 @@ class LocalDriver:
             DeviceInfo(
                 self.name,
                 "0",
-                platform.processor() or platform.machine() or "host CPU",
+                cpu_name(),
                 properties={"workers": self._workers(), "arch": platform.machine(), "memory": "host"},
             )
         ]

@@ -31,7 +31,7 @@ class VmvxTarget:
         raise UnknownTargetError(f"vmvx has no architecture '{spec}'", hint="vmvx has one: use --target vmvx")
 
     def default(self):
-        return REFERENCE, "vmvx: the numpy reference target"
+        return REFERENCE, None  # one architecture: nothing to announce
 
     def describe(self, device) -> TargetDesc:
         return REFERENCE

@@ -195,7 +195,7 @@ def _conv2d(attrs, x, w):
     out = np.zeros((n, groups, o // groups, oh, ow), dtype=np.result_type(x, w))
     for i, j, window in _taps(xp, kh, kw, sh, sw, dh, dw, oh, ow):
         if cg == 1 and o == groups:  # depthwise: a plain product per channel
-            out += window * wg[None, :, :, :, i, j][..., None, None]
+            out += window * wg[None, :, :, 0, i, j][..., None, None]
         else:
             out += np.einsum("ngchw,goc->ngohw", window, wg[:, :, :, i, j], optimize=True)
     return out.reshape(n, o, oh, ow)

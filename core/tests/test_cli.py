@@ -1,0 +1,115 @@
+"""The command line as a user meets it: exit codes, one-line errors, JSON for scripts."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "retarget", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def assert_clean_error(result, *phrases):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+
+
+def test_run_prints_results_and_saves_them(mlp_rtm, tmp_path):
+    path, x, expected = mlp_rtm
+    out = tmp_path / "y.npy"
+    result = cli("run", path, "--device", "local-task", "--function", "predict", "--input", f"@{tmp_path / 'x.npy'}",
+                 "--output", out)
+    assert result.returncode == 0, result.stderr
+    assert "result[0]: tensor<2x4xf32>" in result.stdout
+    np.testing.assert_allclose(np.load(out), expected, rtol=1e-5)
+
+
+def test_run_json_gives_values(mlp_rtm, tmp_path):
+    path, x, expected = mlp_rtm
+    result = cli("run", path, "--device", "local-sync", "--input", f"@{tmp_path / 'x.npy'}", "--json")
+    data = json.loads(result.stdout)
+    assert data["device"] == "local-sync:0"
+    np.testing.assert_allclose(np.array(data["results"][0]["values"], np.float32), expected, rtol=1e-5)
+
+
+def test_list_functions_shows_signatures(mlp_rtm):
+    result = cli("run", mlp_rtm[0], "--list-functions")
+    assert "predict(x: tensor<2x8xf32>) -> (tensor<2x4xf32>)" in result.stdout
+
+
+def test_malformed_mlir_is_one_line_with_location(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n  %0 = \"rt.exp\"(%a : tensor<2xf32>\n}\n")
+    assert_clean_error(cli("compile", bad, "--target", "vmvx", "-o", tmp_path / "o.rtm"), f"{bad}:2:")
+
+
+def test_unknown_target_is_one_line_with_suggestions(tmp_path, mlp_rtm):
+    src = tmp_path / "m.mlir"
+    src.write_text("func.func @f(%a: tensor<2xf32>) -> (tensor<2xf32>) {\n  return %a : tensor<2xf32>\n}\n")
+    assert_clean_error(cli("compile", src, "--target", "vmxv", "-o", tmp_path / "o.rtm"), "unknown target 'vmxv'",
+                       "did you mean vmvx")
+
+
+def test_unknown_device_is_one_line(mlp_rtm):
+    assert_clean_error(cli("run", mlp_rtm[0], "--device", "cudaa"), "unknown device 'cudaa'")
+
+
+def test_truncated_module_is_one_line(mlp_rtm, tmp_path):
+    cut = tmp_path / "cut.rtm"
+    data = mlp_rtm[0].read_bytes()
+    cut.write_bytes(data[: len(data) // 3])
+    assert_clean_error(cli("run", cut, "--device", "local-sync"), "truncated")
+
+
+def test_wrong_input_shape_is_one_line(mlp_rtm):
+    assert_clean_error(cli("run", mlp_rtm[0], "--device", "local-sync", "--input", "3x8xf32=0"),
+                       "must have shape [2, 8], got [3, 8]")
+
+
+def test_wrong_input_dtype_is_one_line(mlp_rtm):
+    assert_clean_error(cli("run", mlp_rtm[0], "--device", "local-sync", "--input", "2x8xi32=0"), "must be f32")
+
+
+def test_verbose_shows_the_traceback(mlp_rtm):
+    result = cli("--verbose", "run", mlp_rtm[0], "--device", "nope")
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["plugins", "targets", "drivers", "devices"])
+def test_listings_have_json(command):
+    result = cli(command, "--json")
+    assert result.returncode == 0, result.stderr
+    assert isinstance(json.loads(result.stdout), list)
+
+
+def test_devices_dump_shows_properties():
+    data = json.loads(cli("devices", "--dump", "--json").stdout)
+    local = next(d for d in data if d["device"] == "local-task:0")
+    assert "vmvx-graph" in local["dump"]["executable_formats"]
+
+
+def test_doctor_passes_its_smoke_test():
+    result = cli("doctor", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["ok"]
+    assert {(s["target"], s["device"]) for s in report["smoke"] if s["pass"]} >= {("vmvx", "local-task:0")}
+
+
+def test_compile_dumps_every_stage(tmp_path):
+    src = tmp_path / "m.mlir"
+    src.write_text(
+        "func.func @f(%a: tensor<2xf32>) -> (tensor<2xf32>) {\n"
+        '  %0 = "rt.exp"(%a) : (tensor<2xf32>) -> tensor<2xf32>\n'
+        "  return %0 : tensor<2xf32>\n}\n")
+    result = cli("compile", src, "--target", "vmvx", "-o", tmp_path / "m.rtm", "--dump-after-all", tmp_path / "dump")
+    assert result.returncode == 0, result.stderr
+    stages = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    assert stages[0] == "01-import.mlir" and any("dispatches" in s for s in stages)
+    assert any("host-program" in s for s in stages) and any("executable-vmvx" in s for s in stages)
