@@ -439,8 +439,10 @@ class Parser:
         return attrs
 
     def _type_of_elements(self) -> TensorType:
+        self.skip()
         pos = self.pos
-        t = self.type()
+        # a vector-typed constant (older linalg strides/dilations) holds the same elements
+        t = self._shaped("tensor", pos) if self.accept_keyword("vector") else self.type()
         if not isinstance(t, TensorType):
             raise self.error(f"expected a tensor type for the elements, found {t}", pos)
         return t
@@ -470,7 +472,11 @@ class Parser:
             return self.bare_id() == "true"
         if self.peek_keyword("inf") or self.peek_keyword("nan"):
             return float(self.bare_id())
-        return self.number()
+        start = self.pos
+        value = self.number()
+        if isinstance(value, int) and self.text[start:self.pos].lstrip("+-").startswith("0x"):
+            return _HexBits(value)  # a float's bit pattern, e.g. dense<0xFF800000> : tensor<f32> is -inf
+        return value
 
     def _affine_map(self) -> AffineMap:
         self.expect("<")
@@ -707,6 +713,25 @@ def _hex_bytes(text: str, parser: Parser, pos: int) -> bytes:
         raise parser.error("malformed hex string", pos) from None
 
 
+class _HexBits(int):
+    """An integer written in hex inside `dense<...>`: for float elements it is the bit pattern."""
+
+
+def _has_hex_bits(payload) -> bool:
+    if isinstance(payload, list):
+        return any(_has_hex_bits(p) for p in payload)
+    return isinstance(payload, _HexBits)
+
+
+def _hex_bits_to_float(payload, dt: DType):
+    if isinstance(payload, list):
+        return [_hex_bits_to_float(p, dt) for p in payload]
+    if not isinstance(payload, _HexBits):
+        return payload
+    uint = {16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+    return float(np.array(int(payload), dtype=uint).view(dt.np_dtype))
+
+
 def _dense_array(literal, ttype: TensorType, parser: Parser, pos: int) -> np.ndarray:
     np_dtype = ttype.dtype.np_dtype
     if not ttype.is_static:
@@ -715,6 +740,8 @@ def _dense_array(literal, ttype: TensorType, parser: Parser, pos: int) -> np.nda
     if kind == "hex":
         raw = _hex_bytes(payload, parser, pos)
         return _array_from_bytes(raw, ttype, parser, pos)
+    if ttype.dtype.is_float and _has_hex_bits(payload):
+        payload = _hex_bits_to_float(payload, ttype.dtype)
     data = np.array(payload, dtype=np.float64 if ttype.dtype.is_float else object)
     try:
         data = data.astype(np_dtype)

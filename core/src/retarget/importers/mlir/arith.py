@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ...ir.core import DenseAttr, TensorType
+from ...ir.core import DenseAttr
 from ...ir.dtypes import DTYPES, DType
 from ...mlir.syntax import MOp, OpaqueAttr, Parser, _typed_number, custom_syntax
 from .convert import Converter, as_tensor_type, cast, converts, scalar_like
@@ -208,4 +208,3 @@ def _bitcast(cv: Converter, op: MOp):
 
 
 custom_syntax("arith.bitcast")(cast_syntax)
-TensorType  # noqa: B018 (kept for type annotations in dialect modules)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ...errors import ParseError, RetargetError, UnsupportedOpError, VerificationError
-from ...ir.core import Builder, DenseAttr, Function, Location, Module, TensorType, Value
+from ...ir.core import Builder, DenseAttr, Function, Module, TensorType, Value
 from ...ir.dtypes import DType
 from ...ir.ops import OPS, infer_types
-from ...mlir.syntax import MOp, OpaqueType, Parser, custom_syntax
+from ...mlir.syntax import MOp, Parser, custom_syntax
 
 CONVERTERS: dict[str, Callable[[Converter, MOp], list]] = {}
 # Dialects whose unknown ops are reported as unsupported (rather than as bad syntax).
@@ -73,6 +73,7 @@ class Converter:
         self.checks = checks  # collects check.* ops when importing a check file
         self.in_body = False  # inside a scalar region (linalg body, reducer)
         self.call_depth = 0
+        self.num_results = 0
 
     # -- operands -------------------------------------------------------------------------
     def get(self, op: MOp, name: str):
@@ -267,13 +268,15 @@ def convert_function(mop: MOp, functions: dict[str, MOp], checks: list | None = 
     names = [next((a[k] for k in ARG_NAME_ATTRS if k in a), None) for a in mop.attrs.get("arg_attrs", [])]
     fn = Function(name, args, arg_names=[n or f"arg{i}" for i, n in enumerate(names)] if any(names) else None)
     cv = Converter(fn, functions, checks)
+    cv.num_results = len(ftype.results)
     cv.env = {vid: a for (vid, _), a in zip(block.args, args)}
     returned = cv.run_block(block.ops)
-    fn.returns = [v if isinstance(v, Value) else cv.b.constant(np.array(v, dtype=np.int64)) for v in returned]
+    returned = [v if isinstance(v, Value) else cv.b.constant(np.array(v, dtype=np.int64)) for v in returned]
+    fn.returns = returned + fn.returns  # check ops have appended the values they read
     declared = [as_tensor_type(t, mop.loc) for t in ftype.results]
-    if len(declared) != len(fn.returns) or not all(_types_match(v.type, t) for v, t in zip(fn.returns, declared)):
+    if len(declared) != len(returned) or not all(_types_match(v.type, t) for v, t in zip(returned, declared)):
         raise VerificationError(
-            f"@{name} returns {', '.join(str(v.type) for v in fn.returns)} but its signature says "
+            f"@{name} returns {', '.join(str(v.type) for v in returned)} but its signature says "
             f"{', '.join(map(str, declared))}", location=str(mop.loc))
     return fn
 
@@ -302,4 +305,13 @@ def module_from_mops(top: list[MOp], checks_by_fn: dict | None = None) -> Module
     return module
 
 
-Location  # re-exported for the dialect modules' annotations
+
+@custom_syntax("func.call", "call")
+def _call_syntax(p: Parser, op: MOp):
+    op.attrs["callee"] = p.symbol()
+    op.operands = p.delimited("(", p.value_id, ")")
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    t = p.type()
+    op.operand_types, op.result_types = t.inputs, t.results

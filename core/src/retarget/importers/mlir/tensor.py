@@ -1,0 +1,267 @@
+"""`tensor`: shape plumbing (slices, pads, reshapes, concatenation) on static shapes."""
+
+from __future__ import annotations
+
+from ...errors import UnsupportedOpError
+from ...ir.core import TensorType, Value
+from ...mlir.syntax import MOp, Parser, custom_syntax
+from .convert import Converter, broadcast, constant_value, converts, full, reshape
+from .pretty import functional
+
+
+# -- syntax ------------------------------------------------------------------------------------
+
+
+def _mixed_list(p: Parser, op: MOp, key: str):
+    """`[0, %i, 2]`: static entries are ints, dynamic ones the SSA names."""
+    items = p.delimited("[", lambda: p.value_id() if p.peek("%") else p.integer(), "]")
+    op.attrs[key] = items
+
+
+@custom_syntax("tensor.empty")
+def _empty_syntax(p: Parser, op: MOp):
+    op.operands = p.delimited("(", p.value_id, ")")
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    op.result_types = [p.type()]
+
+
+@custom_syntax("tensor.extract_slice")
+def _extract_slice_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    for key in ("offsets", "sizes", "strides"):
+        _mixed_list(p, op, key)
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    op.operand_types = [p.type()]
+    p.expect_keyword("to")
+    op.result_types = [p.type()]
+
+
+@custom_syntax("tensor.insert_slice")
+def _insert_slice_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    p.expect_keyword("into")
+    op.operands.append(p.value_id())
+    for key in ("offsets", "sizes", "strides"):
+        _mixed_list(p, op, key)
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    src = p.type()
+    p.expect_keyword("into")
+    dst = p.type()
+    op.operand_types, op.result_types = [src, dst], [dst]
+
+
+@custom_syntax("tensor.pad")
+def _pad_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    if p.accept_keyword("nofold"):
+        pass
+    p.expect_keyword("low")
+    _mixed_list(p, op, "low")
+    p.expect_keyword("high")
+    _mixed_list(p, op, "high")
+    op.regions = [p.region()]
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    op.operand_types = [p.type()]
+    p.expect_keyword("to")
+    op.result_types = [p.type()]
+
+
+def _reassociation_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    op.attrs["reassociation"] = p.delimited("[", lambda: p.delimited("[", p.integer, "]"), "]")
+    if p.accept_keyword("output_shape"):
+        _mixed_list(p, op, "output_shape")
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    op.operand_types = [p.type()]
+    p.expect_keyword("into")
+    op.result_types = [p.type()]
+
+
+custom_syntax("tensor.collapse_shape", "tensor.expand_shape")(_reassociation_syntax)
+
+
+@custom_syntax("tensor.concat")
+def _concat_syntax(p: Parser, op: MOp):
+    p.expect_keyword("dim")
+    p.expect("(")
+    op.attrs["dim"] = p.integer()
+    p.expect(")")
+    functional(p, op)
+
+
+@custom_syntax("tensor.reshape")
+def _reshape_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    p.expect("(")
+    op.operands.append(p.value_id())
+    p.expect(")")
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    t = p.type()
+    op.operand_types, op.result_types = t.inputs, t.results
+
+
+@custom_syntax("tensor.extract")
+def _extract_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    op.operands += p.delimited("[", p.value_id, "]")
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    op.operand_types = [p.type()]
+
+
+@custom_syntax("tensor.splat")
+def _splat_syntax(p: Parser, op: MOp):
+    op.operands = [p.value_id()]
+    if p.peek("{"):
+        op.attrs.update(p.attr_dict())
+    p.expect(":")
+    op.result_types = [p.type()]
+
+
+@custom_syntax("tensor.yield")
+def _yield_syntax(p: Parser, op: MOp):
+    op.operands = p.comma_list(p.value_id)
+    p.expect(":")
+    op.operand_types = p.comma_list(p.type)
+
+
+# -- converters -------------------------------------------------------------------------------
+
+
+def static_list(cv: Converter, op: MOp, key: str) -> list[int]:
+    out = []
+    for item in op.attrs[key]:
+        if isinstance(item, str):
+            array = constant_value(cv.get(op, item))
+            if array is None:
+                raise UnsupportedOpError(f"'{op.name}': {key} entry {item} is not a constant",
+                                         location=str(op.loc), hint="only static offsets and sizes are supported")
+            item = int(array)
+        out.append(int(item))
+    return out
+
+
+def _require_static(cv: Converter, op: MOp, t: TensorType):
+    if not t.is_static:
+        raise UnsupportedOpError(f"'{op.name}': dynamic shape {t} is not supported", location=str(op.loc),
+                                 hint="give every dimension a static size")
+
+
+@converts("tensor.empty")
+def _empty(cv: Converter, op: MOp):
+    t = cv.result_type(op)
+    _require_static(cv, op, t)
+    return full(cv.b, 0, t)  # contents are undefined; zero is one valid choice
+
+
+@converts("tensor.splat")
+def _splat(cv: Converter, op: MOp):
+    t = cv.result_type(op)
+    return broadcast(cv.b, cv.value(op, 0), t.shape)
+
+
+def _slice_attrs(offsets, sizes, strides):
+    limits = [o + (n - 1) * s + 1 if n else o for o, n, s in zip(offsets, sizes, strides)]
+    return {"start": tuple(offsets), "limit": tuple(limits), "stride": tuple(strides)}
+
+
+@converts("tensor.extract_slice")
+def _extract_slice(cv: Converter, op: MOp):
+    x = cv.value(op, 0)
+    offsets, sizes, strides = (static_list(cv, op, k) for k in ("offsets", "sizes", "strides"))
+    if not x.type.is_static:
+        _require_static(cv, op, x.type)
+    sliced = cv.b.op("rt.slice", [x], _slice_attrs(offsets, sizes, strides))
+    return reshape(cv.b, sliced, cv.result_type(op).shape)  # rank-reducing slices drop unit dims
+
+
+def insert_slice(cv: Converter, op: MOp, src: Value, dst: Value, offsets, strides) -> Value:
+    """`dst` with `src` written at `offsets`, spelled as slices and concatenations."""
+    if any(s != 1 for s in strides):
+        raise UnsupportedOpError(f"'{op.name}': strided inserts are not supported", location=str(op.loc))
+    b = cv.b
+
+    def place(src: Value, dst: Value, dim: int) -> Value:
+        if dim == dst.type.rank:
+            return src
+        size, total, off = src.type.shape[dim], dst.type.shape[dim], offsets[dim]
+        if off < 0 or off + size > total:
+            raise cv.error(op, f"slice [{off}:{off + size}] out of bounds for dim {dim} of size {total}")
+
+        def part(lo, hi):
+            start = [0] * dst.type.rank
+            limit = list(dst.type.shape)
+            start[dim], limit[dim] = lo, hi
+            return b.op("rt.slice", [dst], {"start": tuple(start), "limit": tuple(limit), "stride": (1,) * dst.type.rank})
+
+        middle = place(src, part(off, off + size) if size != total else dst, dim + 1)
+        pieces = ([part(0, off)] if off else []) + [middle] + ([part(off + size, total)] if off + size < total else [])
+        return pieces[0] if len(pieces) == 1 else b.op("rt.concat", pieces, {"axis": dim})
+
+    return place(src, dst, 0)
+
+
+@converts("tensor.insert_slice")
+def _insert_slice(cv: Converter, op: MOp):
+    src, dst = cv.value(op, 0), cv.value(op, 1)
+    offsets, sizes, strides = (static_list(cv, op, k) for k in ("offsets", "sizes", "strides"))
+    _require_static(cv, op, dst.type)
+    # a rank-reducing insert: put back the unit dims the source dropped
+    src = reshape(cv.b, src, sizes)
+    return insert_slice(cv, op, src, dst, offsets, strides)
+
+
+@converts("tensor.pad")
+def _pad(cv: Converter, op: MOp):
+    x = cv.value(op, 0)
+    low, high = static_list(cv, op, "low"), static_list(cv, op, "high")
+    region = op.regions[0]
+    if len(region) != 1 or region[0].ops[-1].name != "tensor.yield":
+        raise cv.error(op, "the pad body must be one block ending in tensor.yield")
+    saved = dict(cv.env)
+    cv.in_body = True
+    try:
+        (value,) = cv.run_block(region[0].ops, terminators=("tensor.yield",))
+    finally:
+        cv.in_body = False
+        cv.env = saved
+    array = constant_value(value)
+    if array is None:
+        raise UnsupportedOpError(f"'{op.name}': only padding with a constant is supported", location=str(op.loc))
+    return cv.b.op("rt.pad", [x], {"low": tuple(low), "high": tuple(high), "value": array.reshape(-1)[0].item()})
+
+
+@converts("tensor.collapse_shape", "tensor.expand_shape", "tensor.reshape")
+def _reshape(cv: Converter, op: MOp):
+    t = cv.result_type(op)
+    _require_static(cv, op, t)
+    return reshape(cv.b, cv.value(op, 0), t.shape)
+
+
+@converts("tensor.concat")
+def _concat(cv: Converter, op: MOp):
+    return cv.b.op("rt.concat", cv.values(op), {"axis": int(op.attrs["dim"])})
+
+
+@converts("tensor.extract")
+def _extract(cv: Converter, op: MOp):
+    x = cv.value(op, 0)
+    idx = [int(cv.static(op, i, "index")) for i in range(1, len(op.operands))]
+    if not idx:
+        return x
+    one = cv.b.op("rt.slice", [x], {"start": tuple(idx), "limit": tuple(i + 1 for i in idx), "stride": (1,) * len(idx)})
+    return reshape(cv.b, one, ())
+
