@@ -113,3 +113,22 @@ def test_compile_dumps_every_stage(tmp_path):
     stages = sorted(p.name for p in (tmp_path / "dump").iterdir())
     assert stages[0] == "01-import.mlir" and any("dispatches" in s for s in stages)
     assert any("host-program" in s for s in stages) and any("executable-vmvx" in s for s in stages)
+
+
+def test_check_reports_each_function_and_fails_on_a_wrong_expectation(tmp_path):
+    src = tmp_path / "checks.mlir"
+    src.write_text(
+        "func.func @doubles() {\n"
+        "  %a = util.unfoldable_constant dense<[1.0, 2.0]> : tensor<2xf32>\n"
+        "  %b = arith.addf %a, %a : tensor<2xf32>\n"
+        "  check.expect_almost_eq_const(%b, dense<[2.0, 4.0]> : tensor<2xf32>) : tensor<2xf32>\n"
+        "  return\n}\n"
+        "func.func @wrong() {\n"
+        "  %a = util.unfoldable_constant dense<[1, 2]> : tensor<2xi32>\n"
+        "  check.expect_eq_const(%a, dense<[1, 3]> : tensor<2xi32>) : tensor<2xi32>\n"
+        "  return\n}\n")
+    result = cli("check", src, "--target", "vmvx", "--device", "local-sync", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1
+    assert [(f["function"], f["status"]) for f in report["functions"]] == [("doubles", "pass"), ("wrong", "fail")]
+    assert f"{src}:9:3: expect_eq failed" in report["functions"][1]["messages"][0]

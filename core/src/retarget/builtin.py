@@ -35,6 +35,6 @@ def retarget_executable_loaders():
 def retarget_importers():
     from .importers.mlir import MlirImporter
     from .importers.onnx import OnnxImporter
-    from .importers.torch_importer import TorchImporter
+    from .importers.torch_export import TorchImporter
 
     return [MlirImporter(), OnnxImporter(), TorchImporter()]

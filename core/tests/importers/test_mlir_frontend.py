@@ -23,7 +23,7 @@ def test_example_mlp_imports_and_matches_numpy():
     module = MlirImporter().load(ROOT / "examples" / "mlp.mlir")
     fn = module.functions["predict"]
     assert [str(t) for t in fn.input_types] == ["tensor<1x16xf32>"]
-    w = np.load(DATA / "mlp_weights.npz")
+    w = np.load(ROOT / "examples" / "mlp_weights.npz")
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
     expected = np.maximum(x @ w["w1"] + w["b1"], 0) @ w["w2"] + w["b2"]
     np.testing.assert_allclose(run_function(fn, [x])[0], expected, rtol=1e-5, atol=1e-6)

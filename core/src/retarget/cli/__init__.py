@@ -262,6 +262,52 @@ def run(
             out.print(str(r), highlight=False)
 
 
+@app.command()
+def check(
+    source: Annotated[Path, typer.Argument(help="A check-style .mlir file: zero-argument functions using check.expect_*.")],
+    target: Annotated[list[str], typer.Option("--target", "-t", "--iree-hal-target-backends",
+                                              help="BACKEND[:ARCH] to compile for.")] = None,
+    device: Annotated[str, typer.Option("--device", "-d", help="DRIVER[:ID] to run on, or auto.")] = "auto",
+    as_json: JsonFlag = False,
+):
+    """Run every zero-argument function of a check file and report PASS or FAIL for each,
+    as `iree-check-module` does. Exits 1 if any check fails."""
+    from .. import compiler
+    from ..importers.mlir import import_check_file
+    from ..importers.mlir.check import evaluate_checks
+    from ..runtime import load
+
+    try:
+        text = source.read_text()
+    except OSError as e:
+        raise InputError(f"cannot read {source}: {e.strerror}", hint="check the path") from None
+    module, checks = import_check_file(text, str(source))
+    loaded = load(compiler.compile(module, target or ["vmvx"]), device=device)
+    report, failed = [], 0
+    for name, fn in loaded.functions.items():
+        if fn.input_types:
+            report.append({"function": name, "status": "skipped", "messages": ["takes arguments"]})
+            continue
+        results = fn()
+        results = list(results) if isinstance(results, tuple) else [results]
+        outcomes = evaluate_checks(checks.get(name, []), results)
+        ok = all(passed for passed, _ in outcomes)
+        failed += not ok
+        report.append({"function": name, "status": "pass" if ok else "fail",
+                       "messages": [m for passed, m in outcomes if not passed]})
+    if as_json:
+        _print_json({"device": loaded.device.info.uri, "functions": report, "failed": failed})
+    else:
+        for r in report:
+            mark = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "skipped": "[yellow]SKIP[/]"}[r["status"]]
+            out.print(f"{mark} @{r['function']}")
+            for m in r["messages"]:
+                out.print(f"     {m}", highlight=False)
+        out.print(f"{len(report) - failed} of {len(report)} functions passed on {loaded.device.info.uri}")
+    if failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     try:
         app()  # exits itself; usage errors exit with 2, as click does
