@@ -109,3 +109,60 @@ def linear(b: Builder, x: Value, weight_t: Value, bias: Value | None) -> Value:
         row = b.op("rt.reshape", [x], {"shape": (1, x.type.shape[0])})
         y = b.op("rt.reshape", [b.op("rt.matmul", [row, weight_t])], {"shape": (weight_t.type.shape[1],)})
     return b.op("rt.add", [y, bias]) if bias is not None else y
+
+
+def leaky_relu(b: Builder, x: Value, slope: float = 0.01) -> Value:
+    """max(x, 0) + slope * min(x, 0)."""
+    zero = scalar(b, 0, x)
+    neg = b.op("rt.mul", [b.op("rt.min", [x, zero]), scalar(b, slope, x)])
+    return b.op("rt.add", [b.op("rt.max", [x, zero]), neg])
+
+
+def hard_sigmoid(b: Builder, x: Value, alpha: float = 0.2, beta: float = 0.5) -> Value:
+    """clamp(alpha * x + beta, 0, 1); torch's hardsigmoid is alpha=1/6, beta=0.5."""
+    y = b.op("rt.add", [b.op("rt.mul", [x, scalar(b, alpha, x)]), scalar(b, beta, x)])
+    return clamp(b, y, 0, 1)
+
+
+def elu(b: Builder, x: Value, alpha: float = 1.0) -> Value:
+    """x for x > 0, alpha * (exp(x) - 1) otherwise."""
+    zero = scalar(b, 0, x)
+    neg = b.op("rt.mul", [b.op("rt.expm1", [b.op("rt.min", [x, zero])]), scalar(b, alpha, x)])
+    return b.op("rt.select", [b.op("rt.cmp", [x, zero], {"predicate": "gt"}), x, neg])
+
+
+def conv2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), pad=(0, 0, 0, 0),
+           dilations=(1, 1), groups: int = 1) -> Value:
+    """NCHW / OIHW convolution, plus a per-output-channel bias."""
+    y = b.op("rt.conv2d", [x, w], {"strides": tuple(strides), "pad": tuple(pad),
+                                   "dilations": tuple(dilations), "groups": groups})
+    return b.op("rt.add", [y, channel_vector(b, bias, 4)]) if bias is not None else y
+
+
+def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
+    """x[..., start:stop:step, ...] along one axis (bounds already clamped, step > 0)."""
+    rank = x.type.rank
+    if (start, stop, step) == (0, x.type.shape[axis], 1):
+        return x
+    starts = tuple(start if d == axis else 0 for d in range(rank))
+    limits = tuple(stop if d == axis else x.type.shape[d] for d in range(rank))
+    strides = tuple(step if d == axis else 1 for d in range(rank))
+    return b.op("rt.slice", [x], {"start": starts, "limit": limits, "stride": strides})
+
+
+def attention(b: Builder, q: Value, k: Value, v: Value, mask: Value | None = None, causal: bool = False,
+              scale: float | None = None) -> Value:
+    """softmax(q @ k^T * scale + mask) @ v over [..., L, E] inputs; a boolean mask keeps where true."""
+    rank = k.type.rank
+    perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+    scale = 1 / math.sqrt(q.type.shape[-1]) if scale is None else scale
+    s = b.op("rt.matmul", [b.op("rt.mul", [q, scalar(b, scale, q)]), b.op("rt.transpose", [k], {"perm": perm})])
+    lq, lk = q.type.shape[-2], k.type.shape[-2]
+    if causal:
+        mask = b.constant(np.tril(np.ones((lq, lk), dtype=bool)))
+    if mask is not None:
+        if mask.type.dtype.kind == "bool":
+            s = b.op("rt.select", [mask, s, scalar(b, -np.inf, s)])
+        else:
+            s = b.op("rt.add", [s, mask])
+    return b.op("rt.matmul", [softmax(b, s, -1), v])

@@ -1,0 +1,948 @@
+"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21).
+
+Shapes are static. Graph inputs with symbolic dimensions need `input_shapes=`.
+Every tensor name maps either to a graph `Value` or to a numpy array that is known
+at import time (initializers, `Constant`, `Shape` of a static tensor, and any node
+whose inputs are all known). Known nodes are evaluated here, by lowering them into
+a scratch function and running it on the vmvx reference kernels, so the
+Shape -> Gather -> Concat -> Reshape chains that exporters emit become plain attributes.
+Known arrays become `rt.constant` only where a graph op consumes them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, RetargetError, UnsupportedOpError
+from ..ir.core import Builder, Function, Module, TensorType, Value
+from ..ir.dtypes import DTYPES, DType, from_numpy
+from . import compose as C
+
+MIN_OPSET, MAX_OPSET = 13, 21
+
+# TensorProto.DataType -> retarget element type
+_ONNX_DTYPES = {1: "f32", 2: "ui8", 3: "i8", 4: "ui16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16",
+                11: "f64", 12: "ui32", 13: "ui64", 16: "bf16"}
+
+
+def _dtype(elem_type: int, what: str) -> DType:
+    if elem_type not in _ONNX_DTYPES:
+        import onnx
+
+        known = elem_type in onnx.TensorProto.DataType.values()
+        name = onnx.TensorProto.DataType.Name(elem_type) if known else elem_type
+        raise UnsupportedOpError(f"{what} has element type {name}, which retarget does not support",
+                                 hint="supported: float, double, float16, bfloat16, (u)int8-64, bool")
+    return DTYPES[_ONNX_DTYPES[elem_type]]
+
+
+class OnnxImporter:
+    """Reads an ONNX model: a path ending in `.onnx`, or an `onnx.ModelProto`."""
+
+    name = "onnx"
+    suffixes = (".onnx",)
+
+    def accepts(self, source: Any) -> bool:
+        if isinstance(source, (str, os.PathLike)):
+            return str(source).endswith(self.suffixes)
+        cls = type(source)
+        return cls.__name__ == "ModelProto" and (cls.__module__ or "").startswith("onnx")
+
+    def load(self, source: Any, function_name: str = "main", input_shapes: dict | None = None,
+             bind_inputs: dict | None = None, **options) -> Module:
+        """`input_shapes` fixes symbolic input dimensions; `bind_inputs` turns graph inputs
+        into constants (for inputs that feed `SHAPE_OPERANDS`, such as a Reshape's shape)."""
+        model = _read(source)
+        return _Converter(model, function_name, input_shapes or {}, bind_inputs or {}).run()
+
+
+def _read(source):
+    import onnx
+
+    if isinstance(source, (str, os.PathLike)):
+        if not os.path.exists(source):
+            raise InputError(f"no such file: {source}")
+        try:
+            model = onnx.load(str(source))
+        except Exception as e:
+            raise InputError(f"{source} is not a readable ONNX model: {_first_line(e)}") from e
+    elif isinstance(source, onnx.ModelProto):
+        model = source
+    else:
+        raise InputError(f"the onnx importer cannot read a {type(source).__name__}",
+                         hint="pass a path ending in .onnx or an onnx.ModelProto")
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:
+        raise InputError(f"ONNX shape inference rejected the model: {_first_line(e)}",
+                         hint="check it with onnx.checker.check_model") from e
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _attr_value(a):
+    from onnx import helper, numpy_helper
+
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode() for x in v]
+    if a.type == a.TENSOR:
+        return numpy_helper.to_array(v)
+    return v
+
+
+def _to_array(tensor) -> np.ndarray:
+    from onnx import numpy_helper
+
+    _dtype(tensor.data_type, f"constant '{tensor.name}'")
+    return np.asarray(numpy_helper.to_array(tensor))
+
+
+class _Converter:
+    def __init__(self, model, function_name, input_shapes, bind_inputs):
+        self.model = model
+        self.graph = model.graph
+        self.fn = Function(function_name, [])
+        self.b = Builder(self.fn)
+        self.env: dict[str, Value | np.ndarray] = {}
+        self.materialized: dict[str, Value] = {}
+        self.input_shapes = input_shapes
+        self.bind_inputs = bind_inputs
+        self.opset = self._opset()
+
+    def _opset(self) -> int:
+        versions = {o.domain: o.version for o in self.model.opset_import}
+        version = versions.get("", versions.get("ai.onnx"))
+        if version is None:
+            raise UnsupportedOpError("the model imports no default-domain ONNX opset")
+        if version < MIN_OPSET:
+            raise UnsupportedOpError(f"ONNX opset {version} is older than {MIN_OPSET}",
+                                     hint="convert it with onnx.version_converter.convert_version(model, 17)")
+        return version
+
+    def run(self) -> Module:
+        g = self.graph
+        for t in g.initializer:
+            self.env[t.name] = _to_array(t)
+        for t in g.sparse_initializer:
+            raise UnsupportedOpError(f"sparse initializer '{t.values.name}' is not supported")
+        names = []
+        for inp in g.input:
+            if inp.name in self.bind_inputs:
+                self.env[inp.name] = np.asarray(self.bind_inputs[inp.name])
+                continue
+            if inp.name in self.env:
+                continue  # an initializer listed as an input (IR < 4)
+            arg = Value(self._input_type(inp), None, len(self.fn.args), inp.name)
+            self.fn.args.append(arg)
+            self.env[inp.name] = arg
+            names.append(inp.name)
+        self.fn.arg_names = names
+        for index, node in enumerate(g.node):
+            self._convert(index, node)
+        for out in g.output:
+            if out.name not in self.env:
+                raise InputError(f"graph output '{out.name}' is never produced")
+            self.fn.returns.append(self.value(out.name))
+        return Module({self.fn.name: self.fn})
+
+    def _input_type(self, inp) -> TensorType:
+        tt = inp.type.tensor_type
+        if not inp.type.HasField("tensor_type"):
+            raise UnsupportedOpError(f"graph input '{inp.name}' is not a tensor")
+        dtype = _dtype(tt.elem_type, f"graph input '{inp.name}'")
+        if inp.name in self.input_shapes:
+            return TensorType(tuple(int(d) for d in self.input_shapes[inp.name]), dtype)
+        if not tt.HasField("shape"):
+            raise InputError(f"graph input '{inp.name}' has no shape", hint="pass input_shapes={name: shape}")
+        dims = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            else:
+                raise InputError(f"graph input '{inp.name}' has a symbolic dimension '{d.dim_param or '?'}'",
+                                 hint=f"pass input_shapes={{'{inp.name}': (...)}} to fix it")
+        return TensorType(tuple(dims), dtype)
+
+    def value(self, name: str) -> Value:
+        """The graph value of tensor `name`, materializing a known array as `rt.constant` once."""
+        v = self.env[name]
+        if isinstance(v, Value):
+            return v
+        if name not in self.materialized:
+            self.materialized[name] = _constant(self.b, v)
+        return self.materialized[name]
+
+    def _convert(self, index: int, node):
+        where = f"node '{node.name}' (#{index})" if node.name else f"node #{index}"
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOpError(f"ONNX op '{node.domain}.{node.op_type}' ({where}) is not supported",
+                                     hint="only the default ONNX domain is supported")
+        handler = HANDLERS.get(node.op_type)
+        if handler is None:
+            raise UnsupportedOpError(f"ONNX op '{node.op_type}' ({where}) is not supported by the onnx importer",
+                                     hint=f"supported ops: {', '.join(sorted(HANDLERS))}")
+        for name in node.input:
+            if name and name not in self.env:
+                raise InputError(f"ONNX op '{node.op_type}' ({where}) reads '{name}', which is never defined")
+        known = all(not n or not isinstance(self.env[n], Value) for n in node.input)
+        try:
+            if known and node.op_type not in _NO_FOLD:
+                outs = self._fold(node, handler)
+            else:
+                outs = handler(_Node(self, node, self.b, fold=False))
+        except RetargetError as e:
+            e.message = f"ONNX op '{node.op_type}' ({where}): {e.message}"
+            e.args = (e.oneline(),)
+            raise
+        except Exception as e:
+            raise UnsupportedOpError(
+                f"ONNX op '{node.op_type}' ({where}) could not be converted: {_first_line(e)}") from e
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        for name, out in zip(node.output, outs, strict=False):
+            if name and out is not None:
+                self.env[name] = out
+        for name in node.output[len(outs):]:
+            if name:
+                raise UnsupportedOpError(f"ONNX op '{node.op_type}' ({where}): output '{name}' is not supported")
+
+    def _fold(self, node, handler):
+        from ..targets.vmvx.interpreter import run_function
+
+        scratch = Function("fold", [])
+        outs = handler(_Node(self, node, Builder(scratch), fold=True))
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        scratch.returns = [o for o in outs if isinstance(o, Value)]
+        results = iter(run_function(scratch, []))
+        return [np.asarray(next(results)) if isinstance(o, Value) else o for o in outs]
+
+
+def _constant(b: Builder, array: np.ndarray) -> Value:
+    try:
+        from_numpy(array.dtype)
+    except KeyError:
+        raise UnsupportedOpError(f"constant of numpy dtype {array.dtype} is not supported") from None
+    return b.constant(array)
+
+
+class _Node:
+    """What a handler sees of one node: its inputs, attributes and a builder."""
+
+    def __init__(self, cv: _Converter, node, b: Builder, fold: bool):
+        self.cv, self.node, self.b, self.fold = cv, node, b, fold
+        self.attrs = {a.name: _attr_value(a) for a in node.attribute}
+        self.opset = cv.opset
+        self._local: dict[str, Value] = {}
+
+    def attr(self, name, default=None):
+        return self.attrs.get(name, default)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.input) and bool(self.node.input[i])
+
+    def __call__(self, i: int) -> Value:
+        """Input `i` as a graph value."""
+        name = self.node.input[i]
+        if not self.fold:
+            return self.cv.value(name)
+        if name not in self._local:
+            v = self.cv.env[name]
+            self._local[name] = v if isinstance(v, Value) else _constant(self.b, v)
+        return self._local[name]
+
+    def inputs(self) -> list[Value]:
+        return [self(i) for i in range(len(self.node.input)) if self.has(i)]
+
+    def known(self, i: int, what: str = "") -> np.ndarray:
+        """Input `i` as an array known at import time; a dynamic one is unsupported."""
+        v = self.cv.env[self.node.input[i]]
+        if isinstance(v, Value):
+            raise UnsupportedOpError(f"input {i} ('{self.node.input[i]}'{', ' + what if what else ''}) must be known "
+                                     "at import time", hint="only static shapes are supported")
+        return v
+
+    def known_or(self, i: int, default, what=""):
+        return self.known(i, what) if self.has(i) else default
+
+    def n_outputs(self) -> int:
+        return sum(1 for o in self.node.output if o)
+
+    def wants(self, i: int) -> bool:
+        return i < len(self.node.output) and bool(self.node.output[i])
+
+
+# -- handlers: (_Node) -> Value | ndarray | list of them ---------------------------------------------
+
+HANDLERS: dict = {}
+_NO_FOLD: set = set()
+
+# Operands that must be known at import time (static shapes), by op: input indices.
+_REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare "
+               "ReduceLogSum ReduceLogSumExp").split()
+SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3),
+    "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "Dropout": (1, 2), **{op: (1,) for op in _REDUCE_OPS},
+}
+
+
+def handles(*names):
+    def register(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return register
+
+
+def _unary(rt_name):
+    return lambda n: n.b.op(rt_name, [n(0)])
+
+
+for _op, _rt in {"Neg": "neg", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+                 "Tanh": "tanh", "Sigmoid": "sigmoid", "Erf": "erf", "Floor": "floor", "Ceil": "ceil",
+                 "Round": "round", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Atan": "atan", "Sign": "sign",
+                 "Not": "not", "BitwiseNot": "not"}.items():
+    HANDLERS[_op] = _unary(f"rt.{_rt}")
+
+
+def _binary(rt_name):
+    return lambda n: n.b.op(rt_name, [n(0), n(1)])
+
+
+for _op, _rt in {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "And": "and", "Or": "or", "Xor": "xor",
+                 "BitwiseAnd": "and", "BitwiseOr": "or", "BitwiseXor": "xor"}.items():
+    HANDLERS[_op] = _binary(f"rt.{_rt}")
+
+for _op, _pred in {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}.items():
+    HANDLERS[_op] = (lambda p: lambda n: n.b.op("rt.cmp", [n(0), n(1)], {"predicate": p}))(_pred)
+
+
+@handles("Pow")
+def _pow(n):
+    x, y = n(0), n(1)
+    if y.type.dtype != x.type.dtype:
+        y = n.b.op("rt.cast", [y], {"dtype": x.type.dtype.name})
+    return n.b.op("rt.pow", [x, y])
+
+
+@handles("Mod")
+def _mod(n):
+    a, b = n(0), n(1)
+    r = n.b.op("rt.rem", [a, b])
+    if n.attr("fmod", 0) or a.type.dtype.kind == "uint":
+        return r
+    zero = C.scalar(n.b, 0, r)
+    differ = n.b.op("rt.cmp", [n.b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
+                               n.b.op("rt.cmp", [b, zero], {"predicate": "lt"})], {"predicate": "ne"})
+    fix = n.b.op("rt.and", [n.b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
+    return n.b.op("rt.select", [fix, n.b.op("rt.add", [r, b]), r])
+
+
+def _variadic(rt_name, mean=False):
+    def handler(n):
+        xs = n.inputs()
+        y = xs[0]
+        for x in xs[1:]:
+            y = n.b.op(rt_name, [y, x])
+        if mean and len(xs) > 1:
+            y = n.b.op("rt.mul", [y, C.scalar(n.b, 1 / len(xs), y)])
+        return y
+
+    return handler
+
+
+HANDLERS["Max"] = _variadic("rt.max")
+HANDLERS["Min"] = _variadic("rt.min")
+HANDLERS["Sum"] = _variadic("rt.add")
+HANDLERS["Mean"] = _variadic("rt.add", mean=True)
+
+
+@handles("Identity")
+def _identity(n):
+    return n.cv.env[n.node.input[0]] if not n.fold else n(0)
+
+
+@handles("Dropout")
+def _dropout(n):
+    if n.has(2) and bool(np.asarray(n.known(2, "training_mode"))):
+        raise UnsupportedOpError("Dropout in training mode is not supported")
+    x = n(0)
+    mask = np.ones(x.type.shape, dtype=bool) if n.wants(1) else None
+    return [x, mask]
+
+
+@handles("Relu")
+def _relu(n):
+    return C.relu(n.b, n(0))
+
+
+@handles("LeakyRelu")
+def _leaky_relu(n):
+    return C.leaky_relu(n.b, n(0), n.attr("alpha", 0.01))
+
+
+@handles("PRelu")
+def _prelu(n):
+    x, slope = n(0), n(1)
+    zero = C.scalar(n.b, 0, x)
+    return n.b.op("rt.select", [n.b.op("rt.cmp", [x, zero], {"predicate": "lt"}), n.b.op("rt.mul", [x, slope]), x])
+
+
+@handles("Elu")
+def _elu(n):
+    return C.elu(n.b, n(0), n.attr("alpha", 1.0))
+
+
+@handles("Selu")
+def _selu(n):
+    alpha, gamma = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
+    y = C.elu(n.b, n(0), alpha)
+    return n.b.op("rt.mul", [y, C.scalar(n.b, gamma, y)])
+
+
+@handles("HardSigmoid")
+def _hard_sigmoid(n):
+    return C.hard_sigmoid(n.b, n(0), n.attr("alpha", 0.2), n.attr("beta", 0.5))
+
+
+@handles("HardSwish")
+def _hard_swish(n):
+    x = n(0)
+    return n.b.op("rt.mul", [x, C.hard_sigmoid(n.b, x, 1 / 6, 0.5)])
+
+
+@handles("Softplus")
+def _softplus(n):
+    x = n(0)  # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), stable for large |x|
+    tail = n.b.op("rt.log1p", [n.b.op("rt.exp", [n.b.op("rt.neg", [n.b.op("rt.abs", [x])])])])
+    return n.b.op("rt.add", [C.relu(n.b, x), tail])
+
+
+@handles("Softsign")
+def _softsign(n):
+    x = n(0)
+    return n.b.op("rt.div", [x, n.b.op("rt.add", [n.b.op("rt.abs", [x]), C.scalar(n.b, 1, x)])])
+
+
+@handles("Gelu")
+def _gelu(n):
+    return C.gelu(n.b, n(0), n.attr("approximate", "none"))
+
+
+@handles("Clip")
+def _clip(n):
+    x = n(0)
+    lo = n(1) if n.has(1) else None
+    hi = n(2) if n.has(2) else None
+    if lo is not None:
+        x = n.b.op("rt.max", [x, lo])
+    if hi is not None:
+        x = n.b.op("rt.min", [x, hi])
+    return x
+
+
+@handles("Cast")
+def _cast(n):
+    dtype = _dtype(n.attr("to"), "Cast target")
+    x = n(0)
+    return x if x.type.dtype == dtype else n.b.op("rt.cast", [x], {"dtype": dtype.name})
+
+
+@handles("CastLike")
+def _cast_like(n):
+    x, dtype = n(0), n(1).type.dtype
+    return x if x.type.dtype == dtype else n.b.op("rt.cast", [x], {"dtype": dtype.name})
+
+
+@handles("Where")
+def _where(n):
+    return n.b.op("rt.select", [n(0), n(1), n(2)])
+
+
+def _axis(n, x, default):
+    return C.normalize_axis(n.attr("axis", default), x.type.rank)
+
+
+@handles("Softmax", "LogSoftmax")
+def _softmax(n):
+    x = n(0)
+    fn = C.softmax if n.node.op_type == "Softmax" else C.log_softmax
+    return fn(n.b, x, _axis(n, x, -1))
+
+
+@handles("LayerNormalization")
+def _layer_norm(n):
+    x = n(0)
+    axis = _axis(n, x, -1)
+    axes = tuple(range(axis, x.type.rank))
+    eps = n.attr("epsilon", 1e-5)
+    scale = n(1)
+    bias = n(2) if n.has(2) else None
+    y = C.layer_norm(n.b, x, axes, scale, bias, eps)
+    outs = [y]
+    if n.wants(1) or n.wants(2):
+        mu = C.mean(n.b, x, axes, keepdims=True)
+        d = n.b.op("rt.sub", [x, mu])
+        var = C.mean(n.b, n.b.op("rt.mul", [d, d]), axes, keepdims=True)
+        outs += [mu, n.b.op("rt.rsqrt", [n.b.op("rt.add", [var, C.scalar(n.b, eps, x)])])]
+    return outs
+
+
+@handles("BatchNormalization")
+def _batch_norm(n):
+    if n.attr("training_mode", 0):
+        raise UnsupportedOpError("BatchNormalization in training mode is not supported")
+    x, scale, bias, mean, var = (n(i) for i in range(5))
+    return C.batch_norm(n.b, x, scale, bias, mean, var, n.attr("epsilon", 1e-5))
+
+
+@handles("Gemm")
+def _gemm(n):
+    a, b = n(0), n(1)
+    if n.attr("transA", 0):
+        a = n.b.op("rt.transpose", [a], {"perm": (1, 0)})
+    if n.attr("transB", 0):
+        b = n.b.op("rt.transpose", [b], {"perm": (1, 0)})
+    y = n.b.op("rt.matmul", [a, b])
+    alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = n.b.op("rt.mul", [y, C.scalar(n.b, alpha, y)])
+    if n.has(2) and beta != 0.0:
+        c = n(2)
+        if beta != 1.0:
+            c = n.b.op("rt.mul", [c, C.scalar(n.b, beta, c)])
+        y = n.b.op("rt.add", [y, c])
+    return y
+
+
+@handles("MatMul")
+def _matmul(n):
+    a, b = n(0), n(1)
+    ra, rb = a.type.rank, b.type.rank
+    if ra == 1:
+        a = n.b.op("rt.reshape", [a], {"shape": (1,) + a.type.shape})
+    if rb == 1:
+        b = n.b.op("rt.reshape", [b], {"shape": b.type.shape + (1,)})
+    y = n.b.op("rt.matmul", [a, b])
+    shape = y.type.shape
+    if rb == 1:
+        shape = shape[:-1]
+    if ra == 1:
+        shape = shape[:-2] + shape[-1:] if rb != 1 else shape[:-1]
+    return y if shape == y.type.shape else n.b.op("rt.reshape", [y], {"shape": shape})
+
+
+def _spatial_pads(n, x, kernel, strides, dilations):
+    """(top, bottom, left, right) from `pads` or `auto_pad`, for 2-D spatial dims."""
+    spatial = x.type.shape[2:]
+    auto = n.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads_begin, pads_end = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=False):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, big = total // 2, total - total // 2
+            pads_begin.append(small if auto == "SAME_UPPER" else big)
+            pads_end.append(big if auto == "SAME_UPPER" else small)
+    elif auto == "VALID":
+        pads_begin = pads_end = [0] * len(spatial)
+    else:
+        pads = list(n.attr("pads", [0] * 2 * len(spatial)))
+        pads_begin, pads_end = pads[:len(spatial)], pads[len(spatial):]
+    return pads_begin, pads_end
+
+
+def _lift_1d(n, x):
+    """A rank-3 NCW tensor as rank-4 NC1W; rank-4 as is; others unsupported."""
+    if x.type.rank == 4:
+        return x
+    if x.type.rank == 3:
+        return n.b.op("rt.reshape", [x], {"shape": x.type.shape[:2] + (1,) + x.type.shape[2:]})
+    raise UnsupportedOpError(f"{n.node.op_type} on rank-{x.type.rank} tensors is not supported (1-D and 2-D are)")
+
+
+def _spatial_attrs(n, rank, kernel):
+    k = len(kernel)
+    strides = list(n.attr("strides", [1] * k))
+    dilations = list(n.attr("dilations", [1] * k))
+    return strides, dilations
+
+
+@handles("Conv")
+def _conv(n):
+    x, w = n(0), n(1)
+    rank = x.type.rank
+    kernel = list(n.attr("kernel_shape", w.type.shape[2:]))
+    strides, dilations = _spatial_attrs(n, rank, kernel)
+    begin, end = _spatial_pads(n, x, kernel, strides, dilations)
+    x4, w4 = _lift_1d(n, x), _lift_1d(n, w)
+    if rank == 3:
+        strides, dilations, begin, end = [1] + strides, [1] + dilations, [0] + begin, [0] + end
+    bias = n(2) if n.has(2) else None
+    y = C.conv2d(n.b, x4, w4, bias, strides, (begin[0], end[0], begin[1], end[1]), dilations, n.attr("group", 1))
+    if rank == 3:
+        y = n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
+    return y
+
+
+def _pool(n, rt_name):
+    x = n(0)
+    rank = x.type.rank
+    kernel = list(n.attr("kernel_shape"))
+    strides, dilations = _spatial_attrs(n, rank, kernel)
+    if any(d != 1 for d in dilations):
+        raise UnsupportedOpError("pooling with dilations is not supported")
+    if n.wants(1):
+        raise UnsupportedOpError("the Indices output of MaxPool is not supported")
+    begin, end = _spatial_pads(n, x, kernel, strides, dilations)
+    if n.attr("ceil_mode", 0):
+        for d, (size, k, s) in enumerate(zip(x.type.shape[2:], kernel, strides, strict=False)):
+            out = -(-(size + begin[d] + end[d] - k) // s) + 1
+            if (out - 1) * s >= size + begin[d]:
+                out -= 1
+            extra = max(0, (out - 1) * s + k - (size + begin[d] + end[d]))
+            if extra and rt_name == "rt.avg_pool2d" and n.attr("count_include_pad", 0):
+                raise UnsupportedOpError("AveragePool with ceil_mode and count_include_pad is not supported")
+            end[d] += extra
+    x4 = _lift_1d(n, x)
+    if rank == 3:
+        kernel, strides, begin, end = [1] + kernel, [1] + strides, [0] + begin, [0] + end
+    attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pad": (begin[0], end[0], begin[1], end[1])}
+    if rt_name == "rt.avg_pool2d":
+        attrs["count_include_pad"] = bool(n.attr("count_include_pad", 0))
+    y = n.b.op(rt_name, [x4], attrs)
+    return y if rank == 4 else n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
+
+
+HANDLERS["MaxPool"] = lambda n: _pool(n, "rt.max_pool2d")
+HANDLERS["AveragePool"] = lambda n: _pool(n, "rt.avg_pool2d")
+
+
+@handles("GlobalAveragePool")
+def _global_avg_pool(n):
+    x = n(0)
+    return C.mean(n.b, x, tuple(range(2, x.type.rank)), keepdims=True)
+
+
+@handles("GlobalMaxPool")
+def _global_max_pool(n):
+    x = n(0)
+    return n.b.op("rt.reduce", [x], {"kind": "max", "axes": tuple(range(2, x.type.rank)), "keepdims": True})
+
+
+def _reshape(n, x, shape):
+    shape = tuple(int(d) for d in shape)
+    return x if x.type.shape == shape else n.b.op("rt.reshape", [x], {"shape": shape})
+
+
+@handles("Flatten")
+def _flatten(n):
+    x = n(0)
+    axis = _axis(n, x, 1)
+    return _reshape(n, x, (math.prod(x.type.shape[:axis]), math.prod(x.type.shape[axis:])))
+
+
+@handles("Reshape")
+def _reshape_op(n):
+    x = n(0)
+    target = [int(d) for d in n.known(1, "shape")]
+    allowzero = n.attr("allowzero", 0)
+    shape = [x.type.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
+    if -1 in shape:
+        rest = math.prod(d for d in shape if d != -1)
+        shape[shape.index(-1)] = x.type.num_elements // rest if rest else 0
+    return _reshape(n, x, shape)
+
+
+@handles("Transpose")
+def _transpose(n):
+    x = n(0)
+    perm = tuple(n.attr("perm", list(range(x.type.rank))[::-1]))
+    return x if perm == tuple(range(x.type.rank)) else n.b.op("rt.transpose", [x], {"perm": perm})
+
+
+@handles("Concat")
+def _concat(n):
+    xs = n.inputs()
+    axis = _axis(n, xs[0], 0)
+    return xs[0] if len(xs) == 1 else n.b.op("rt.concat", xs, {"axis": axis})
+
+
+@handles("Split")
+def _split(n):
+    x = n(0)
+    axis = _axis(n, x, 0)
+    size = x.type.shape[axis]
+    count = n.n_outputs()
+    if n.has(1):
+        sizes = [int(s) for s in n.known(1, "split")]
+    elif "split" in n.attrs:
+        sizes = list(n.attr("split"))
+    else:
+        count = n.attr("num_outputs", count)
+        chunk = -(-size // count)
+        sizes = [min(chunk, size - i * chunk) for i in range(count)]
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(C.slice_axis(n.b, x, axis, start, start + s, 1))
+        start += s
+    return outs
+
+
+@handles("Slice")
+def _slice(n):
+    x = n(0)
+    rank = x.type.rank
+    starts = [int(v) for v in n.known(1, "starts")]
+    ends = [int(v) for v in n.known(2, "ends")]
+    axes = [C.normalize_axis(int(a), rank) for a in n.known_or(3, range(len(starts)), "axes")]
+    steps = [int(v) for v in n.known_or(4, [1] * len(starts), "steps")]
+    for axis, s, e, k in zip(axes, starts, ends, steps, strict=False):
+        size = x.type.shape[axis]
+        s, e = max(min(s, 2**62), -(2**62)), max(min(e, 2**62), -(2**62))
+        lo, hi, k = slice(s, e, k).indices(size)
+        if k > 0:
+            x = C.slice_axis(n.b, x, axis, lo, max(lo, hi), k)
+        else:
+            idx = np.arange(lo, hi, k, dtype=np.int64)
+            x = n.b.op("rt.gather", [x, n.b.constant(idx)], {"axis": axis})
+    return x
+
+
+@handles("Gather")
+def _gather(n):
+    x = n(0)
+    axis = _axis(n, x, 0)
+    size = x.type.shape[axis]
+    v = n.cv.env[n.node.input[1]]
+    if not isinstance(v, Value):
+        idx = n.b.constant(np.where(v < 0, v + size, v).astype(np.int64))
+    else:
+        idx = n(1)
+        zero = C.scalar(n.b, 0, idx)
+        neg = n.b.op("rt.cmp", [idx, zero], {"predicate": "lt"})
+        idx = n.b.op("rt.select", [neg, n.b.op("rt.add", [idx, C.scalar(n.b, size, idx)]), idx])
+    return n.b.op("rt.gather", [x, idx], {"axis": axis})
+
+
+def _axes_of(n, default=None, input_index=1):
+    if n.has(input_index):
+        return [int(a) for a in n.known(input_index, "axes")]
+    return list(n.attr("axes", default if default is not None else []))
+
+
+@handles("Unsqueeze")
+def _unsqueeze(n):
+    x = n(0)
+    axes = _axes_of(n)
+    rank = x.type.rank + len(axes)
+    axes = sorted(C.normalize_axis(a, rank) for a in axes)
+    shape = list(x.type.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return _reshape(n, x, shape)
+
+
+@handles("Squeeze")
+def _squeeze(n):
+    x = n(0)
+    axes = _axes_of(n)
+    if axes:
+        axes = {C.normalize_axis(a, x.type.rank) for a in axes}
+    else:
+        axes = {i for i, d in enumerate(x.type.shape) if d == 1}
+    return _reshape(n, x, [d for i, d in enumerate(x.type.shape) if i not in axes])
+
+
+def _input_shape(n, i=0):
+    v = n.cv.env[n.node.input[i]]
+    return v.type.shape if isinstance(v, Value) else v.shape
+
+
+@handles("Shape")
+def _shape(n):
+    shape = np.array(_input_shape(n), dtype=np.int64)
+    rank = len(shape)
+    start, end = n.attr("start", 0), n.attr("end", rank)
+    return shape[slice(*slice(start, end).indices(rank)[:2])]
+
+
+@handles("Size")
+def _size(n):
+    return np.array(math.prod(_input_shape(n)), dtype=np.int64)
+
+
+@handles("Constant")
+def _constant_op(n):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if key in n.attrs:
+            v = n.attrs[key]
+            if key == "value":
+                return np.asarray(v)
+            return np.array(v, dtype=np.float32 if "float" in key else np.int64)
+    raise UnsupportedOpError(f"Constant with attribute {', '.join(n.attrs)} is not supported")
+
+
+@handles("ConstantOfShape")
+def _constant_of_shape(n):
+    shape = tuple(int(d) for d in n.known(0, "shape"))
+    value = n.attr("value", np.zeros(1, np.float32))
+    return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
+
+
+@handles("Expand")
+def _expand(n):
+    x = n(0)
+    shape = tuple(np.broadcast_shapes(x.type.shape, tuple(int(d) for d in n.known(1, "shape"))))
+    return x if shape == x.type.shape else n.b.op("rt.broadcast", [x], {"shape": shape})
+
+
+@handles("Range")
+def _range(n):
+    start, limit, delta = (np.asarray(n.known(i)) for i in range(3))
+    return np.arange(start, limit, delta).astype(start.dtype)
+
+
+@handles("Tile")
+def _tile(n):
+    x = n(0)
+    reps = [int(r) for r in n.known(1, "repeats")]
+    shape = x.type.shape
+    lifted = tuple(v for d in shape for v in (1, d))
+    wide = tuple(v for d, r in zip(shape, reps, strict=False) for v in (r, d))
+    y = n.b.op("rt.broadcast", [_reshape(n, x, lifted)], {"shape": wide})
+    return _reshape(n, y, [d * r for d, r in zip(shape, reps, strict=False)])
+
+
+@handles("Pad")
+def _pad(n):
+    x = n(0)
+    rank = x.type.rank
+    pads = [int(p) for p in n.known(1, "pads")]
+    axes = [C.normalize_axis(a, rank) for a in n.known_or(3, range(rank), "axes")]
+    low, high = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        low[a], high[a] = pads[i], pads[i + len(axes)]
+    for a in range(rank):  # negative pads crop
+        if low[a] < 0 or high[a] < 0:
+            size = x.type.shape[a]
+            x = C.slice_axis(n.b, x, a, max(0, -low[a]), size - max(0, -high[a]), 1)
+            low[a], high[a] = max(0, low[a]), max(0, high[a])
+    mode = n.attr("mode", "constant")
+    if mode == "constant":
+        pad = {"low": tuple(low), "high": tuple(high)}
+        if n.has(2) and isinstance(n.cv.env[n.node.input[2]], Value):  # a computed fill value: pad, then select
+            fill = n.b.op("rt.reshape", [n(2)], {"shape": ()})
+            inside = n.b.op("rt.pad", [n.b.constant(np.ones(x.type.shape, dtype=bool))], {**pad, "value": False})
+            return n.b.op("rt.select", [inside, n.b.op("rt.pad", [x], {**pad, "value": 0}), fill])
+        value = np.asarray(n.known(2, "constant_value")).reshape(-1)[0] if n.has(2) else 0
+        return n.b.op("rt.pad", [x], {**pad, "value": value.item() if hasattr(value, "item") else value})
+    for a in range(rank):  # edge, reflect and wrap are gathers of computed indices
+        if low[a] or high[a]:
+            size = x.type.shape[a]
+            idx = np.arange(-low[a], size + high[a])
+            if mode == "edge":
+                idx = np.clip(idx, 0, size - 1)
+            elif mode == "reflect":
+                period = 2 * (size - 1) if size > 1 else 1
+                idx = np.abs(idx) % period if size > 1 else np.zeros_like(idx)
+                idx = np.where(idx >= size, period - idx, idx)
+            elif mode == "wrap":
+                idx = idx % size
+            else:
+                raise UnsupportedOpError(f"Pad mode '{mode}' is not supported")
+            x = n.b.op("rt.gather", [x, n.b.constant(idx.astype(np.int64))], {"axis": a})
+    return x
+
+
+def _reduce_axes(n, x):
+    """Axes from the attribute (ReduceX before its opset-18 version) or the second input."""
+    axes = _axes_of(n, input_index=1)
+    if not axes:
+        if n.attr("noop_with_empty_axes", 0):
+            return None
+        return tuple(range(x.type.rank))
+    return tuple(sorted({C.normalize_axis(a, x.type.rank) for a in axes}))
+
+
+def _lowest(dt):
+    return -np.inf if dt.kind == "f" else (False if dt.kind == "b" else np.iinfo(dt).min)
+
+
+def _highest(dt):
+    return np.inf if dt.kind == "f" else (True if dt.kind == "b" else np.iinfo(dt).max)
+
+
+_EMPTY_REDUCTION = {"max": _lowest, "min": _highest, "log_sum_exp": lambda dt: -np.inf, "log_sum": lambda dt: -np.inf,
+                    "prod": lambda dt: 1, "mean": lambda dt: np.nan, "sum": lambda dt: 0, "l1": lambda dt: 0,
+                    "l2": lambda dt: 0, "sum_square": lambda dt: 0}
+
+
+def _reducer(kind):
+    def handler(n):
+        x = n(0)
+        axes = _reduce_axes(n, x)
+        keep = bool(n.attr("keepdims", 1))
+        if axes is None:
+            return x
+        if any(x.type.shape[a] == 0 for a in axes):  # an empty reduction is the identity of its kind
+            shape = tuple(1 if d in axes else s for d, s in enumerate(x.type.shape)) if keep else \
+                tuple(s for d, s in enumerate(x.type.shape) if d not in axes)
+            return np.full(shape, _EMPTY_REDUCTION[kind](x.type.dtype.np_dtype), dtype=x.type.dtype.np_dtype)
+        if kind == "mean":
+            return C.mean(n.b, x, axes, keepdims=keep)
+        pre = {"sum_square": lambda v: n.b.op("rt.mul", [v, v]), "l1": lambda v: n.b.op("rt.abs", [v]),
+               "l2": lambda v: n.b.op("rt.mul", [v, v])}.get(kind)
+        base = {"sum_square": "sum", "l1": "sum", "l2": "sum", "log_sum": "sum", "log_sum_exp": "sum"}.get(kind, kind)
+        if kind == "log_sum_exp":
+            peak = n.b.op("rt.reduce", [x], {"kind": "max", "axes": axes, "keepdims": True})
+            safe = n.b.op("rt.select", [n.b.op("rt.cmp", [peak, peak], {"predicate": "eq"}), peak,
+                                        C.scalar(n.b, 0, peak)])
+            e = n.b.op("rt.exp", [n.b.op("rt.sub", [x, safe])])
+            s = n.b.op("rt.reduce", [e], {"kind": "sum", "axes": axes, "keepdims": keep})
+            shift = safe if keep else _reshape(n, safe, s.type.shape)
+            return n.b.op("rt.add", [n.b.op("rt.log", [s]), shift])
+        y = n.b.op("rt.reduce", [pre(x) if pre else x], {"kind": base, "axes": axes, "keepdims": keep})
+        if kind == "l2":
+            y = n.b.op("rt.sqrt", [y])
+        if kind == "log_sum":
+            y = n.b.op("rt.log", [y])
+        return y
+
+    return handler
+
+
+for _op, _kind in {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min",
+                   "ReduceProd": "prod", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
+                   "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}.items():
+    HANDLERS[_op] = _reducer(_kind)
+
+
+@handles("ArgMax", "ArgMin")
+def _argmax(n):
+    x = n(0)
+    axis = _axis(n, x, 0)
+    if n.node.op_type == "ArgMin":
+        if x.type.dtype.kind in ("uint", "bool"):
+            raise UnsupportedOpError(f"ArgMin of {x.type.dtype} is not supported")
+        x = n.b.op("rt.neg", [x])
+    last = n.attr("select_last_index", 0)
+    size = x.type.shape[axis]
+    if last:  # the first maximum of the reversed axis
+        x = n.b.op("rt.gather", [x, n.b.constant(np.arange(size - 1, -1, -1, dtype=np.int64))], {"axis": axis})
+    y = n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": bool(n.attr("keepdims", 1))})
+    return n.b.op("rt.sub", [C.scalar(n.b, size - 1, y), y]) if last else y
+
+
+SUPPORTED_OPS = tuple(sorted(HANDLERS))

@@ -1,0 +1,751 @@
+"""torch.export frontend: an `ExportedProgram` (or an `nn.Module` and example inputs) to graph IR.
+
+The program is decomposed to core ATen (`run_decompositions()`), so this file only
+needs the core op set. Parameters, buffers and lifted constants become `rt.constant`;
+user inputs become function arguments, named as in `forward`. Shapes are static:
+they come from each node's `meta["val"]`, so views and expands never guess.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, RetargetError, UnsupportedOpError
+from ..ir.core import Builder, Function, Location, Module, Value
+from ..ir.dtypes import DTYPES, DType
+from . import compose as C
+
+
+def _is_torch_object(source) -> bool:
+    """True for instances of torch classes (or user subclasses of them), without importing torch."""
+    return any((cls.__module__ or "").split(".")[0] == "torch" for cls in type(source).__mro__)
+
+
+class TorchImporter:
+    """Reads a `torch.nn.Module` (with `example_inputs`), an `ExportedProgram`, or a saved `.pt2`."""
+
+    name = "torch"
+    suffixes = (".pt2",)
+
+    def accepts(self, source: Any) -> bool:
+        if isinstance(source, (str, os.PathLike)):
+            return str(source).endswith(self.suffixes)
+        return _is_torch_object(source)
+
+    def load(self, source: Any, example_inputs=None, function_name: str = "main", **options) -> Module:
+        program = _export(source, example_inputs)
+        return _Converter(program, function_name).run()
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+def _export(source, example_inputs):
+    import torch
+
+    if isinstance(source, (str, os.PathLike)):
+        if not os.path.exists(source):
+            raise InputError(f"no such file: {source}")
+        try:
+            program = torch.export.load(str(source))
+        except Exception as e:
+            raise InputError(f"{source} is not a torch.export archive: {_first_line(e)}",
+                             hint="save it with torch.export.save") from e
+    elif isinstance(source, torch.export.ExportedProgram):
+        program = source
+    elif isinstance(source, torch.nn.Module):
+        if example_inputs is None:
+            raise InputError("a torch.nn.Module needs example_inputs to be exported",
+                             hint="pass example_inputs=(tensor, ...), or export it yourself with torch.export.export")
+        if not isinstance(example_inputs, (tuple, list)):
+            example_inputs = (example_inputs,)
+        try:
+            program = torch.export.export(source.eval(), tuple(example_inputs))
+        except Exception as e:
+            raise RetargetError(f"torch.export could not trace {type(source).__name__}: {_first_line(e)}",
+                                hint="it must export with torch.export.export(model, example_inputs)") from e
+    else:
+        raise InputError(f"the torch importer cannot read a {type(source).__name__}",
+                         hint="pass a torch.nn.Module, a torch.export.ExportedProgram or a .pt2 path")
+    try:
+        return program.run_decompositions()
+    except Exception as e:
+        raise RetargetError(f"decomposing the exported program to core ATen failed: {_first_line(e)}") from e
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+# -- conversion ------------------------------------------------------------------------------
+
+_TORCH_DTYPES = {
+    "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+    "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "ui8", "bool": "i1",
+}
+
+
+def _dtype(torch_dtype) -> DType:
+    name = str(torch_dtype).removeprefix("torch.")
+    if name not in _TORCH_DTYPES:
+        raise UnsupportedOpError(f"torch dtype {torch_dtype} has no retarget element type",
+                                 hint=f"supported: {', '.join(_TORCH_DTYPES)}")
+    return DTYPES[_TORCH_DTYPES[name]]
+
+
+def to_numpy(t) -> np.ndarray:
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+_TRACE_FILE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def node_location(node) -> Location | None:
+    """The user's source line of an FX node: the last frame of `meta["stack_trace"]`."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = _TRACE_FILE.findall(trace)
+    if not frames:
+        return None
+    file, line = frames[-1]
+    return Location(file, int(line), 0)
+
+
+class _Multi(tuple):
+    """The results of a multi-output ATen op; None marks a result we do not compute."""
+
+
+class _Converter:
+    def __init__(self, program, function_name: str):
+        self.program = program
+        self.fn = Function(function_name, [])
+        self.b = Builder(self.fn)
+        self.env: dict = {}
+
+    def run(self) -> Module:
+        sig = self.program.graph_signature
+        specs = {s.arg.name: s for s in sig.input_specs}
+        names = []
+        for node in self.program.graph.nodes:
+            self.b.loc = node_location(node)
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node, specs.get(node.name), names)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                self._output(node, sig)
+            else:
+                raise UnsupportedOpError(f"FX node kind '{node.op}' ({node.name}) is not supported")
+        self.fn.arg_names = names
+        return Module({self.fn.name: self.fn})
+
+    def _placeholder(self, node, spec, names):
+        kind = spec.kind.name if spec is not None else "USER_INPUT"
+        if kind in ("PARAMETER", "BUFFER"):
+            return self.b.constant(to_numpy(self.program.state_dict[spec.target]))
+        if kind == "CONSTANT_TENSOR":
+            return self.b.constant(to_numpy(self.program.constants[spec.target]))
+        if kind != "USER_INPUT":
+            raise UnsupportedOpError(f"input '{node.name}' of kind {kind} is not supported")
+        import torch
+
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise UnsupportedOpError(f"input '{node.name}' is a {type(val).__name__}, not a tensor",
+                                     hint="only tensor inputs are supported; bind other arguments before export")
+        from ..ir.core import TensorType
+
+        shape = tuple(_static(d, node) for d in val.shape)
+        arg = Value(TensorType(shape, _dtype(val.dtype)), None, len(self.fn.args), node.name)
+        self.fn.args.append(arg)
+        names.append(node.name)
+        return arg
+
+    def _output(self, node, sig):
+        outs = node.args[0]
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        for spec, out in zip(sig.output_specs, outs, strict=False):
+            if spec.kind.name != "USER_OUTPUT":
+                continue  # buffer mutations: nothing to do at inference
+            value = self.env.get(out) if out is not None else None
+            if not isinstance(value, Value):
+                raise UnsupportedOpError(f"output '{getattr(out, 'name', out)}' is not a tensor")
+            self.fn.returns.append(value)
+
+    def _call(self, node):
+        import operator
+
+        if node.target is operator.getitem:
+            seq, i = self.env[node.args[0]], node.args[1]
+            item = seq[i]
+            if item is None:
+                source = node.args[0]
+                raise UnsupportedOpError(f"result {i} of '{source.target}' ({source.name}) is not supported",
+                                         location=_loc_str(node), hint="only the first result is computed")
+            return item
+        target = str(node.target)
+        parts = target.split(".")
+        key = parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
+        handler = HANDLERS.get(key)
+        if handler is None:
+            raise UnsupportedOpError(
+                f"aten op '{target}' (node '{node.name}') is not supported by the torch importer",
+                location=_loc_str(node), hint=f"supported aten ops: {', '.join(sorted(HANDLERS))}")
+        args = [self._arg(a) for a in node.args]
+        kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        try:
+            return handler(self, node, *args, **kwargs)
+        except RetargetError as e:
+            if e.location is None:
+                e.location = _loc_str(node)
+                e.args = (e.oneline(),)
+            raise
+        except Exception as e:  # a shape or argument this handler does not cover
+            raise UnsupportedOpError(
+                f"aten op '{target}' (node '{node.name}') with these arguments is not supported: {_first_line(e)}",
+                location=_loc_str(node)) from e
+
+    def _arg(self, a):
+        import torch.fx
+
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        return a
+
+    # helpers used by the handlers
+
+    def out_type(self, node, i=None):
+        val = node.meta["val"]
+        if i is not None:
+            val = val[i]
+        return tuple(_static(d, node) for d in val.shape), _dtype(val.dtype)
+
+    def tensor(self, x, dtype: DType) -> Value:
+        """`x` (a Value or a Python number) as a tensor of `dtype`."""
+        if isinstance(x, Value):
+            return x if x.type.dtype == dtype else self.b.op("rt.cast", [x], {"dtype": dtype.name})
+        return self.b.constant(np.array(x, dtype=dtype.np_dtype))
+
+    def reshape(self, x: Value, shape) -> Value:
+        shape = tuple(shape)
+        return x if x.type.shape == shape else self.b.op("rt.reshape", [x], {"shape": shape})
+
+
+def _static(d, node) -> int:
+    try:
+        return int(d)
+    except Exception:
+        raise UnsupportedOpError(f"node '{node.name}' has a dynamic dimension ({d})",
+                                 location=_loc_str(node), hint="export with static shapes") from None
+
+
+def _loc_str(node) -> str | None:
+    loc = node_location(node)
+    return f"{loc.file}:{loc.line}" if loc else None
+
+
+# -- handlers: (converter, node, *args, **kwargs) -> Value | _Multi ----------------------------
+
+HANDLERS: dict = {}
+
+
+def handles(*names):
+    def register(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return register
+
+
+def _elementwise(rt_name):
+    def handler(cv, node, *args, **kwargs):
+        _, dtype = cv.out_type(node)
+        return cv.b.op(rt_name, [cv.tensor(a, dtype) for a in args[:2 if rt_name not in _UNARY_RT else 1]])
+
+    return handler
+
+
+_UNARY_RT = set()
+for _aten, _rt in {
+    "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh",
+    "sigmoid": "sigmoid", "erf": "erf", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos",
+    "reciprocal": "reciprocal", "sign": "sign", "log1p": "log1p", "expm1": "expm1", "round": "round",
+    "logical_not": "not", "bitwise_not": "not",
+}.items():
+    _UNARY_RT.add(f"rt.{_rt}")
+    HANDLERS[_aten] = _elementwise(f"rt.{_rt}")
+for _aten, _rt in {"mul": "mul", "maximum": "max", "minimum": "min", "pow": "pow", "fmod": "rem",
+                   "remainder": "rem", "atan2": "atan2", "bitwise_and": "and", "bitwise_or": "or",
+                   "bitwise_xor": "xor", "logical_and": "and", "logical_or": "or", "logical_xor": "xor"}.items():
+    HANDLERS[_aten] = _elementwise(f"rt.{_rt}")
+
+
+@handles("add", "sub", "rsub")
+def _add_sub(cv, node, a, b, alpha=1):
+    _, dtype = cv.out_type(node)
+    a, b = cv.tensor(a, dtype), cv.tensor(b, dtype)
+    if str(node.target).startswith("aten.rsub"):
+        a, b = b, a
+    if alpha != 1:
+        b = cv.b.op("rt.mul", [b, cv.tensor(alpha, dtype)])
+    return cv.b.op("rt.sub" if "sub" in str(node.target) else "rt.add", [a, b])
+
+
+@handles("div")
+def _div(cv, node, a, b, rounding_mode=None):
+    _, dtype = cv.out_type(node)
+    q = cv.b.op("rt.div", [cv.tensor(a, dtype), cv.tensor(b, dtype)])
+    if rounding_mode is None or (rounding_mode == "trunc" and not dtype.is_float):
+        return q
+    if not dtype.is_float:
+        return _floor_div_int(cv, a, b, q, dtype)
+    if rounding_mode == "floor":
+        return cv.b.op("rt.floor", [q])
+    return cv.b.op("rt.mul", [cv.b.op("rt.sign", [q]), cv.b.op("rt.floor", [cv.b.op("rt.abs", [q])])])
+
+
+def _floor_div_int(cv, a, b, q, dtype):
+    a, b = cv.tensor(a, dtype), cv.tensor(b, dtype)
+    r = cv.b.op("rt.sub", [a, cv.b.op("rt.mul", [q, b])])
+    zero = cv.tensor(0, dtype)
+    nonzero = cv.b.op("rt.cmp", [r, zero], {"predicate": "ne"})
+    signs = cv.b.op("rt.cmp", [cv.b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
+                               cv.b.op("rt.cmp", [b, zero], {"predicate": "lt"})], {"predicate": "ne"})
+    fix = cv.b.op("rt.and", [nonzero, signs])
+    return cv.b.op("rt.sub", [q, cv.b.op("rt.cast", [fix], {"dtype": dtype.name})])
+
+
+_CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+
+
+def _cmp_handler(pred):
+    def handler(cv, node, a, b):
+        dtype = _promote(a, b)
+        return cv.b.op("rt.cmp", [cv.tensor(a, dtype), cv.tensor(b, dtype)], {"predicate": pred})
+
+    return handler
+
+
+def _promote(*xs) -> DType:
+    tensors = [x.type.dtype for x in xs if isinstance(x, Value)]
+    dtype = DTYPES[np.result_type(*[t.np_dtype for t in tensors]).name] if len(set(tensors)) > 1 else tensors[0]
+    if not dtype.is_float and any(isinstance(x, float) for x in xs):
+        return DTYPES["f32"]
+    return dtype
+
+
+for _name, _pred in _CMP.items():
+    HANDLERS[_name] = _cmp_handler(_pred)
+
+
+@handles("isnan")
+def _isnan(cv, node, x):
+    return cv.b.op("rt.cmp", [x, x], {"predicate": "ne"})
+
+
+@handles("where")
+def _where(cv, node, cond, a, b):
+    _, dtype = cv.out_type(node)
+    return cv.b.op("rt.select", [cv.tensor(cond, DTYPES["i1"]), cv.tensor(a, dtype), cv.tensor(b, dtype)])
+
+
+@handles("clamp", "clip")
+def _clamp(cv, node, x, lo=None, hi=None):
+    _, dtype = cv.out_type(node)
+    x = cv.tensor(x, dtype)
+    if lo is not None:
+        x = cv.b.op("rt.max", [x, cv.tensor(lo, dtype)])
+    if hi is not None:
+        x = cv.b.op("rt.min", [x, cv.tensor(hi, dtype)])
+    return x
+
+
+@handles("relu")
+def _relu(cv, node, x):
+    return C.relu(cv.b, x)
+
+
+@handles("hardtanh")
+def _hardtanh(cv, node, x, lo=-1.0, hi=1.0):
+    return C.clamp(cv.b, x, lo, hi)
+
+
+@handles("gelu")
+def _gelu(cv, node, x, approximate="none"):
+    return C.gelu(cv.b, x, approximate)
+
+
+@handles("silu")
+def _silu(cv, node, x):
+    return cv.b.op("rt.mul", [x, cv.b.op("rt.sigmoid", [x])])
+
+
+@handles("leaky_relu")
+def _leaky_relu(cv, node, x, slope=0.01):
+    return C.leaky_relu(cv.b, x, slope)
+
+
+@handles("hardsigmoid")
+def _hardsigmoid(cv, node, x):
+    return C.hard_sigmoid(cv.b, x, 1 / 6, 0.5)
+
+
+@handles("hardswish")
+def _hardswish(cv, node, x):
+    return cv.b.op("rt.mul", [x, C.hard_sigmoid(cv.b, x, 1 / 6, 0.5)])
+
+
+@handles("elu")
+def _elu(cv, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale != 1.0 or input_scale != 1.0:
+        raise UnsupportedOpError("elu with scale or input_scale is not supported")
+    return C.elu(cv.b, x, alpha)
+
+
+@handles("_softmax", "softmax")
+def _softmax(cv, node, x, dim, *_):
+    return C.softmax(cv.b, x, dim)
+
+
+@handles("_log_softmax", "log_softmax")
+def _log_softmax(cv, node, x, dim, *_):
+    return C.log_softmax(cv.b, x, dim)
+
+
+@handles("native_layer_norm")
+def _layer_norm(cv, node, x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.type.rank - len(normalized_shape), x.type.rank))
+    return _Multi((C.layer_norm(cv.b, x, axes, weight, bias, eps), None, None))
+
+
+@handles("_native_batch_norm_legit_no_training")
+def _batch_norm(cv, node, x, weight, bias, mean, var, momentum, eps):
+    c = x.type.shape[1]
+    dtype = x.type.dtype
+    weight = weight if weight is not None else cv.b.constant(np.ones(c, dtype.np_dtype))
+    bias = bias if bias is not None else cv.b.constant(np.zeros(c, dtype.np_dtype))
+    return _Multi((C.batch_norm(cv.b, x, weight, bias, mean, var, eps), None, None))
+
+
+@handles("convolution")
+def _convolution(cv, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise UnsupportedOpError("transposed convolution is not supported")
+    rank = x.type.rank
+    if rank not in (3, 4):
+        raise UnsupportedOpError(f"convolution of rank {rank} is not supported (1-D and 2-D are)")
+    if rank == 3:  # 1-D: a 2-D conv over H=1
+        x = cv.reshape(x, x.type.shape[:2] + (1,) + x.type.shape[2:])
+        w = cv.reshape(w, w.type.shape[:2] + (1,) + w.type.shape[2:])
+        stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
+    ph, pw = padding
+    y = C.conv2d(cv.b, x, w, bias, strides=tuple(stride), pad=(ph, ph, pw, pw),
+                 dilations=tuple(dilation), groups=groups)
+    if rank == 3:
+        y = cv.reshape(y, cv.out_type(node)[0])
+    return y
+
+
+@handles("addmm")
+def _addmm(cv, node, bias, a, b, beta=1, alpha=1):
+    y = cv.b.op("rt.matmul", [a, b])
+    if alpha != 1:
+        y = cv.b.op("rt.mul", [y, C.scalar(cv.b, alpha, y)])
+    if beta != 1:
+        bias = cv.b.op("rt.mul", [bias, C.scalar(cv.b, beta, bias)])
+    return cv.b.op("rt.add", [y, bias]) if beta != 0 else y
+
+
+@handles("mm", "bmm", "matmul")
+def _matmul(cv, node, a, b):
+    shape, _ = cv.out_type(node)
+    if a.type.rank == 1:
+        a = cv.reshape(a, (1,) + a.type.shape)
+    if b.type.rank == 1:
+        b = cv.reshape(b, b.type.shape + (1,))
+    return cv.reshape(cv.b.op("rt.matmul", [a, b]), shape)
+
+
+@handles("linear")
+def _linear(cv, node, x, w, bias=None):
+    wt = cv.b.op("rt.transpose", [w], {"perm": (1, 0)})
+    return C.linear(cv.b, x, wt, bias)
+
+
+@handles("view", "_unsafe_view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "view_as", "_reshape_alias")
+def _view(cv, node, x, *args, **kwargs):
+    return cv.reshape(x, cv.out_type(node)[0])
+
+
+@handles("permute")
+def _permute(cv, node, x, dims):
+    perm = tuple(C.normalize_axis(d, x.type.rank) for d in dims)
+    return x if perm == tuple(range(x.type.rank)) else cv.b.op("rt.transpose", [x], {"perm": perm})
+
+
+@handles("transpose", "t", "numpy_T")
+def _transpose(cv, node, x, d0=0, d1=1):
+    rank = x.type.rank
+    if rank < 2:
+        return x
+    perm = list(range(rank))
+    d0, d1 = C.normalize_axis(d0, rank), C.normalize_axis(d1, rank)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return cv.b.op("rt.transpose", [x], {"perm": tuple(perm)})
+
+
+@handles("expand", "expand_as", "broadcast_to")
+def _expand(cv, node, x, *args, **kwargs):
+    shape, _ = cv.out_type(node)
+    return x if x.type.shape == shape else cv.b.op("rt.broadcast", [x], {"shape": shape})
+
+
+@handles("clone", "contiguous", "alias", "detach", "lift_fresh_copy", "dropout", "_to_copy", "to", "type_as")
+def _identity_or_cast(cv, node, x, *args, **kwargs):
+    _, dtype = cv.out_type(node)
+    return cv.tensor(x, dtype)
+
+
+@handles("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
+def _no_value(cv, node, *args, **kwargs):
+    return None
+
+
+def _reduce(kind):
+    def handler(cv, node, x, dim=None, keepdim=False, dtype=None):
+        axes = _axes(dim, x.type.rank)
+        if kind == "mean":
+            y = C.mean(cv.b, x, axes, keepdims=keepdim)
+        else:
+            y = cv.b.op("rt.reduce", [x], {"kind": kind, "axes": axes, "keepdims": bool(keepdim)})
+        return cv.tensor(y, cv.out_type(node)[1])
+
+    return handler
+
+
+def _axes(dim, rank):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(rank))
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return tuple(sorted(C.normalize_axis(d, rank) for d in dims))
+
+
+HANDLERS["mean"] = _reduce("mean")
+HANDLERS["sum"] = _reduce("sum")
+HANDLERS["amax"] = _reduce("max")
+HANDLERS["amin"] = _reduce("min")
+HANDLERS["prod"] = _reduce("prod")
+HANDLERS["any"] = _reduce("or")
+HANDLERS["all"] = _reduce("and")
+
+
+@handles("max", "min")
+def _max_min(cv, node, x, dim=None, keepdim=False):
+    kind = "max" if str(node.target).startswith("aten.max") else "min"
+    if isinstance(dim, Value):  # max.other: elementwise
+        _, dtype = cv.out_type(node)
+        return cv.b.op(f"rt.{kind}", [cv.tensor(x, dtype), cv.tensor(dim, dtype)])
+    if dim is None:
+        return cv.b.op("rt.reduce", [x], {"kind": kind, "axes": tuple(range(x.type.rank)), "keepdims": False})
+    values = cv.b.op("rt.reduce", [x], {"kind": kind, "axes": _axes(dim, x.type.rank), "keepdims": bool(keepdim)})
+    index = None
+    if kind == "max":
+        index = cv.b.op("rt.argmax", [x], {"axis": C.normalize_axis(dim, x.type.rank), "keepdims": bool(keepdim)})
+    return _Multi((values, index))
+
+
+@handles("argmax")
+def _argmax(cv, node, x, dim=None, keepdim=False):
+    if dim is None:
+        x, dim = cv.reshape(x, (x.type.num_elements,)), 0
+    y = cv.b.op("rt.argmax", [x], {"axis": C.normalize_axis(dim, x.type.rank), "keepdims": bool(keepdim)})
+    return cv.reshape(y, cv.out_type(node)[0])
+
+
+@handles("var")
+def _var(cv, node, x, dim=None, correction=None, keepdim=False, **kwargs):
+    axes = _axes(dim, x.type.rank)
+    n = int(np.prod([x.type.shape[a] for a in axes]))
+    correction = 1 if correction is None else correction
+    mu = C.mean(cv.b, x, axes, keepdims=True)
+    d = cv.b.op("rt.sub", [x, mu])
+    total = cv.b.op("rt.reduce", [cv.b.op("rt.mul", [d, d])], {"kind": "sum", "axes": axes, "keepdims": bool(keepdim)})
+    return cv.b.op("rt.mul", [total, C.scalar(cv.b, 1.0 / max(n - correction, 0) if n > correction else math.inf, x)])
+
+
+@handles("max_pool2d_with_indices", "max_pool2d")
+def _max_pool2d(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    kernel, stride, padding = _pool_args(kernel, stride, padding)
+    if _pair(dilation) != (1, 1):
+        raise UnsupportedOpError("max_pool2d with dilation is not supported")
+    pad = _pool_pad(x, kernel, stride, padding, ceil_mode)
+    y = cv.b.op("rt.max_pool2d", [x], {"kernel": kernel, "strides": stride, "pad": pad})
+    return _Multi((y, None)) if "with_indices" in str(node.target) else y
+
+
+@handles("avg_pool2d")
+def _avg_pool2d(cv, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    kernel, stride, padding = _pool_args(kernel, stride, padding)
+    if divisor_override is not None:
+        raise UnsupportedOpError("avg_pool2d with divisor_override is not supported")
+    pad = _pool_pad(x, kernel, stride, padding, ceil_mode)
+    if ceil_mode and count_include_pad and pad != (padding[0], padding[0], padding[1], padding[1]):
+        raise UnsupportedOpError("avg_pool2d with ceil_mode and count_include_pad is not supported")
+    return cv.b.op("rt.avg_pool2d", [x], {"kernel": kernel, "strides": stride, "pad": pad,
+                                          "count_include_pad": bool(count_include_pad) and any(pad)})
+
+
+def _pair(v):
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    return v * 2 if len(v) == 1 else v
+
+
+def _pool_args(kernel, stride, padding):
+    kernel = _pair(kernel)
+    stride = _pair(stride) if stride else kernel
+    return kernel, stride, _pair(padding)
+
+
+def _pool_pad(x, kernel, stride, padding, ceil_mode):
+    pads = []
+    for d, (k, s, p) in enumerate(zip(kernel, stride, padding, strict=False)):
+        size = x.type.shape[2 + d]
+        extra = 0
+        if ceil_mode:
+            out = -(-(size + 2 * p - k) // s) + 1
+            if (out - 1) * s >= size + p:  # the last window must start inside the input or left padding
+                out -= 1
+            extra = max(0, (out - 1) * s + k - (size + 2 * p))
+        pads += [p, p + extra]
+    return tuple(pads)
+
+
+@handles("_adaptive_avg_pool2d", "adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(cv, node, x, output_size):
+    oh, ow = _pair(output_size)
+    h, w = x.type.shape[2:]
+    if (oh, ow) == (1, 1):
+        return C.mean(cv.b, x, (2, 3), keepdims=True)
+    if h % oh or w % ow:
+        raise UnsupportedOpError(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (not a divisor) is not supported")
+    k = (h // oh, w // ow)
+    return cv.b.op("rt.avg_pool2d", [x], {"kernel": k, "strides": k})
+
+
+@handles("cat", "concat")
+def _cat(cv, node, tensors, dim=0):
+    shape, dtype = cv.out_type(node)
+    tensors = [cv.tensor(t, dtype) for t in tensors if t.type.num_elements > 0 or t.type.rank == len(shape)]
+    if len(tensors) == 1:
+        return tensors[0]
+    return cv.b.op("rt.concat", tensors, {"axis": C.normalize_axis(dim, len(shape))})
+
+
+@handles("slice")
+def _slice(cv, node, x, dim=0, start=None, end=None, step=1):
+    rank = x.type.rank
+    dim = C.normalize_axis(dim, rank)
+    size = x.type.shape[dim]
+    s, e, _ = slice(start, end, step).indices(size)
+    return C.slice_axis(cv.b, x, dim, s, max(s, e), step)
+
+
+@handles("select")
+def _select(cv, node, x, dim, index):
+    dim = C.normalize_axis(dim, x.type.rank)
+    index = index + x.type.shape[dim] if index < 0 else index
+    return cv.reshape(C.slice_axis(cv.b, x, dim, index, index + 1, 1), cv.out_type(node)[0])
+
+
+@handles("split_with_sizes", "split")
+def _split(cv, node, x, sizes, dim=0):
+    dim = C.normalize_axis(dim, x.type.rank)
+    if isinstance(sizes, int):
+        n = x.type.shape[dim]
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)]
+    out, start = [], 0
+    for size in sizes:
+        out.append(C.slice_axis(cv.b, x, dim, start, start + size, 1))
+        start += size
+    return _Multi(out)
+
+
+@handles("embedding")
+def _embedding(cv, node, weight, indices, *args):
+    return cv.b.op("rt.gather", [weight, indices], {"axis": 0})
+
+
+@handles("index_select")
+def _index_select(cv, node, x, dim, index):
+    return cv.b.op("rt.gather", [x, index], {"axis": C.normalize_axis(dim, x.type.rank)})
+
+
+@handles("constant_pad_nd")
+def _constant_pad(cv, node, x, pad, value=0):
+    rank = x.type.rank
+    low, high = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        low[rank - 1 - i], high[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    if any(p < 0 for p in low + high):
+        raise UnsupportedOpError("negative padding is not supported")
+    return cv.b.op("rt.pad", [x], {"low": tuple(low), "high": tuple(high), "value": float(value)})
+
+
+def _filled(cv, node, value):
+    shape, dtype = cv.out_type(node)
+    return cv.b.constant(np.full(shape, value, dtype=dtype.np_dtype))
+
+
+@handles("full")
+def _full(cv, node, size, value, **kwargs):
+    return _filled(cv, node, value)
+
+
+@handles("full_like")
+def _full_like(cv, node, x, value, **kwargs):
+    return _filled(cv, node, value)
+
+
+@handles("zeros", "zeros_like", "new_zeros", "empty", "empty_like", "new_empty", "empty_strided")
+def _zeros(cv, node, *args, **kwargs):
+    return _filled(cv, node, 0)
+
+
+@handles("ones", "ones_like", "new_ones")
+def _ones(cv, node, *args, **kwargs):
+    return _filled(cv, node, 1)
+
+
+@handles("scalar_tensor")
+def _scalar_tensor(cv, node, value, **kwargs):
+    return _filled(cv, node, value)
+
+
+@handles("arange")
+def _arange(cv, node, *args, **kwargs):
+    numbers = [a for a in args if isinstance(a, (int, float))]
+    start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (numbers + [1])[:3]
+    shape, dtype = cv.out_type(node)
+    return cv.b.constant(np.arange(start, end, step).astype(dtype.np_dtype).reshape(shape))
+
+
+@handles("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu")
+def _sdpa(cv, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *rest, scale=None, **kwargs):
+    y = C.attention(cv.b, q, k, v, attn_mask if isinstance(attn_mask, Value) else None, is_causal, scale)
+    return y if "flash" not in str(node.target) else _Multi((y, None))

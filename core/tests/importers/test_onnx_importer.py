@@ -1,0 +1,152 @@
+"""The ONNX frontend: sources it accepts, static shapes, constant evaluation of shape
+chains, names, and the errors it raises. Op numerics are covered by test_onnx_node_tests.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
+from retarget.importers.onnx import SUPPORTED_OPS, OnnxImporter  # noqa: E402
+from retarget.ir import verify  # noqa: E402
+from retarget.targets.vmvx.interpreter import run_function  # noqa: E402
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8  # what onnxruntime 1.31 reads
+    return model
+
+
+def tensor(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def test_accepts_onnx_paths_and_model_protos_only():
+    imp = OnnxImporter()
+    assert imp.accepts("m.onnx") and imp.accepts(make_model([], [], []))
+    assert not imp.accepts("m.pt2") and not imp.accepts(object())
+
+
+def test_accepts_does_not_import_onnx_for_paths():
+    code = ("import sys; from retarget.importers.onnx import OnnxImporter as O; "
+            "print(O().accepts('m.onnx'), O().accepts(3), 'onnx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False", "False"]
+
+
+def test_shape_chain_is_evaluated_at_import_time():
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters emit for flatten, leaves one reshape."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus_one"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    module = verify(OnnxImporter().load(make_model(nodes, [tensor("x", [2, 3, 4])], [tensor("y", [2, 12])], inits)))
+    fn = module.functions["main"]
+    assert [op.name for op in fn.ops] == ["rt.reshape"]
+    assert fn.result_types[0].shape == (2, 12)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(run_function(fn, [x])[0], x.reshape(2, 12))
+
+
+def test_input_names_are_kept_and_initializers_are_not_arguments():
+    nodes = [helper.make_node("Add", ["pixels", "bias"], ["y"])]
+    inits = [numpy_helper.from_array(np.ones(3, np.float32), "bias")]
+    model = make_model(nodes, [tensor("pixels", [2, 3])], [tensor("y", [2, 3])], inits)
+    fn = OnnxImporter().load(model, function_name="predict").functions["predict"]
+    assert fn.arg_names == ["pixels"] and len(fn.args) == 1
+
+
+def test_symbolic_dimension_needs_input_shapes():
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, [tensor("x", ["batch", 3])], [tensor("y", ["batch", 3])])
+    with pytest.raises(InputError, match="input_shapes"):
+        OnnxImporter().load(model)
+    fn = OnnxImporter().load(model, input_shapes={"x": (5, 3)}).functions["main"]
+    assert fn.input_types[0].shape == (5, 3)
+
+
+def test_unsupported_op_names_op_node_and_supported_list():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Det", ["r"], ["y"], name="determinant")]
+    model = make_model(nodes, [tensor("x", [3, 3])], [tensor("y", [])])
+    with pytest.raises(UnsupportedOpError) as info:
+        OnnxImporter().load(model)
+    assert "'Det'" in info.value.message and "determinant" in info.value.message and "#1" in info.value.message
+    assert "Conv" in info.value.hint and "Gemm" in info.value.hint
+
+
+def test_custom_domain_op_is_unsupported():
+    node = helper.make_node("FusedGemm", ["x", "x"], ["y"], domain="com.microsoft")
+    model = make_model([node], [tensor("x", [2, 2])], [tensor("y", [2, 2])])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    with pytest.raises(UnsupportedOpError, match="com.microsoft.FusedGemm"):
+        OnnxImporter().load(model)
+
+
+def test_old_opset_is_refused_with_a_hint():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])], [tensor("y", [2])], opset=9)
+    with pytest.raises(UnsupportedOpError, match="opset 9") as info:
+        OnnxImporter().load(model)
+    assert "version_converter" in info.value.hint
+
+
+def test_bad_files_are_input_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        OnnxImporter().load(tmp_path / "absent.onnx")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\xffnot a model")
+    with pytest.raises(RetargetError):
+        OnnxImporter().load(junk)
+    with pytest.raises(InputError):
+        OnnxImporter().load(42)
+
+
+def test_wrong_shapes_are_retarget_errors_not_bare_exceptions():
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    model = make_model(nodes, [tensor("a", [2, 3]), tensor("b", [4, 5])], [tensor("y", [2, 5])])
+    with pytest.raises(RetargetError):
+        OnnxImporter().load(model)
+
+
+def test_gemm_conv_pool_chain_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((10, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], auto_pad="SAME_UPPER", strides=[2, 2]),
+        helper.make_node("Clip", ["c", "lo", "hi"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], ceil_mode=1),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1, alpha=0.5),
+    ]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc"),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    model = make_model(nodes, [tensor("x", [2, 3, 15, 15])], [tensor("y", [2, 10])], inits)
+    x = rng.standard_normal((2, 3, 15, 15)).astype(np.float32)
+    (ours,) = run_function(OnnxImporter().load(model).functions["main"], [x])
+    (ref,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_claims_the_ops_of_the_zoo_families():
+    for op in ("Gemm", "MatMul", "Conv", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "HardSigmoid",
+               "HardSwish", "Erf", "Softmax", "LayerNormalization", "Gelu", "MaxPool", "AveragePool",
+               "GlobalAveragePool", "GlobalMaxPool", "Flatten", "Reshape", "Transpose", "Concat", "Split", "Slice",
+               "Gather", "Unsqueeze", "Squeeze", "Shape", "Constant", "ConstantOfShape", "Expand", "Cast", "Where",
+               "ReduceMean", "Identity", "Dropout", "Range", "Tile", "Pad", "Min", "Max", "Sum"):
+        assert op in SUPPORTED_OPS

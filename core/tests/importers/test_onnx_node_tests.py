@@ -1,0 +1,150 @@
+"""ONNX's own backend node tests, for every op the onnx importer claims, run on the vmvx interpreter.
+
+The cases come from `onnx.backend.test` (generated in memory: this onnx wheel ships no
+`data/node` directory). A case is selected when every op in its graph is in
+`SUPPORTED_OPS`; that includes the `_expanded` variants, which spell an op in simpler ones.
+Outputs are compared as onnx's runner does: same shape, same dtype, allclose with the
+case's rtol/atol. Cases that fail for a documented reason are in `EXPECTED_FAILURES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+
+import numpy as np
+import pytest
+from retarget.errors import RetargetError
+from retarget.importers.onnx import MIN_OPSET, SHAPE_OPERANDS, SUPPORTED_OPS, OnnxImporter
+
+onnx = pytest.importorskip("onnx")
+
+# why a case fails -> the case names (regular expressions, matched in full)
+EXPECTED_FAILURES = {
+    "float8, float4, int4, int2 and e8m0 element types are not supported":
+        r"test_cast(like)?_(no_saturate_|e8m0_)?\w*(FLOAT8|FLOAT4|INT4|INT2|UINT4|UINT2|E8M0)\w*",
+    "string tensors are not supported": r"test_equal_string\w*",
+    "optional and sequence types are not supported": r"test_identity_(opt|sequence)",
+    "training mode (BatchNormalization, Dropout) is not supported":
+        r"test_(batchnorm_\w+_training_mode|training_dropout\w*)",
+    "pooling with dilations is not supported": r"test_(average|max)pool_\w*dilations\w*",
+    "3-D pooling is not supported": r"test_(average|max)pool_3d_default",
+    "the Indices output of MaxPool is not supported": r"test_maxpool_with_argmax\w*",
+    "a shape computed from a runtime input (window length, crop size) is dynamic":
+        r"test_(blackman|hamming|hann)window\w*_expanded|test_center_crop_pad_\w*_expanded",
+    "bf16 is rounded after every op, so the expanded attention drifts past rtol 1e-2":
+        r"test_attention_4d_(causal_|causal_padded_kv_|padded_kv_)bf16_expanded",
+}
+
+
+@functools.cache
+def node_cases():
+    """(name, TestCase) for each node test whose ops are all claimed, sorted by name."""
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = load_model_tests(kind="node")
+    claimed = set(SUPPORTED_OPS)
+    selected = {}
+    for case in cases:
+        ops = {n.op_type for n in case.model.graph.node}
+        opsets = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")]
+        if (ops and ops <= claimed and all(n.domain in ("", "ai.onnx") for n in case.model.graph.node)
+                and opsets and opsets[0] >= MIN_OPSET):
+            selected[case.name] = case
+    return sorted(selected.items())
+
+
+def claimed_op(case) -> str:
+    """The op a case is about: the single op of its graph, else the op named by the case."""
+    ops = [n.op_type for n in case.model.graph.node]
+    if len(set(ops)) == 1:
+        return ops[0]
+    name = case.name.removeprefix("test_").replace("_", "").lower()
+    return max((op for op in SUPPORTED_OPS if name.startswith(op.lower())), key=len, default=ops[-1])
+
+
+def expected_failure(name: str) -> str | None:
+    for reason, pattern in EXPECTED_FAILURES.items():
+        if re.fullmatch(pattern, name):
+            return reason
+    return None
+
+
+def _array(x):
+    if isinstance(x, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(x)
+    return np.asarray(x)
+
+
+def shape_operand_inputs(model) -> set[str]:
+    """Graph inputs that feed an operand which must be static (a Reshape's shape, Slice's starts, ...).
+
+    Node tests pass those as runtime inputs; a static-shape compiler specializes them, as
+    IREE's ONNX import does, so the harness binds them to the data set's values."""
+    graph_inputs = {i.name for i in model.graph.input}
+    bound = set()
+    for node in model.graph.node:
+        for i in SHAPE_OPERANDS.get(node.op_type, ()):
+            if i < len(node.input) and node.input[i] in graph_inputs:
+                bound.add(node.input[i])
+    return bound
+
+
+def run_case(case) -> None:
+    """Import, run and compare one node test; raises on any difference."""
+    from retarget.targets.vmvx.interpreter import run_function
+
+    for inputs, expected in case.data_sets:
+        inputs, expected = [_array(x) for x in inputs], [_array(x) for x in expected]
+        initialized = {t.name for t in case.model.graph.initializer}
+        names = [i.name for i in case.model.graph.input if i.name not in initialized]
+        bound = shape_operand_inputs(case.model)
+        binding = {n: x for n, x in zip(names, inputs, strict=False) if n in bound}
+        module = OnnxImporter().load(case.model, bind_inputs=binding)
+        fn = module.functions["main"]
+        outputs = run_function(fn, [x for n, x in zip(names, inputs, strict=False) if n not in bound])
+        assert len(outputs) == len(expected)
+        for i, (out, ref) in enumerate(zip(outputs, expected, strict=False)):
+            ref = np.asarray(ref)
+            assert out.shape == ref.shape, f"output {i}: shape {out.shape} != {ref.shape}"
+            assert out.dtype == ref.dtype, f"output {i}: dtype {out.dtype} != {ref.dtype}"
+            if ref.dtype.kind in "fc" or ref.dtype.name == "bfloat16":
+                rtol = max(case.rtol, 1e-2) if ref.dtype.name == "bfloat16" else case.rtol
+                np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=case.atol,
+                                           err_msg=f"output {i}")
+            else:
+                np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
+
+
+def _params():
+    params = []
+    for name, case in node_cases():
+        reason = expected_failure(name)
+        marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+        params.append(pytest.param(case, id=name, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("case", _params())
+def test_onnx_node(case):
+    with np.errstate(all="ignore"):
+        run_case(case)
+
+
+def test_unsupported_case_raises_retarget_error_not_bare_exception():
+    """Cases whose ops are not claimed fail with a RetargetError naming the op."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Einsum", ["a", "b"], ["c"], equation="ij,jk->ik", name="ein")
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(RetargetError, match="Einsum"):
+        OnnxImporter().load(model)

@@ -1,0 +1,196 @@
+"""The torch.export frontend: what it accepts, how it names things, each op family's numerics,
+and the errors it raises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
+from retarget.importers.torch_export import HANDLERS, TorchImporter, to_numpy  # noqa: E402
+from retarget.ir import verify  # noqa: E402
+from retarget.targets.vmvx.interpreter import run_function  # noqa: E402
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def run_both(fn, *inputs, tol=1e-5):
+    """Import `fn` (a function or module), run it on vmvx, and compare every output with torch."""
+    model = fn if isinstance(fn, torch.nn.Module) else Fn(fn)
+    module = verify(TorchImporter().load(model, example_inputs=inputs))
+    outs = run_function(module.functions["main"], [to_numpy(x) for x in inputs])
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(outs) == len(expected)
+    for out, ref in zip(outs, expected, strict=False):
+        ref = to_numpy(ref)
+        assert out.shape == ref.shape and out.dtype == ref.dtype
+        if ref.dtype.kind == "f":
+            scale = max(float(np.abs(ref).max()), 1e-6)
+            assert np.abs(out - ref).max() / scale <= tol
+        else:
+            np.testing.assert_array_equal(out, ref)
+    return module
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_accepts_modules_programs_and_pt2_paths():
+    imp = TorchImporter()
+    assert imp.accepts(torch.nn.Linear(2, 2))
+    assert imp.accepts("model.pt2")
+    assert not imp.accepts("model.onnx")
+    assert not imp.accepts(np.zeros(3))
+
+
+def test_accepts_does_not_import_torch_for_other_sources():
+    code = ("import sys; from retarget.importers.torch_export import TorchImporter as T; "
+            "print(T().accepts('m.onnx'), T().accepts(object()), T().accepts('m.pt2'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "True", "False"]
+
+
+def test_user_inputs_become_named_arguments_and_weights_constants():
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+
+        def forward(self, image, mask):
+            return self.lin(image) * mask
+
+    module = run_both(TwoInputs(), randn(2, 4), randn(2, 3, seed=1))
+    fn = module.functions["main"]
+    assert fn.arg_names == ["image", "mask"]
+    assert sum(op.name == "rt.constant" for op in fn.ops) >= 2
+
+
+def test_saved_pt2_archive_loads(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).eval()
+    x = randn(1, 4)
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    module = TorchImporter().load(path)
+    (out,) = run_function(module.functions["main"], [x.numpy()])
+    np.testing.assert_allclose(out, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_conv_groups_dilation_padding_stride_and_1d():
+    w, b, w1 = randn(8, 2, 3, 3), randn(8), randn(6, 3, 5)
+    run_both(lambda x: F.conv2d(x, w, b, stride=2, padding=(2, 1), dilation=2, groups=2), randn(1, 4, 11, 9))
+    run_both(lambda x: F.conv1d(x, w1, None, padding=2), randn(2, 3, 16))
+
+
+def test_pools_and_adaptive_pool():
+    x = randn(2, 3, 13, 13)
+    run_both(lambda x: F.max_pool2d(x, 3, 2, 1), x)
+    run_both(lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), x)
+    run_both(lambda x: F.avg_pool2d(x, 3, 2, 1), x)
+    run_both(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), x)
+    run_both(lambda x: F.adaptive_avg_pool2d(x[..., :12, :12], 4), x)
+
+
+def test_activations():
+    x = randn(4, 33) * 4
+    run_both(lambda x: (F.relu(x), F.relu6(x), F.gelu(x), F.gelu(x, approximate="tanh"), torch.sigmoid(x),
+                        torch.tanh(x), F.silu(x), F.hardswish(x), F.hardsigmoid(x), F.leaky_relu(x, 0.1),
+                        F.elu(x)), x)
+
+
+def test_normalizations_and_softmax():
+    x = randn(2, 5, 16)
+    run_both(torch.nn.LayerNorm(16).eval(), x)
+    run_both(lambda x: (torch.softmax(x, -1), torch.log_softmax(x, 1)), x)
+    bn = torch.nn.BatchNorm2d(3).eval()
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    run_both(bn, randn(2, 3, 4, 4))
+
+
+def test_matmul_family():
+    a, b = randn(3, 4, 5), randn(3, 5, 6, seed=1)
+    run_both(lambda a, b: (a @ b, torch.bmm(a, b), a[0] @ b[0], a[0, 0] @ b[0], torch.addmm(b[0, 0], a[0], b[0])), a, b)
+    run_both(torch.nn.Linear(5, 7).eval(), a)
+
+
+def test_views_and_data_movement():
+    x = randn(2, 3, 4, 5)
+    run_both(lambda x: (x.permute(0, 2, 3, 1).reshape(2, -1), x.transpose(1, 3).contiguous(), x.flatten(1),
+                        x[:, None].squeeze(1), x.unsqueeze(-1).expand(2, 3, 4, 5, 2).clone(),
+                        x[:, 1], x[..., 1:4:2], torch.cat([x, x * 2], dim=1), x.split([1, 2], dim=1)[1],
+                        x.chunk(2, dim=-1)[0], F.pad(x, (1, 2, 0, 1))), x)
+
+
+def test_elementwise_with_scalars_and_reductions():
+    x, y = randn(3, 4), randn(3, 4, seed=1)
+    run_both(lambda x, y: (x + 2, 3 - x, x * y, x / (y.abs() + 1), x - y * 0.5, x.pow(2), (x.abs() + 0.1).rsqrt(),
+                           x.mean(dim=1), x.sum(dim=0, keepdim=True), x.amax(dim=-1), x.amin(0), x.max(dim=1).values,
+                           torch.where(x > y, x, y), x.clamp(-0.5, 0.5), x.var(dim=1), x.argmax(-1)), x, y)
+
+
+def test_integer_division_rounding_modes():
+    a, b = torch.tensor([7, -7, 6, -6, 5]), torch.tensor([2, 2, -4, 4, 5])
+    run_both(lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+                           a // b), a, b)
+
+
+def test_embedding_and_index_select():
+    table = randn(10, 6)
+    idx = torch.tensor([[1, 3, 9], [0, 0, 2]])
+    run_both(lambda i: (F.embedding(i, table), table.index_select(0, i[0])), idx)
+
+
+def test_scaled_dot_product_attention_with_and_without_causal_mask():
+    q, k, v = randn(2, 4, 8, 16), randn(2, 4, 8, 16, seed=1), randn(2, 4, 8, 16, seed=2)
+    run_both(lambda q, k, v: (F.scaled_dot_product_attention(q, k, v),
+                              F.scaled_dot_product_attention(q, k, v, is_causal=True)), q, k, v)
+
+
+def test_unsupported_op_names_aten_op_node_and_source_line():
+    model = Fn(lambda x: torch.cumsum(x, dim=-1))
+    with pytest.raises(UnsupportedOpError) as info:
+        TorchImporter().load(model, example_inputs=(randn(2, 3),))
+    err = info.value
+    assert "aten.cumsum" in err.message and "cumsum" in err.message
+    assert err.location and __file__.rsplit("/", 1)[-1] in err.location
+    assert "supported aten ops" in err.hint and "convolution" in err.hint
+
+
+def test_module_without_example_inputs_is_an_input_error():
+    with pytest.raises(InputError, match="example_inputs"):
+        TorchImporter().load(torch.nn.Linear(2, 2))
+
+
+def test_untraceable_model_is_a_retarget_error():
+    def data_dependent(x):
+        return x * 2 if x.sum() > 0 else x
+
+    with pytest.raises(RetargetError, match="torch.export"):
+        TorchImporter().load(Fn(data_dependent), example_inputs=(randn(3),))
+
+
+def test_missing_pt2_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        TorchImporter().load(tmp_path / "absent.pt2")
+
+
+def test_supported_op_table_covers_the_zoo_ops():
+    for op in ("convolution", "addmm", "_native_batch_norm_legit_no_training", "hardtanh", "native_layer_norm",
+               "_softmax", "max_pool2d_with_indices", "avg_pool2d", "mean", "split_with_sizes", "bmm", "gelu"):
+        assert op in HANDLERS
