@@ -14,8 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import retarget
 from retarget.testing import zoo
 from retarget.testing.graphs import mlp_module

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from retarget.testing.graphs import mlp_module
 
 

@@ -1,8 +1,18 @@
 import numpy as np
 import pytest
-
 from retarget.errors import ParseError, VerificationError
-from retarget.ir import Builder, DenseAttr, Function, Module, TensorType, Value, dtypes, parse_module, print_module, verify
+from retarget.ir import (
+    Builder,
+    DenseAttr,
+    Function,
+    Module,
+    TensorType,
+    Value,
+    dtypes,
+    parse_module,
+    print_module,
+    verify,
+)
 
 
 def _every_dtype_module() -> Module:

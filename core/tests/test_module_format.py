@@ -3,7 +3,6 @@ import zipfile
 
 import numpy as np
 import pytest
-
 import retarget
 from retarget.errors import ModuleFormatError
 from retarget.module_format import ALIGN, FORMAT_VERSION, read

@@ -3,7 +3,6 @@ import sys
 import textwrap
 
 import pytest
-
 from retarget.plugins import PluginManager
 
 

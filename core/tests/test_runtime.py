@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 import retarget
 from retarget.errors import InputError, UnknownDeviceError, UnknownTargetError
 from retarget.runtime import parse_device, parse_input

@@ -15,10 +15,10 @@ import numpy as np
 from .compiler import desc_from_json
 from .errors import InputError, ModuleFormatError, UnknownDeviceError, suggestion
 from .ir.dtypes import dtype as lookup_dtype
+from .mlir.syntax import Parser
 from .module_format import Artifact, read
 from .plugins import manager
 from .protocols import Binding, DeviceInfo, EntryPoint, ExecutableBinary
-from .mlir.syntax import Parser
 
 # Drivers tried by device="auto", best first; any other driver ranks above these.
 FALLBACK_ORDER = ("local-task", "local-sync")

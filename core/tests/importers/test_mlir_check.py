@@ -1,7 +1,6 @@
 """IREE-style check files: expectations become results, evaluated after a run."""
 
 import numpy as np
-
 from retarget.importers.mlir import evaluate_checks, import_check_file
 from retarget.targets.vmvx.interpreter import run_function
 

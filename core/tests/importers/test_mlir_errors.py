@@ -1,7 +1,6 @@
 """Bad input gives a RetargetError with file:line:col, never a bare Python exception."""
 
 import pytest
-
 from retarget.errors import ParseError, UnsupportedOpError, VerificationError
 from retarget.importers.mlir import import_mlir
 

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import numpy as np
-
 from retarget.importers.mlir import MlirImporter, import_mlir
 from retarget.ir import print_module, verify
 from retarget.targets.vmvx.interpreter import run_function

@@ -1,7 +1,6 @@
 """tensor: slices, inserts, pads, reshapes and concatenation."""
 
 import numpy as np
-
 from retarget.importers.mlir import import_mlir
 from retarget.targets.vmvx.interpreter import run_function
 

@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-
 from retarget.errors import UnsupportedOpError
 from retarget.importers.mlir import import_mlir
 from retarget.targets.vmvx.interpreter import run_function

@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -184,7 +184,7 @@ def compile_(
         "--target", "-t", "--iree-hal-target-backends",
         help="BACKEND[:ARCH], repeatable: vmvx, llvm-cpu:host, cuda:h100, ... (`retarget targets` lists them).")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="The .rtm module to write.")] = None,
-    dump_after_all: Annotated[Optional[Path], typer.Option(
+    dump_after_all: Annotated[Path | None, typer.Option(
         "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
     as_json: JsonFlag = False,
 ):
@@ -222,11 +222,11 @@ def compile_(
 def run(
     module: Annotated[Path, typer.Argument(help="A .rtm module from `retarget compile`.")],
     device: Annotated[str, typer.Option("--device", "-d", help="DRIVER[:ID], e.g. local-task, cuda:0; or auto.")] = "auto",
-    function: Annotated[Optional[str], typer.Option("--function", "-f", help="Function to call (default: the only one).")] = None,
-    input: Annotated[Optional[list[str]], typer.Option(
+    function: Annotated[str | None, typer.Option("--function", "-f", help="Function to call (default: the only one).")] = None,
+    input: Annotated[list[str] | None, typer.Option(
         "--input", "-i",
         help="Repeat once per argument: SHAPExDTYPE=VALUES (`2x2xf32=1 2 3 4`), a splat (`1x224xf32=0`), or `@x.npy`.")] = None,
-    output: Annotated[Optional[list[str]], typer.Option(
+    output: Annotated[list[str] | None, typer.Option(
         "--output", help="Save results as .npy, repeat once per result.")] = None,
     list_functions: Annotated[bool, typer.Option("--list-functions", help="Print the signatures and exit.")] = False,
     as_json: JsonFlag = False,

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import Builder, Function, Module, TensorType, Value
 from ..ir.dtypes import DTYPES, DType, from_numpy
+from ..registry import registrar
 from . import compose as C
 
 MIN_OPSET, MAX_OPSET = 13, 21
@@ -296,13 +297,7 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
 }
 
 
-def handles(*names):
-    def register(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-
-    return register
+handles = registrar(HANDLERS)
 
 
 def _unary(rt_name):

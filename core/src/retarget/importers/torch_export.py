@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import Builder, Function, Location, Module, Value
 from ..ir.dtypes import DTYPES, DType
+from ..registry import registrar
 from . import compose as C
 
 
@@ -263,13 +264,7 @@ def _loc_str(node) -> str | None:
 HANDLERS: dict = {}
 
 
-def handles(*names):
-    def register(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-
-    return register
+handles = registrar(HANDLERS)
 
 
 def _elementwise(rt_name):

@@ -20,7 +20,9 @@ import numpy as np
 
 from ..errors import ParseError
 from ..ir.core import DenseAttr, Location, TensorType
-from ..ir.dtypes import DType, dtype as lookup_dtype
+from ..ir.dtypes import DType
+from ..ir.dtypes import dtype as lookup_dtype
+from ..registry import registrar
 
 
 @dataclass
@@ -94,13 +96,7 @@ class MOp:
 CUSTOM_SYNTAX: dict[str, Callable[[Parser, MOp], None]] = {}
 
 
-def custom_syntax(*names):
-    def register(fn):
-        for n in names:
-            CUSTOM_SYNTAX[n] = fn
-        return fn
-
-    return register
+custom_syntax = registrar(CUSTOM_SYNTAX)
 
 
 _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")

@@ -1,7 +1,10 @@
 """Regenerates the jax_*.stablehlo.mlir fixtures and their .npz data (needs `pip install jax`; CI does not)."""
 import pathlib
 
-import numpy as np, jax, jax.numpy as jnp
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 OUT = str(pathlib.Path(__file__).parent) + "/"
 rng = np.random.default_rng(0)
 def r(*s, scale=0.5): return (rng.standard_normal(s) * scale).astype(np.float32)

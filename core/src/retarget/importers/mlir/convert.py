@@ -19,19 +19,14 @@ from ...ir.core import Builder, DenseAttr, Function, Module, TensorType, Value
 from ...ir.dtypes import DType
 from ...ir.ops import OPS, infer_types
 from ...mlir.syntax import MOp, Parser, custom_syntax
+from ...registry import registrar
 
 CONVERTERS: dict[str, Callable[[Converter, MOp], list]] = {}
 # Dialects whose unknown ops are reported as unsupported (rather than as bad syntax).
 DIALECTS = ("arith", "math", "tensor", "linalg", "tosa", "stablehlo", "chlo", "check", "util", "func", "rt")
 
 
-def converts(*names):
-    def register(fn):
-        for n in names:
-            CONVERTERS[n] = fn
-        return fn
-
-    return register
+converts = registrar(CONVERTERS)
 
 
 def supported_ops(dialect: str) -> list[str]:

@@ -8,7 +8,6 @@ from ...mlir.syntax import MOp, Parser, custom_syntax
 from .convert import Converter, broadcast, constant_value, converts, full, reshape
 from .pretty import functional
 
-
 # -- syntax ------------------------------------------------------------------------------------
 
 

@@ -12,17 +12,12 @@ import ml_dtypes
 import numpy as np
 
 from ...ir.core import TensorType
+from ...registry import registrar
 
 KERNELS = {}
 
 
-def kernel(*names):
-    def register(fn):
-        for n in names:
-            KERNELS[f"rt.{n}"] = fn
-        return fn
-
-    return register
+kernel = registrar(KERNELS, prefix='rt.')
 
 
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
