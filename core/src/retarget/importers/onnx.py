@@ -596,13 +596,12 @@ def _pool(n, rt_name):
     rank = x.type.rank
     kernel = list(n.attr("kernel_shape"))
     strides, dilations = _spatial_attrs(n, rank, kernel)
-    if any(d != 1 for d in dilations):
-        raise UnsupportedOpError("pooling with dilations is not supported")
     if n.wants(1):
         raise UnsupportedOpError("the Indices output of MaxPool is not supported")
     begin, end = _spatial_pads(n, x, kernel, strides, dilations)
     if n.attr("ceil_mode", 0):
-        for d, (size, k, s) in enumerate(zip(x.type.shape[2:], kernel, strides, strict=False)):
+        for d, (size, k, s, dil) in enumerate(zip(x.type.shape[2:], kernel, strides, dilations, strict=False)):
+            k = dil * (k - 1) + 1  # the window's span
             out = -(-(size + begin[d] + end[d] - k) // s) + 1
             if (out - 1) * s >= size + begin[d]:
                 out -= 1
@@ -613,7 +612,10 @@ def _pool(n, rt_name):
     x4 = _lift_1d(n, x)
     if rank == 3:
         kernel, strides, begin, end = [1] + kernel, [1] + strides, [0] + begin, [0] + end
+        dilations = [1] + dilations
     attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pad": (begin[0], end[0], begin[1], end[1])}
+    if any(d != 1 for d in dilations):
+        attrs["dilations"] = tuple(dilations)
     if rt_name == "rt.avg_pool2d":
         attrs["count_include_pad"] = bool(n.attr("count_include_pad", 0))
     y = n.b.op(rt_name, [x4], attrs)

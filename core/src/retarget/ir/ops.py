@@ -196,10 +196,12 @@ def _pool2d(name, types, attrs):
     _check(x.rank == 4, f"input must be rank 4 (NCHW), got {x}")
     kh, kw = _pairs(attrs, "kernel", (1, 1))
     sh, sw = _pairs(attrs, "strides", (1, 1))
+    dh, dw = _pairs(attrs, "dilations", (1, 1))
     pt, pb, pl, pr = _pairs(attrs, "pad", (0, 0, 0, 0))
-    _check(pt < kh and pb < kh and pl < kw and pr < kw, "padding must be smaller than the window")
+    span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    _check(pt < span_h and pb < span_h and pl < span_w and pr < span_w, "padding must be smaller than the window")
     n, c, h, w = x.shape
-    return [TensorType((n, c, _window(h, kh, sh, pt, pb), _window(w, kw, sw, pl, pr)), x.dtype)]
+    return [TensorType((n, c, _window(h, kh, sh, pt, pb, dh), _window(w, kw, sw, pl, pr, dw)), x.dtype)]
 
 
 def _reduce(name, types, attrs):

@@ -199,13 +199,14 @@ def _conv2d(attrs, x, w):
 def _pool(attrs, x, init, combine):
     kh, kw = attrs["kernel"]
     sh, sw = attrs.get("strides", (1, 1))
+    dh, dw = attrs.get("dilations", (1, 1))
     pad = attrs.get("pad", (0, 0, 0, 0))
     n, c, h, w = x.shape
-    oh = (h + pad[0] + pad[1] - kh) // sh + 1
-    ow = (w + pad[2] + pad[3] - kw) // sw + 1
+    oh = (h + pad[0] + pad[1] - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pad[2] + pad[3] - dw * (kw - 1) - 1) // sw + 1
     xp = _pad_nchw(x, pad, init)
     out = np.full((n, c, oh, ow), init, dtype=xp.dtype)
-    for _, _, window in _taps(xp, kh, kw, sh, sw, 1, 1, oh, ow):
+    for _, _, window in _taps(xp, kh, kw, sh, sw, dh, dw, oh, ow):
         out = combine(out, window)
     return out, oh, ow
 
