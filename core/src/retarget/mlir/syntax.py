@@ -434,6 +434,11 @@ class Parser:
         self.expect("}")
         return attrs
 
+    def optional_attrs(self, op: MOp) -> None:
+        """An attribute dictionary `{...}` if one follows, merged into `op.attrs`."""
+        if self.peek("{"):
+            op.attrs.update(self.attr_dict())
+
     def _type_of_elements(self) -> TensorType:
         self.skip()
         pos = self.pos

@@ -51,8 +51,7 @@ def _cmp_syntax(p: Parser, op: MOp):
 
 @custom_syntax("arith.constant")
 def _constant_syntax(p: Parser, op: MOp):
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     start = p.pos
     if p.peek_keyword("dense") or p.peek_keyword("dense_resource"):
         value = p.attribute()

@@ -43,16 +43,14 @@ def _check_syntax(p: Parser, op: MOp):
         else:
             op.attrs["value"] = p.attribute()
     p.expect(")")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.operand_types = p.comma_list(p.type)
 
 
 @custom_syntax("util.unfoldable_constant")
 def _unfoldable_syntax(p: Parser, op: MOp):
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     value = p.attribute()
     op.attrs["value"] = value
     if isinstance(value, DenseAttr):

@@ -305,8 +305,7 @@ def module_from_mops(top: list[MOp], checks_by_fn: dict | None = None) -> Module
 def _call_syntax(p: Parser, op: MOp):
     op.attrs["callee"] = p.symbol()
     op.operands = p.delimited("(", p.value_id, ")")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     t = p.type()
     op.operand_types, op.result_types = t.inputs, t.results

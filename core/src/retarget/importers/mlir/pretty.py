@@ -22,8 +22,7 @@ def same_type(p: Parser, op: MOp):
     if p.peek("%"):
         op.operands = p.comma_list(p.value_id)
     skip_flags(p)
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     types = p.comma_list(p.type)
     op.operand_types = [types[0]] * (len(op.operands) - len(types) + 1) + types[1:]
@@ -36,8 +35,7 @@ def cast_syntax(p: Parser, op: MOp):
     """`%a [flags] [{attrs}] : T1 to T2`."""
     op.operands = [p.value_id()]
     skip_flags(p)
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.operand_types = [p.type()]
     p.expect_keyword("to")
@@ -52,8 +50,7 @@ def functional(p: Parser, op: MOp):
         p.expect("<")
         op.attrs.update(p.attr_dict())
         p.expect(">")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     read_types(p, op)
 

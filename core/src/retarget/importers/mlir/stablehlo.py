@@ -46,16 +46,14 @@ def _keyword_attrs(p: Parser, op: MOp):
 
 
 def _tail(p: Parser, op: MOp):
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     read_types(p, op)
 
 
 @custom_syntax("stablehlo.constant")
 def _constant_syntax(p: Parser, op: MOp):
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     value = p.attribute()
     op.attrs["value"] = value
     op.result_types = [value.type] if isinstance(value, DenseAttr) else []
@@ -118,8 +116,7 @@ def _compare_syntax(p: Parser, op: MOp):
 @custom_syntax("stablehlo.select")
 def _select_syntax(p: Parser, op: MOp):
     op.operands = p.comma_list(p.value_id)
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     first = p.type()
     if p.accept(","):

@@ -20,8 +20,7 @@ def _mixed_list(p: Parser, op: MOp, key: str):
 @custom_syntax("tensor.empty")
 def _empty_syntax(p: Parser, op: MOp):
     op.operands = p.delimited("(", p.value_id, ")")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.result_types = [p.type()]
 
@@ -31,8 +30,7 @@ def _extract_slice_syntax(p: Parser, op: MOp):
     op.operands = [p.value_id()]
     for key in ("offsets", "sizes", "strides"):
         _mixed_list(p, op, key)
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.operand_types = [p.type()]
     p.expect_keyword("to")
@@ -46,8 +44,7 @@ def _insert_slice_syntax(p: Parser, op: MOp):
     op.operands.append(p.value_id())
     for key in ("offsets", "sizes", "strides"):
         _mixed_list(p, op, key)
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     src = p.type()
     p.expect_keyword("into")
@@ -58,15 +55,13 @@ def _insert_slice_syntax(p: Parser, op: MOp):
 @custom_syntax("tensor.pad")
 def _pad_syntax(p: Parser, op: MOp):
     op.operands = [p.value_id()]
-    if p.accept_keyword("nofold"):
-        pass
+    p.accept_keyword("nofold")  # a folding hint; nothing to keep
     p.expect_keyword("low")
     _mixed_list(p, op, "low")
     p.expect_keyword("high")
     _mixed_list(p, op, "high")
     op.regions = [p.region()]
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.operand_types = [p.type()]
     p.expect_keyword("to")
@@ -78,8 +73,7 @@ def _reassociation_syntax(p: Parser, op: MOp):
     op.attrs["reassociation"] = p.delimited("[", lambda: p.delimited("[", p.integer, "]"), "]")
     if p.accept_keyword("output_shape"):
         _mixed_list(p, op, "output_shape")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.operand_types = [p.type()]
     p.expect_keyword("into")
@@ -104,8 +98,7 @@ def _reshape_syntax(p: Parser, op: MOp):
     p.expect("(")
     op.operands.append(p.value_id())
     p.expect(")")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     t = p.type()
     op.operand_types, op.result_types = t.inputs, t.results
@@ -115,8 +108,7 @@ def _reshape_syntax(p: Parser, op: MOp):
 def _extract_syntax(p: Parser, op: MOp):
     op.operands = [p.value_id()]
     op.operands += p.delimited("[", p.value_id, "]")
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.operand_types = [p.type()]
 
@@ -124,8 +116,7 @@ def _extract_syntax(p: Parser, op: MOp):
 @custom_syntax("tensor.splat")
 def _splat_syntax(p: Parser, op: MOp):
     op.operands = [p.value_id()]
-    if p.peek("{"):
-        op.attrs.update(p.attr_dict())
+    p.optional_attrs(op)
     p.expect(":")
     op.result_types = [p.type()]
 

@@ -13,8 +13,5 @@ def run_function(fn: Function, inputs: list[np.ndarray]) -> list[np.ndarray]:
     env = dict(zip(fn.args, inputs))
     for op in fn.ops:
         operands = [env[v] for v in op.operands]
-        if len(op.results) == 1:
-            env[op.results[0]] = evaluate(op.name, op.attrs, operands, op.results[0].type)
-        else:  # no multi-result graph op yet; kept explicit so one cannot slip through
-            raise NotImplementedError(f"multi-result op {op.name}")
+        env[op.result] = evaluate(op.name, op.attrs, operands, op.result.type)  # every graph op has one result
     return [np.asarray(env[v]) for v in fn.returns]
