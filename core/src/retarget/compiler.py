@@ -17,6 +17,7 @@ from . import __version__, ir
 from .errors import RetargetError, UnknownTargetError, suggestion
 from .ir.core import Module
 from .module_format import CONSTANTS, FORMAT, FORMAT_VERSION, Artifact
+from .passes.conv_folding import fold_conv_scales
 from .passes.dispatch import form_dispatches
 from .passes.host_program import ConstantPool, format_program, plan_function
 from .passes.simplify import canonicalize, fold_constants
@@ -26,6 +27,7 @@ from .protocols import TargetDesc
 GRAPH_PASSES: list[tuple[str, Callable[[Module], Module]]] = [
     ("canonicalize", canonicalize),
     ("fold-constants", fold_constants),
+    ("fold-conv-scales", fold_conv_scales),
     ("canonicalize", canonicalize),
 ]
 

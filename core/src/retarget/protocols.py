@@ -191,10 +191,12 @@ class Importer(Protocol):
 @runtime_checkable
 class ExecutableLoader(Protocol):
     """Loads executables of one `format` for the host-memory drivers (`local-sync`,
-    `local-task`): `load` returns one callable per entry point, which gets numpy
-    views of its bindings (in entry-point order), and the workgroup to run."""
+    `local-task`). `load` returns one `bind` callable per entry point: when a command
+    buffer is recorded, `bind(views)` gets numpy views of the bindings (in entry-point
+    order) and returns `run(workgroup_id)`, which the driver calls for each workgroup,
+    possibly from several threads at once."""
 
     format: str
 
-    def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray], tuple[int, int, int]], None]]: ...
+    def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray]], Callable[[tuple[int, int, int]], None]]]: ...
     def can_load(self, target: TargetDesc) -> str | None: ...

@@ -63,11 +63,10 @@ class LocalCommandBuffer:
             if nbytes < b.type.nbytes or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
             views.append(buf.view(offset, b.type))
-        kernel = executable.kernels[entry]
+        run = executable.kernels[entry](views)
         gx, gy, gz = ep.workgroup_count
-        groups = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
-        for g in groups:
-            self._add(lambda g=g: kernel(views, g))
+        for g in [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]:
+            self._add(lambda g=g: run(g))
 
     def copy(self, src: HostBuffer, src_offset: int, dst: HostBuffer, dst_offset: int, nbytes: int) -> None:
         def run():

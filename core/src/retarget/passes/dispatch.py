@@ -1,9 +1,20 @@
-"""Dispatch formation: cut each function into kernels (dispatches).
+"""Dispatch formation: cut each function into kernels (dispatches), fusing as it goes.
 
 A dispatch is a small graph function: its arguments are the buffers it reads,
-its results the buffers it writes. Constants stay on the host side (a constant
-pool) unless they are tiny, in which case they are copied into the kernel.
+its result the buffer it writes. Splat constants (one value repeated) are copied
+into the kernel as scalars; other constants stay in the host's constant pool.
 Reshapes of contiguous tensors are views and need no kernel.
+
+Fusion (greedy, in program order) groups ops around at most one *root*, an op
+that needs loops of its own (`LOOP_OPS`):
+- an elementwise op joins the group of a producer whose value only it uses:
+  the epilogue of a conv or matmul (bias, ReLU6), or a chain of elementwise ops;
+- data movement (transpose, slice, pad, broadcast, ...) joins only root-less
+  groups, since it reads its operand at other indices than it writes;
+- a reduction takes single-use root-less producers as its prologue (each input
+  element is read once, so inlining them costs nothing); a conv, matmul or pool
+  does not, since it reads each input element many times.
+Every group has exactly one output, so a kernel writes one buffer.
 """
 
 from __future__ import annotations
@@ -12,8 +23,9 @@ from dataclasses import dataclass
 
 from ..ir.core import Function, Operation, Value
 
-INLINE_CONSTANT_ELEMENTS = 16
 HOST_SIDE = ("rt.constant", "rt.reshape")
+LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
+PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax")
 
 
 @dataclass(eq=False)
@@ -25,7 +37,11 @@ class Dispatch:
 
 
 def is_inlinable_constant(v: Value) -> bool:
-    return v.owner is not None and v.owner.name == "rt.constant" and v.type.num_elements <= INLINE_CONSTANT_ELEMENTS
+    """A splat constant: one scalar, whatever its shape."""
+    if v.owner is None or v.owner.name != "rt.constant":
+        return False
+    flat = v.owner.attrs["value"].array.reshape(-1)
+    return flat.size > 0 and bool((flat == flat[0]).all())
 
 
 def form_dispatches(fn: Function) -> list[Dispatch]:
@@ -43,7 +59,43 @@ def form_dispatches(fn: Function) -> list[Dispatch]:
 
 
 def _groups(fn: Function) -> list[list[Operation]]:
-    return [[op] for op in fn.ops if op.name not in HOST_SIDE]
+    from ..ir.ops import OPS
+
+    used_by = fn.users()
+    returned = set(fn.returns)
+    position = {op: i for i, op in enumerate(fn.ops)}
+    group_of: dict[Operation, list[Operation]] = {}
+    order: list[list[Operation]] = []
+
+    def root(group):
+        return next((op for op in group if op.name in LOOP_OPS), None)
+
+    for op in fn.ops:
+        if op.name in HOST_SIDE:
+            continue
+        producers = []
+        for v in op.operands:
+            group = group_of.get(v.owner)
+            single_use = len(used_by.get(v, [])) == 1 and v not in returned
+            if group is not None and single_use and group[-1] is v.owner and group not in producers:
+                producers.append(group)
+        rooted = [g for g in producers if root(g) is not None]
+        rootless = [g for g in producers if root(g) is None]
+        if op.name in LOOP_OPS:
+            merged = rootless if op.name in PROLOGUE_ROOTS else []
+        elif OPS[op.name].elementwise and len(rooted) <= 1 and all(
+            v.type.shape == op.result.type.shape for g in rooted for v in op.operands if v.owner is g[-1]
+        ):
+            merged = rooted + rootless
+        else:
+            merged = rootless
+        group = [o for g in merged for o in g] + [op]
+        group.sort(key=position.__getitem__)
+        order = [g for g in order if not any(g is m for m in merged)]
+        for o in group:
+            group_of[o] = group
+        order.append(group)
+    return order
 
 
 def _short(group: list[Operation]) -> str:

@@ -59,8 +59,11 @@ class VmvxLoader:
 def _kernel(fn: Function):
     n_in = len(fn.args)
 
-    def run(views, workgroup):
-        for out, value in zip(views[n_in:], run_function(fn, views[:n_in])):
-            out[...] = value
+    def bind(views):
+        def run(workgroup):
+            for out, value in zip(views[n_in:], run_function(fn, views[:n_in])):
+                out[...] = value
 
-    return run
+        return run
+
+    return bind

@@ -1,0 +1,326 @@
+"""The kernel IR: target-independent loop nests over buffers. Every backend consumes it.
+
+A `Kernel` is one dispatch. Its `params` are flat buffers (element-indexed); its
+`body` is a list of statements; `workgroup_count` is the grid, and each grid axis
+is bound to a variable (`workgroup_vars`) that the body reads. Loops carry a
+`kind` that says how a backend should map them: `serial`, `unroll`, `vector`
+(innermost, contiguous: vectorize it), or `thread` (one GPU thread per
+iteration). `Local` declares a small private array (registers on a CPU, a
+thread's private memory on a GPU); `shared` arrays live in workgroup memory.
+
+Expressions are trees of frozen dataclasses; every one has a `dtype`. Index
+arithmetic is i64. The text form (`print_kernel`) is MLIR-flavoured and records
+the schedule, so that a tuning cache can key on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.dtypes import DType, dtype
+
+INDEX = dtype("i64")
+BOOL = dtype("i1")
+
+UNARY_OPS = (
+    "neg abs exp log sqrt rsqrt tanh sigmoid erf floor ceil round sin cos tan atan "
+    "reciprocal sign not log1p expm1"
+).split()
+BINARY_OPS = "add sub mul div rem pow max min and or xor atan2".split()
+COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+LOOP_KINDS = ("serial", "unroll", "vector", "thread")
+
+
+class Expr:
+    dtype: DType
+
+    # Small builders so lowering code reads like arithmetic on indices.
+    def __add__(self, other):
+        return _fold("add", self, _lift(other, self))
+
+    def __radd__(self, other):
+        return _fold("add", _lift(other, self), self)
+
+    def __sub__(self, other):
+        return _fold("sub", self, _lift(other, self))
+
+    def __mul__(self, other):
+        return _fold("mul", self, _lift(other, self))
+
+    def __rmul__(self, other):
+        return _fold("mul", _lift(other, self), self)
+
+    def __floordiv__(self, other):
+        return _fold("div", self, _lift(other, self))
+
+    def __mod__(self, other):
+        return _fold("rem", self, _lift(other, self))
+
+
+@dataclass(frozen=True, eq=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: DType = INDEX
+
+
+@dataclass(frozen=True, eq=True)
+class Var(Expr):
+    name: str
+    dtype: DType = INDEX
+
+
+@dataclass(frozen=True, eq=True)
+class Unary(Expr):
+    op: str
+    a: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=True)
+class Compare(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType = BOOL
+
+
+@dataclass(frozen=True, eq=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=True)
+class Cast(Expr):
+    a: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True, eq=True)
+class Load(Expr):
+    """Element `index` of buffer (or local array) `buffer`."""
+
+    buffer: str
+    index: Expr
+    dtype: DType
+
+
+# -- statements -------------------------------------------------------------------------------
+
+
+@dataclass
+class Loop:
+    var: str
+    extent: int
+    body: list
+    kind: str = "serial"
+    start: int = 0
+
+
+@dataclass
+class Assign:
+    """Define or update the scalar variable `var`."""
+
+    var: str
+    value: Expr
+
+
+@dataclass
+class Store:
+    buffer: str
+    index: Expr
+    value: Expr
+
+
+@dataclass
+class If:
+    cond: Expr
+    body: list
+
+
+@dataclass
+class Local:
+    """A private (or `shared`) array of `size` elements, visible in the enclosing statements."""
+
+    name: str
+    size: int
+    dtype: DType
+    shared: bool = False
+
+
+@dataclass
+class Barrier:
+    """All threads of the workgroup reach this point before any goes on."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    dtype: DType
+    size: int  # elements
+    access: str  # "read" or "write"
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list[Param]
+    body: list
+    workgroup_count: tuple[int, int, int] = (1, 1, 1)
+    workgroup_vars: tuple[str, ...] = ()
+    workgroup_size: tuple[int, int, int] = (1, 1, 1)
+    schedule: dict = field(default_factory=dict)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def const(value, dt: DType = INDEX) -> Const:
+    if dt.is_float:
+        value = float(value)
+    elif dt.kind == "bool":
+        value = bool(value)
+    else:
+        value = int(value)
+    return Const(value, dt)
+
+
+def _lift(x, like: Expr) -> Expr:
+    return x if isinstance(x, Expr) else const(x, like.dtype)
+
+
+def _fold(op: str, a: Expr, b: Expr) -> Expr:
+    """Binary op with the index-arithmetic identities folded, so printed kernels stay short."""
+    if isinstance(a, Const) and isinstance(b, Const) and a.dtype == INDEX:
+        x, y = a.value, b.value
+        if op == "div" and y:
+            return const(int(x / y) if (x < 0) != (y < 0) else x // y)
+        if op == "rem" and y:
+            return const(x - y * int(x / y))
+        if op in ("add", "sub", "mul"):
+            return const({"add": x + y, "sub": x - y, "mul": x * y}[op])
+    if isinstance(b, Const):
+        if op in ("add", "sub") and b.value == 0:
+            return a
+        if op in ("mul", "div") and b.value == 1:
+            return a
+        if op == "mul" and b.value == 0 and a.dtype == INDEX:
+            return b
+        if op == "rem" and b.value == 1 and a.dtype == INDEX:
+            return const(0)
+    if isinstance(a, Const):
+        if op == "add" and a.value == 0:
+            return b
+        if op == "mul" and a.value == 1:
+            return b
+        if op == "mul" and a.value == 0 and b.dtype == INDEX:
+            return a
+    return Binary(op, a, b)
+
+
+def binary(op: str, a: Expr, b: Expr) -> Expr:
+    return _fold(op, a, b)
+
+
+def minimum(a: Expr, b) -> Expr:
+    return Binary("min", a, _lift(b, a))
+
+
+def maximum(a: Expr, b) -> Expr:
+    return Binary("max", a, _lift(b, a))
+
+
+def walk_exprs(stmts):
+    """Every expression in `stmts`, outermost first."""
+
+    def visit(e):
+        yield e
+        for child in vars(e).values() if not isinstance(e, (Const, Var)) else ():
+            if isinstance(child, Expr):
+                yield from visit(child)
+
+    for s in stmts:
+        for value in vars(s).values():
+            if isinstance(value, Expr):
+                yield from visit(value)
+            elif isinstance(value, list):
+                yield from walk_exprs(value)
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def format_expr(e: Expr) -> str:
+    if isinstance(e, Const):
+        v = "true" if e.value is True else "false" if e.value is False else repr(e.value)
+        return v if e.dtype == INDEX else f"{v}:{e.dtype}"
+    if isinstance(e, Var):
+        return f"%{e.name}"
+    if isinstance(e, Unary):
+        return f"{e.op}({format_expr(e.a)})"
+    if isinstance(e, Binary):
+        infix = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%"}.get(e.op)
+        if infix:
+            return f"({format_expr(e.a)} {infix} {format_expr(e.b)})"
+        return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
+    if isinstance(e, Compare):
+        return f"cmp.{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
+    if isinstance(e, Select):
+        return f"select({format_expr(e.cond)}, {format_expr(e.a)}, {format_expr(e.b)})"
+    if isinstance(e, Cast):
+        return f"cast<{e.dtype}>({format_expr(e.a)})"
+    if isinstance(e, Load):
+        return f"%{e.buffer}[{format_expr(e.index)}]"
+    raise TypeError(e)
+
+
+def _format_stmts(stmts, indent: str) -> list[str]:
+    lines = []
+    for s in stmts:
+        if isinstance(s, Loop):
+            kind = "" if s.kind == "serial" else f" {{{s.kind}}}"
+            lines.append(f"{indent}for %{s.var} = {s.start} to {s.start + s.extent}{kind} {{")
+            lines += _format_stmts(s.body, indent + "  ")
+            lines.append(f"{indent}}}")
+        elif isinstance(s, Assign):
+            lines.append(f"{indent}%{s.var} = {format_expr(s.value)}")
+        elif isinstance(s, Store):
+            lines.append(f"{indent}%{s.buffer}[{format_expr(s.index)}] = {format_expr(s.value)}")
+        elif isinstance(s, If):
+            lines.append(f"{indent}if {format_expr(s.cond)} {{")
+            lines += _format_stmts(s.body, indent + "  ")
+            lines.append(f"{indent}}}")
+        elif isinstance(s, Local):
+            lines.append(f"{indent}%{s.name} = {'shared' if s.shared else 'local'} alloc {s.size}x{s.dtype}")
+        elif isinstance(s, Barrier):
+            lines.append(f"{indent}barrier")
+        else:
+            raise TypeError(s)
+    return lines
+
+
+def print_kernel(k: Kernel) -> str:
+    params = ", ".join(f"%{p.name}: {p.access} {p.size}x{p.dtype}" for p in k.params)
+    grid = ", ".join(f"%{v} < {n}" for v, n in zip(k.workgroup_vars, k.workgroup_count)) or "1"
+    sched = ", ".join(f"{key} = {value}" for key, value in sorted(k.schedule.items()))
+    head = f"kernel.func @{k.name}({params}) workgroups({grid}) schedule {{{sched}}} {{"
+    return "\n".join([head, *_format_stmts(k.body, "  "), "}"])

@@ -1,0 +1,70 @@
+"""Dispatch formation: which ops share a kernel, and that fused code computes the same thing."""
+
+import numpy as np
+
+import retarget
+from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
+from retarget.passes.conv_folding import fold_conv_scales
+from retarget.passes.dispatch import form_dispatches
+from retarget.targets.vmvx.interpreter import run_function
+
+rng = np.random.default_rng(0)
+
+
+def _conv_bn_relu6():
+    x = Value(TensorType((1, 3, 8, 8), dtypes.f32))
+    fn = Function("f", [x])
+    b = Builder(fn)
+    w = b.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    y = b.op("rt.conv2d", [x, w], {"pad": (1, 1, 1, 1)})
+    y = b.op("rt.mul", [y, b.constant(rng.uniform(0.5, 2, (1, 4, 1, 1)).astype(np.float32))])
+    y = b.op("rt.add", [y, b.constant(rng.standard_normal((1, 4, 1, 1)).astype(np.float32))])
+    y = b.op("rt.min", [b.op("rt.max", [y, b.constant(np.float32(0))]), b.constant(np.float32(6))])
+    fn.returns = [y]
+    return Module({"f": fn}), rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+def test_batch_norm_scale_folds_into_the_conv_filter():
+    module, x = _conv_bn_relu6()
+    expected = run_function(module.functions["f"], [x])[0]
+    fold_conv_scales(module)
+    assert "rt.mul" not in [op.name for op in module.functions["f"].ops]
+    np.testing.assert_allclose(run_function(module.functions["f"], [x])[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_bias_relu6_is_one_dispatch():
+    module, x = _conv_bn_relu6()
+    fold_conv_scales(module)
+    dispatches = form_dispatches(module.functions["f"])
+    assert [[op.name for op in d.function.ops if op.name != "rt.constant"] for d in dispatches] == [
+        ["rt.conv2d", "rt.add", "rt.max", "rt.min"]]
+
+
+def test_compiled_conv_block_matches_the_unfused_reference():
+    module, x = _conv_bn_relu6()
+    expected = run_function(module.functions["f"], [x])[0]
+    art = retarget.compile(module, "vmvx")
+    assert len(art.manifest["executables"][0]["entry_points"]) == 1
+    np.testing.assert_allclose(retarget.load(art, "local-sync").f(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_reduction_takes_its_elementwise_prologue_but_not_a_broadcast_epilogue():
+    x = Value(TensorType((4, 16), dtypes.f32))
+    fn = Function("softmax", [x])
+    b = Builder(fn)
+    peak = b.op("rt.reduce", [x], {"kind": "max", "axes": (1,), "keepdims": True})
+    e = b.op("rt.exp", [b.op("rt.sub", [x, peak])])
+    total = b.op("rt.reduce", [e], {"kind": "sum", "axes": (1,), "keepdims": True})
+    fn.returns = [b.op("rt.div", [e, total])]
+    groups = [[op.name for op in d.function.ops] for d in form_dispatches(fn)]
+    assert groups == [["rt.reduce"], ["rt.sub", "rt.exp"], ["rt.reduce"], ["rt.div"]]
+
+
+def test_a_value_used_twice_is_not_fused_into_either_user():
+    x = Value(TensorType((8,), dtypes.f32))
+    fn = Function("f", [x])
+    b = Builder(fn)
+    e = b.op("rt.exp", [x])
+    fn.returns = [b.op("rt.add", [e, b.op("rt.neg", [e])])]
+    groups = [[op.name for op in d.function.ops] for d in form_dispatches(fn)]
+    assert groups == [["rt.exp"], ["rt.neg", "rt.add"]]
