@@ -21,14 +21,11 @@ pytest.importorskip("onnx")
 from retarget.importers.onnx import OnnxImporter  # noqa: E402
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
-from retarget.targets.vmvx.interpreter import run_function  # noqa: E402
+from retarget.vmvx.interpreter import run_function  # noqa: E402
 from retarget.testing import zoo  # noqa: E402
+from retarget.testing.numerics import relative_error  # noqa: E402
 
 RELATIVE_TOLERANCE = 1e-4
-
-
-def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    return float(np.max(np.abs(actual.astype(np.float64) - expected)) / max(np.max(np.abs(expected)), 1e-30))
 
 
 @pytest.fixture(scope="module", params=list(zoo.MODELS))

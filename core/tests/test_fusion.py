@@ -6,7 +6,7 @@ import retarget
 from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
 from retarget.passes.conv_folding import fold_conv_scales
 from retarget.passes.dispatch import form_dispatches
-from retarget.targets.vmvx.interpreter import run_function
+from retarget.vmvx.interpreter import run_function
 
 rng = np.random.default_rng(0)
 

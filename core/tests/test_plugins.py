@@ -3,7 +3,7 @@ import sys
 import textwrap
 
 import pytest
-from retarget.plugins import PluginManager
+from retarget.plugin_manager import PluginManager
 
 
 def _install_plugin(folder, name: str, source: str):
@@ -71,7 +71,7 @@ def test_plugin_for_another_api_version_gets_a_clear_message(plugin_dir):
 def test_third_party_plugin_contributes_a_target(plugin_dir):
     _install_plugin(plugin_dir, "extra_target", """
         from retarget.hookspecs import hookimpl
-        from retarget.targets.vmvx import VmvxTarget
+        from retarget.vmvx import VmvxTarget
         RETARGET_PLUGIN_API = 1
 
         class Echo(VmvxTarget):
@@ -90,7 +90,7 @@ def test_third_party_plugin_contributes_a_target(plugin_dir):
 def test_builtin_wins_a_name_clash_unless_the_plugin_says_tryfirst(plugin_dir):
     _install_plugin(plugin_dir, "shadow", """
         from retarget.hookspecs import hookimpl
-        from retarget.targets.vmvx import VmvxTarget
+        from retarget.vmvx import VmvxTarget
         RETARGET_PLUGIN_API = 1
 
         class Impostor(VmvxTarget):

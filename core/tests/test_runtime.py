@@ -113,3 +113,15 @@ def test_memory_plan_reuses_dead_buffers():
     for _ in range(8):
         ref = np.exp(-ref)
     np.testing.assert_allclose(retarget.load(art, "local-task").chain(x), ref, rtol=1e-6)
+
+
+def test_public_functions_are_not_shadowed_by_submodules():
+    """`retarget.targets()` and friends stay callable whatever the process has imported."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(retarget.__path__, "retarget."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    for name in ("compile", "load", "targets", "drivers", "devices", "plugins"):
+        assert callable(getattr(retarget, name)), name

@@ -16,21 +16,21 @@ from .runtime import LoadedModule, load  # noqa: E402
 
 def plugins() -> list[dict]:
     """Every plugin found, working or broken, with its version, hooks and error."""
-    from .plugins import manager
+    from .plugin_manager import manager
 
     return [r.as_dict() for r in manager().records.values()]
 
 
 def targets() -> dict:
     """Target backends by name."""
-    from .plugins import manager
+    from .plugin_manager import manager
 
     return dict(manager().by_name("retarget_targets"))
 
 
 def drivers() -> dict:
     """HAL drivers by name."""
-    from .plugins import manager
+    from .plugin_manager import manager
 
     return dict(manager().by_name("retarget_drivers"))
 

@@ -12,21 +12,21 @@ RETARGET_PLUGIN_API = 1
 
 @hookimpl(tryfirst=True)
 def retarget_targets():
-    from .targets.vmvx import VmvxTarget
+    from .vmvx import VmvxTarget
 
     return [VmvxTarget()]
 
 
 @hookimpl(tryfirst=True)
 def retarget_drivers():
-    from .drivers.local import LOCAL_SYNC, LOCAL_TASK
+    from .local_drivers import LOCAL_SYNC, LOCAL_TASK
 
     return [LOCAL_TASK, LOCAL_SYNC]
 
 
 @hookimpl(tryfirst=True)
 def retarget_executable_loaders():
-    from .targets.vmvx import VmvxLoader
+    from .vmvx import VmvxLoader
 
     return [VmvxLoader()]
 

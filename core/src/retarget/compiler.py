@@ -21,7 +21,7 @@ from .passes.conv_folding import fold_conv_scales
 from .passes.dispatch import form_dispatches
 from .passes.host_program import ConstantPool, format_program, plan_function
 from .passes.simplify import canonicalize, fold_constants
-from .plugins import manager
+from .plugin_manager import manager
 from .protocols import TargetDesc
 
 GRAPH_PASSES: list[tuple[str, Callable[[Module], Module]]] = [

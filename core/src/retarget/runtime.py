@@ -17,7 +17,7 @@ from .errors import InputError, ModuleFormatError, UnknownDeviceError, suggestio
 from .ir.dtypes import dtype as lookup_dtype
 from .mlir.syntax import Parser
 from .module_format import Artifact, read
-from .plugins import manager
+from .plugin_manager import manager
 from .protocols import Binding, DeviceInfo, EntryPoint, ExecutableBinary
 
 # Drivers tried by device="auto", best first; any other driver ranks above these.

@@ -2,7 +2,7 @@
 
 import numpy as np
 from retarget.importers.mlir import evaluate_checks, import_check_file
-from retarget.targets.vmvx.interpreter import run_function
+from retarget.vmvx.interpreter import run_function
 
 CHECK_FILE = """func.func @add_test() {
   %a = util.unfoldable_constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>

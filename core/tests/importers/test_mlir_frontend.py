@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 from retarget.importers.mlir import MlirImporter, import_mlir
 from retarget.ir import print_module, verify
-from retarget.targets.vmvx.interpreter import run_function
+from retarget.vmvx.interpreter import run_function
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).parent / "mlir"

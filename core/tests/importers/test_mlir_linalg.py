@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 from retarget.importers.mlir import import_mlir
-from retarget.targets.vmvx.interpreter import run_function
+from retarget.vmvx.interpreter import run_function
 
 rng = np.random.default_rng(1)
 

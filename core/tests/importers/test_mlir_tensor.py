@@ -2,7 +2,7 @@
 
 import numpy as np
 from retarget.importers.mlir import import_mlir
-from retarget.targets.vmvx.interpreter import run_function
+from retarget.vmvx.interpreter import run_function
 
 
 def run(text, *inputs):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from retarget.errors import UnsupportedOpError
 from retarget.importers.mlir import import_mlir
-from retarget.targets.vmvx.interpreter import run_function
+from retarget.vmvx.interpreter import run_function
 
 rng = np.random.default_rng(2)
 

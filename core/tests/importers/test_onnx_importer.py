@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
 from retarget.importers.onnx import SUPPORTED_OPS, OnnxImporter  # noqa: E402
 from retarget.ir import verify  # noqa: E402
-from retarget.targets.vmvx.interpreter import run_function  # noqa: E402
+from retarget.vmvx.interpreter import run_function  # noqa: E402
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17):

@@ -94,7 +94,7 @@ def shape_operand_inputs(model) -> set[str]:
 
 def run_case(case) -> None:
     """Import, run and compare one node test; raises on any difference."""
-    from retarget.targets.vmvx.interpreter import run_function
+    from retarget.vmvx.interpreter import run_function
 
     for inputs, expected in case.data_sets:
         inputs, expected = [_array(x) for x in inputs], [_array(x) for x in expected]

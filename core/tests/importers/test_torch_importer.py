@@ -15,7 +15,7 @@ F = torch.nn.functional
 from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
 from retarget.importers.torch_export import HANDLERS, TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
-from retarget.targets.vmvx.interpreter import run_function  # noqa: E402
+from retarget.vmvx.interpreter import run_function  # noqa: E402
 
 
 class Fn(torch.nn.Module):

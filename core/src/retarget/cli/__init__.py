@@ -77,7 +77,7 @@ def plugins(as_json: JsonFlag = False):
 
 
 def _owner(hook: str, name: str) -> str:
-    from ..plugins import manager
+    from ..plugin_manager import manager
 
     for plugin_name, item in manager().collect(hook):
         if getattr(item, "name", None) == name:

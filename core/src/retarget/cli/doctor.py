@@ -10,7 +10,7 @@ from ..testing.graphs import mlp_module
 def diagnose() -> dict:
     from .. import compile as compile_model
     from ..errors import RetargetError
-    from ..plugins import manager
+    from ..plugin_manager import manager
     from ..runtime import LoadedModule, all_devices
 
     pm = manager()

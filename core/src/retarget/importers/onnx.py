@@ -218,7 +218,7 @@ class _Converter:
                 raise UnsupportedOpError(f"ONNX op '{node.op_type}' ({where}): output '{name}' is not supported")
 
     def _fold(self, node, handler):
-        from ..targets.vmvx.interpreter import run_function
+        from ..vmvx.interpreter import run_function
 
         scratch = Function("fold", [])
         outs = handler(_Node(self, node, Builder(scratch), fold=True))

@@ -4,7 +4,7 @@ Semantics follow numpy where numpy has the op: elementwise ops broadcast,
 `rt.matmul` is `np.matmul`. Images are NCHW and conv filters OIHW; importers
 insert the transposes for other layouts, and passes fold them. Integer `div`
 and `rem` truncate toward zero, as C and every GPU do.
-The numpy reference for each op is in `targets/vmvx/kernels.py`.
+The numpy reference for each op is in `vmvx/kernels.py`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _identity_operand(op: Operation) -> Value | None:
 
 def fold_constants(module: Module) -> Module:
     """Evaluate ops whose operands are all constants, with the reference kernels."""
-    from ..targets.vmvx.kernels import evaluate
+    from ..vmvx.kernels import evaluate
 
     for fn in module.functions.values():
         for op in fn.ops:

@@ -6,11 +6,11 @@ obviously right over being fast.
 
 from __future__ import annotations
 
-from ...errors import UnknownTargetError
-from ...ir.core import Function, Module
-from ...ir.parser import parse_module
-from ...ir.printer import print_module
-from ...protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+from ..errors import UnknownTargetError
+from ..ir.core import Function, Module
+from ..ir.parser import parse_module
+from ..ir.printer import print_module
+from ..protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 from .interpreter import run_function
 
 FORMAT = "vmvx-graph"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.core import Function
+from ..ir.core import Function
 from .kernels import evaluate
 
 

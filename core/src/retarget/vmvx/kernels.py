@@ -11,8 +11,8 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ...ir.core import TensorType
-from ...registry import registrar
+from ..ir.core import TensorType
+from ..registry import registrar
 
 KERNELS = {}
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UnknownDeviceError
-from ..protocols import DeviceInfo, EntryPoint, ExecutableBinary, TargetDesc
+from .errors import UnknownDeviceError
+from .protocols import DeviceInfo, EntryPoint, ExecutableBinary, TargetDesc
 
 ALIGNMENT = 64
 
@@ -90,7 +90,7 @@ class LocalCommandBuffer:
 
 class LocalDevice:
     def __init__(self, info: DeviceInfo, workers: int):
-        from ..plugins import manager
+        from .plugin_manager import manager
 
         self.info = info
         self.loaders = manager().by_name("retarget_executable_loaders")
@@ -178,7 +178,7 @@ class LocalDriver:
 
     def dump(self, device_id: str) -> dict:
         info = self.enumerate()[0]
-        from ..plugins import manager
+        from .plugin_manager import manager
 
         return {
             "driver": self.name,

@@ -1,0 +1,480 @@
+"""Lower a dispatch (a small graph function, see passes/dispatch.py) to kernel IR.
+
+Each dispatch has at most one *root*, an op that needs loops of its own (matmul,
+conv, pool, reduce, argmax). The root picks the loop nest; every other op of the
+dispatch is inlined as an expression of the output index: prologue ops where the
+root reads its operands, epilogue ops (bias, activation) where the result is
+stored. Broadcasts, transposes, slices, pads and reshapes become index
+arithmetic, never copies.
+
+The schedules here are for CPUs (one core per workgroup, vector loops inside):
+tiles come from `TargetDesc.extra["vector_bits"]`, not from the target's name.
+A GPU backend brings its own thread mapping on top of the same expressions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..ir.core import Function, Value
+from ..ir.dtypes import DType
+from ..protocols import TargetDesc
+from . import ir as k
+from .ir import INDEX, Assign, Cast, Compare, Const, Expr, If, Kernel, Load, Local, Loop, Param, Select, Store, Var
+
+ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
+MAX_WORKGROUPS = 8  # enough for the cores of a CI machine or a laptop; more only adds call overhead
+MIN_PARALLEL_WORK = 1 << 15  # below this many multiply-adds (or elements) one workgroup is faster
+MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
+
+
+def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
+    if len(fn.returns) != 1:
+        raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
+    return _Lowering(fn, desc).kernel()
+
+
+def strides(shape) -> list[int]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+def linearize(idx: list[Expr], shape) -> Expr:
+    total: Expr = k.const(0)
+    for i, s in zip(idx, strides(shape)):
+        total = total + i * s
+    return total
+
+
+def _delinearize(flat: Expr, shape) -> list[Expr]:
+    return [(flat // s) % d if d != 1 else k.const(0) for s, d in zip(strides(shape), shape)]
+
+
+def _broadcast_index(idx: list[Expr], shape, out_shape) -> list[Expr]:
+    lead = len(out_shape) - len(shape)
+    return [k.const(0) if d == 1 and out_shape[lead + i] != 1 else idx[lead + i] for i, d in enumerate(shape)]
+
+
+def _clamp(i: Expr, size: int) -> Expr:
+    return k.minimum(k.maximum(i, 0), size - 1)
+
+
+def _in_range(i: Expr, size: int) -> Expr:
+    return k.Binary("and", Compare("ge", i, k.const(0)), Compare("lt", i, k.const(size)))
+
+
+def _all(conds: list[Expr]) -> Expr | None:
+    out = None
+    for c in conds:
+        out = c if out is None else k.Binary("and", out, c)
+    return out
+
+
+class _Lowering:
+    def __init__(self, fn: Function, desc: TargetDesc):
+        self.fn, self.desc = fn, desc
+        self.inputs = {a: f"in{i}" for i, a in enumerate(fn.args)}
+        self.out = fn.returns[0]
+        self.names = 0
+        self.grid = 1
+        self.schedule: dict = {}
+        lanes = max(1, desc.extra.get("vector_bits", 256) // (8 * max(1, self.out.type.dtype.itemsize)))
+        self.tile = min(2 * lanes, 32)
+        self.override: dict[Value, Expr] = {}
+
+    def fresh(self, prefix: str) -> str:
+        self.names += 1
+        return f"{prefix}{self.names}"
+
+    # -- the kernel ------------------------------------------------------------------------------
+    def kernel(self) -> Kernel:
+        roots = [op for op in self.fn.ops if op.name in ROOTS]
+        if len(roots) > 1:
+            raise UnsupportedOpError(f"dispatch {self.fn.name} has {len(roots)} loop ops; fusion keeps one")
+        root = roots[0] if roots else None
+        body = getattr(self, "_" + root.name.removeprefix("rt."))(root) if root else self._elementwise()
+        params = [Param(name, a.type.dtype, a.type.num_elements, "read") for a, name in self.inputs.items()]
+        params.append(Param("out0", self.out.type.dtype, self.out.type.num_elements, "write"))
+        self.schedule["strategy"] = root.name.removeprefix("rt.") if root else "elementwise"
+        self.schedule["workgroups"] = self.grid
+        return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",) if self.grid > 1 else (),
+                      schedule=self.schedule)
+
+    def store(self, idx: list[Expr]) -> Store:
+        return Store("out0", linearize(idx, self.out.type.shape), self.value(self.out, idx))
+
+    # -- expressions ----------------------------------------------------------------------------
+    def value(self, v: Value, idx: list[Expr]) -> Expr:
+        if v in self.override:
+            return self.override[v]
+        if v in self.inputs:
+            return Load(self.inputs[v], linearize(idx, v.type.shape), v.type.dtype)
+        op = v.owner
+        name = op.name.removeprefix("rt.")
+        shape, dt = v.type.shape, v.type.dtype
+
+        def operand(i, at=None):
+            src = op.operands[i]
+            return self.value(src, _broadcast_index(at if at is not None else idx, src.type.shape, shape))
+
+        if name == "constant":
+            flat = op.attrs["value"].array.reshape(-1)
+            return k.const(flat[0].item(), dt)
+        if name in k.UNARY_OPS:
+            return k.Unary(name, operand(0))
+        if name in k.BINARY_OPS:
+            return k.Binary(name, operand(0), operand(1))
+        if name == "cmp":
+            return Compare(op.attrs["predicate"], operand(0), operand(1))
+        if name == "select":
+            return Select(operand(0), operand(1), operand(2))
+        if name == "cast":
+            return Cast(operand(0), dt)
+        if name == "broadcast":
+            return operand(0)
+        if name == "iota":
+            return Cast(idx[op.attrs["axis"]], dt)
+        src = op.operands[0] if op.operands else None
+        if name == "reshape":
+            return self.value(src, _delinearize(linearize(idx, shape), src.type.shape))
+        if name == "transpose":
+            at = [None] * len(idx)
+            for i, p in enumerate(op.attrs["perm"]):
+                at[p] = idx[i]
+            return self.value(src, at)
+        if name == "slice":
+            return self.value(src, [s + i * st for i, s, st in zip(idx, op.attrs["start"], op.attrs["stride"])])
+        if name == "pad":
+            at = [i - lo for i, lo in zip(idx, op.attrs["low"])]
+            conds = [_in_range(i, d) for i, d, lo, hi in zip(at, src.type.shape, op.attrs["low"], op.attrs["high"])
+                     if lo or hi]
+            inner = self.value(src, [_clamp(i, d) if (lo or hi) else i for i, d, lo, hi in
+                                     zip(at, src.type.shape, op.attrs["low"], op.attrs["high"])])
+            cond = _all(conds)
+            return inner if cond is None else Select(cond, inner, k.const(op.attrs["value"], dt))
+        if name == "concat":
+            axis = op.attrs["axis"]
+            pieces, offset = [], 0
+            for piece in op.operands:
+                size = piece.type.shape[axis]
+                at = list(idx)
+                at[axis] = _clamp(idx[axis] - offset, size)
+                pieces.append((offset + size, self.value(piece, at)))
+                offset += size
+            out = pieces[-1][1]
+            for end, expr in reversed(pieces[:-1]):
+                out = Select(Compare("lt", idx[axis], k.const(end)), expr, out)
+            return out
+        if name == "gather":
+            data, indices = op.operands
+            axis, r = op.attrs["axis"], indices.type.rank
+            position = Cast(self.value(indices, idx[axis:axis + r]), INDEX)
+            return self.value(data, idx[:axis] + [_clamp(position, data.type.shape[axis])] + idx[axis + r:])
+        raise UnsupportedOpError(f"kernel lowering does not handle {op.describe()} inside a fused dispatch")
+
+    # -- loop building ----------------------------------------------------------------------------
+    def loops(self, extents, inner_kind="vector"):
+        """(vars, wrap): index vars for `extents`, and a function that wraps a body in their loops."""
+        names = [self.fresh("i") for _ in extents]
+
+        def wrap(body):
+            for n, (name, extent) in enumerate(reversed(list(zip(names, extents)))):
+                kind = inner_kind if n == 0 and extent > 1 else "serial"
+                body = [Loop(name, extent, body, kind)]
+            return body
+
+        return [Var(n) for n in names], wrap
+
+    def parallel(self, count: int, work: int, body_fn, tail=None) -> list:
+        """`body_fn(i)` for i in [0, count), spread over workgroups when the work is large enough;
+        `tail` statements run once, in the last workgroup."""
+        groups = min(count, MAX_WORKGROUPS) if work >= MIN_PARALLEL_WORK else 1
+        chunk = -(-count // groups) if groups else 0
+        groups = -(-count // chunk) if chunk else 1
+        if groups <= 1:
+            t = self.fresh("p")
+            out = [Loop(t, count, body_fn(Var(t)))] if count else []
+            return out + (tail or [])
+        self.grid = groups
+        wg, t = Var("wg"), self.fresh("p")
+        item = wg * chunk + Var(t)
+        guarded = body_fn(item) if count % chunk == 0 else [If(Compare("lt", item, k.const(count)), body_fn(item))]
+        out = [Loop(t, chunk, guarded)]
+        if tail:
+            out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
+        return out
+
+    # -- strategies ----------------------------------------------------------------------------------
+    def _elementwise(self) -> list:
+        shape = self.out.type.shape
+        if not shape:
+            return [self.store([])]
+        outer = next((d for d in range(len(shape) - 1) if shape[d] > 1), None)
+        if outer is None:  # one long row: split it into vector-tile chunks
+            n, tile = shape[-1], self.tile
+            lead = [k.const(0)] * (len(shape) - 1)
+
+            def chunk(c):
+                j = self.fresh("j")
+                return [Loop(j, tile, [self.store(lead + [c * tile + Var(j)])], "vector")]
+
+            tail_start = n - n % tile
+            j = self.fresh("j")
+            tail = [Loop(j, n % tile, [self.store(lead + [Var(j) + tail_start])], "vector")] if n % tile else []
+            return self.parallel(n // tile, n, chunk, tail)
+        rest, wrap = self.loops(shape[outer + 1:])
+        lead = [k.const(0)] * outer
+        return self.parallel(shape[outer], self.out.type.num_elements,
+                             lambda i: wrap([self.store(lead + [i] + rest)]))
+
+    def _reduce(self, op) -> list:
+        kind, axes = op.attrs["kind"], tuple(op.attrs["axes"])
+        keep = op.attrs.get("keepdims", False)
+        src = op.operands[0]
+        acc_dt = _accumulator(src.type.dtype) if kind in ("sum", "prod") else src.type.dtype
+        out_shape = op.result.type.shape
+        kept = [d for d in range(src.type.rank) if d not in axes]
+        red, wrap_red = self.loops([src.type.shape[a] for a in axes],
+                                   "vector" if axes and axes[-1] == src.type.rank - 1 else "serial")
+        acc = self.fresh("acc")
+        self.schedule["reduction"] = kind
+
+        def element(out_idx):
+            at = [None] * src.type.rank
+            for n, d in enumerate(kept):
+                at[d] = out_idx[d] if keep else out_idx[n]
+            for var, a in zip(red, axes):
+                at[a] = var
+            x = self.value(src, at)
+            x = Cast(x, acc_dt) if x.dtype != acc_dt else x
+            combine = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "and": "and", "or": "or"}[kind]
+            self.override[op.result] = Cast(Var(acc, acc_dt), op.result.type.dtype) \
+                if acc_dt != op.result.type.dtype else Var(acc, acc_dt)
+            return [Assign(acc, k.const(_identity(kind, acc_dt), acc_dt)),
+                    *wrap_red([Assign(acc, k.Binary(combine, Var(acc, acc_dt), x))]),
+                    self.store(out_idx)]
+
+        return self._over_output(out_shape, element, work=src.type.num_elements)
+
+    def _argmax(self, op) -> list:
+        src, axis = op.operands[0], op.attrs["axis"]
+        keep = op.attrs.get("keepdims", False)
+        out_shape = op.result.type.shape
+        best, where, r = self.fresh("best"), self.fresh("arg"), self.fresh("r")
+        dt = src.type.dtype
+
+        def element(out_idx):
+            at = list(out_idx) if keep else out_idx[:axis] + [None] + out_idx[axis:]
+            at[axis] = Var(r)
+            x = self.value(src, at)
+            better = Compare("gt", x, Var(best, dt))
+            self.override[op.result] = Var(where, op.result.type.dtype)
+            first = list(at)
+            first[axis] = k.const(0)
+            return [Assign(best, self.value(src, first)), Assign(where, k.const(0, op.result.type.dtype)),
+                    Loop(r, src.type.shape[axis], [
+                        Assign(where, Select(better, Cast(Var(r), op.result.type.dtype), Var(where, op.result.type.dtype))),
+                        Assign(best, Select(better, x, Var(best, dt)))])]  # noqa: E501
+
+        def with_store(out_idx):
+            return element(out_idx) + [self.store(out_idx)]
+
+        return self._over_output(out_shape, with_store, work=src.type.num_elements)
+
+    def _over_output(self, shape, element, work: int) -> list:
+        """A loop nest over `shape` (the first non-unit dim in parallel), `element(idx)` inside."""
+        if not shape:
+            return element([])
+        outer = next((d for d in range(len(shape)) if shape[d] > 1), 0)
+        rest, wrap = self.loops(shape[outer + 1:], "serial")
+        lead = [k.const(0)] * outer
+        return self.parallel(shape[outer], work, lambda i: wrap(element(lead + [i] + rest)))
+
+    def _matmul(self, op) -> list:
+        a, b = op.operands
+        out = op.result.type
+        *batch, m, n = out.shape
+        kk = a.type.shape[-1]
+        acc_dt = _accumulator(out.dtype)
+        bvars, wrap_batch = self.loops(batch, "serial")
+        rows, tile = min(MATMUL_ROWS, m), min(self.tile, n)
+        self.schedule.update(tile_m=rows, tile_n=tile)
+
+        def tile_code(m0: Expr, mr: int, n0: Expr, nt: int) -> list:
+            acc, kv, r, j = self.fresh("acc"), self.fresh("k"), self.fresh("r"), self.fresh("j")
+            a_val = self.fresh("a")
+
+            def a_at(row):
+                return self.value(a, _broadcast_index(bvars + [m0 + row, Var(kv)], a.type.shape, out.shape))
+
+            def b_at(col):
+                return self.value(b, _broadcast_index(bvars + [Var(kv), n0 + col], b.type.shape, out.shape))
+
+            cell = Var(r) * nt + Var(j)
+            self.override[op.result] = Cast(Load(acc, cell, acc_dt), out.dtype) if acc_dt != out.dtype \
+                else Load(acc, cell, acc_dt)
+            return [
+                Local(acc, mr * nt, acc_dt),
+                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], "vector")], "unroll"),
+                Loop(kv, kk, [Loop(r, mr, [
+                    Assign(a_val, _widen(a_at(Var(r)), acc_dt)),
+                    Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
+                                                           k.Binary("mul", Var(a_val, acc_dt), _widen(b_at(Var(j)), acc_dt))))],
+                         "vector")], "unroll")]),
+                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)])], "vector")], "unroll"),
+            ]
+
+        def columns(m0: Expr, mr: int) -> list:
+            c = self.fresh("c")
+            body = [Loop(c, n // tile, tile_code(m0, mr, Var(c) * tile, tile))] if n >= tile else []
+            if n % tile:
+                body += tile_code(m0, mr, k.const(n - n % tile), n % tile)
+            return body
+
+        row_blocks, tail_rows = m // rows, m % rows
+        work = m * n * kk * max(1, int(np.prod(batch, dtype=np.int64)))
+        if row_blocks >= 2 or n < 2 * tile:
+            tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
+            body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
+        else:  # few rows (a batch-1 linear layer): spread the columns instead
+            c_tail = n % tile
+            body = []
+            for start in range(0, m - tail_rows, rows):
+                body += self.parallel(n // tile, work, lambda c, s=start: tile_code(k.const(s), rows, c * tile, tile),
+                                      tile_code(k.const(start), rows, k.const(n - c_tail), c_tail) if c_tail else None)
+            if tail_rows:
+                body += columns(k.const(m - tail_rows), tail_rows)
+        return wrap_batch(body)
+
+    def _conv2d(self, op) -> list:
+        x, w = op.operands
+        out = op.result.type
+        n_, o_, oh, ow = out.shape
+        _, c_, h, wd = x.type.shape
+        _, cg, kh, kw = w.type.shape
+        sh, sw = op.attrs.get("strides", (1, 1))
+        dh, dw = op.attrs.get("dilations", (1, 1))
+        pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
+        per_group = o_ // op.attrs.get("groups", 1)
+        acc_dt = _accumulator(out.dtype)
+        ob, tile = min(MATMUL_ROWS, o_), min(self.tile, ow)
+        padded_h = any(op.attrs.get("pad", (0, 0, 0, 0))[:2])
+        padded_w = any(op.attrs.get("pad", (0, 0, 0, 0))[2:])
+        self.schedule.update(tile_channels=ob, tile_x=tile)
+        nv = self.fresh("n")
+
+        def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, nt: int) -> list:
+            acc, cv, ky, kx, r, j = (self.fresh(p) for p in ("acc", "c", "ky", "kx", "r", "j"))
+            wv = self.fresh("w")
+            o = o0 + Var(r)
+            iy = y * sh + Var(ky) * dh - pt
+            ix = (x0 + Var(j)) * sw + Var(kx) * dw - pl
+            ci = (o // per_group) * cg + Var(cv)
+            load = self.value(x, [Var(nv), ci, _clamp(iy, h) if padded_h else iy, _clamp(ix, wd) if padded_w else ix])
+            conds = ([_in_range(iy, h)] if padded_h else []) + ([_in_range(ix, wd)] if padded_w else [])
+            cond = _all(conds)
+            pixel = _widen(load, acc_dt) if cond is None else Select(cond, _widen(load, acc_dt), k.const(0, acc_dt))
+            cell = Var(r) * nt + Var(j)
+            self.override[op.result] = Cast(Load(acc, cell, acc_dt), out.dtype) if acc_dt != out.dtype \
+                else Load(acc, cell, acc_dt)
+            return [
+                Local(acc, nb * nt, acc_dt),
+                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], "vector")], "unroll"),
+                Loop(cv, cg, [Loop(ky, kh, [Loop(kx, kw, [Loop(r, nb, [
+                    Assign(wv, _widen(self.value(w, [o, Var(cv), Var(ky), Var(kx)]), acc_dt)),
+                    Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
+                                                           k.Binary("mul", Var(wv, acc_dt), pixel)))], "vector"),
+                ], "unroll")])])]),
+                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, y, x0 + Var(j)])], "vector")], "unroll"),
+            ]
+
+        def rows_of(o0: Expr, nb: int) -> list:
+            y, c = self.fresh("y"), self.fresh("x")
+            inner = [Loop(c, ow // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))] if ow >= tile else []
+            if ow % tile:
+                inner += tile_code(o0, nb, Var(y), k.const(ow - ow % tile), ow % tile)
+            return [Loop(y, oh, inner)]
+
+        blocks, tail = o_ // ob, o_ % ob
+        work = n_ * o_ * oh * ow * cg * kh * kw
+        body = self.parallel(blocks, work, lambda i: rows_of(i * ob, ob),
+                             rows_of(k.const(o_ - tail), tail) if tail else None)
+        return [Loop(nv, n_, body)]
+
+    def _max_pool2d(self, op) -> list:
+        return self._pool(op, "max")
+
+    def _avg_pool2d(self, op) -> list:
+        return self._pool(op, "avg")
+
+    def _pool(self, op, kind: str) -> list:
+        x = op.operands[0]
+        out = op.result.type
+        n_, c_, oh, ow = out.shape
+        h, wd = x.type.shape[2:]
+        kh, kw = op.attrs["kernel"]
+        sh, sw = op.attrs.get("strides", (1, 1))
+        dh, dw = op.attrs.get("dilations", (1, 1))
+        pad = op.attrs.get("pad", (0, 0, 0, 0))
+        acc_dt = _accumulator(out.dtype) if kind == "avg" else out.dtype
+        include_pad = op.attrs.get("count_include_pad", False)
+        padded = any(pad)
+
+        def element(idx):
+            nv, cv, y, xo = idx
+            acc, count, ky, kx = self.fresh("acc"), self.fresh("count"), self.fresh("ky"), self.fresh("kx")
+            iy, ix = y * sh + Var(ky) * dh - pad[0], xo * sw + Var(kx) * dw - pad[2]
+            v = _widen(self.value(x, [nv, cv, _clamp(iy, h) if padded else iy, _clamp(ix, wd) if padded else ix]),
+                       acc_dt)
+            inside = _all([_in_range(iy, h), _in_range(ix, wd)]) if padded else None
+            if kind == "max":
+                lowest = -math.inf if acc_dt.is_float else int(np.iinfo(acc_dt.np_dtype).min)
+                v = v if inside is None else Select(inside, v, k.const(lowest, acc_dt))
+                update = [Assign(acc, k.Binary("max", Var(acc, acc_dt), v))]
+                init = [Assign(acc, k.const(lowest, acc_dt))]
+                result = Var(acc, acc_dt)
+            else:
+                v = v if inside is None else Select(inside, v, k.const(0, acc_dt))
+                update = [Assign(acc, k.Binary("add", Var(acc, acc_dt), v))]
+                init = [Assign(acc, k.const(0, acc_dt))]
+                if include_pad or not padded:
+                    result = k.Binary("mul", Var(acc, acc_dt), k.const(1.0 / (kh * kw), acc_dt))
+                else:
+                    update.append(Assign(count, k.Binary("add", Var(count, acc_dt),
+                                                          Select(inside, k.const(1, acc_dt), k.const(0, acc_dt)))))
+                    init.append(Assign(count, k.const(0, acc_dt)))
+                    result = k.Binary("div", Var(acc, acc_dt), Var(count, acc_dt))
+            self.override[op.result] = Cast(result, out.dtype) if acc_dt != out.dtype else result
+            return [*init, Loop(ky, kh, [Loop(kx, kw, update)]), self.store(idx)]
+
+        return self._over_output(out.shape, element, work=out.num_elements * kh * kw)
+
+
+def _accumulator(dt: DType) -> DType:
+    """Half-precision sums accumulate in f32."""
+    from ..ir.dtypes import f32
+
+    return f32 if dt.is_float and dt.bits < 32 else dt
+
+
+def _widen(e: Expr, dt: DType) -> Expr:
+    return e if e.dtype == dt else Cast(e, dt)
+
+
+def _identity(kind: str, dt: DType):
+    if kind == "sum" or kind == "or":
+        return 0
+    if kind == "prod" or kind == "and":
+        return 1
+    if dt.is_float:
+        return -math.inf if kind == "max" else math.inf
+    info = np.iinfo(dt.np_dtype) if dt.kind != "bool" else None
+    if info is None:
+        return 0 if kind == "max" else 1
+    return info.min if kind == "max" else info.max

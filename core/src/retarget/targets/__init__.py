@@ -1,1 +1,0 @@
-"""The core's own compiler target: `vmvx`, the numpy reference."""

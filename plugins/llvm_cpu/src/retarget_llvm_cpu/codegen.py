@@ -1,0 +1,519 @@
+"""Kernel IR -> LLVM IR (llvmlite.ir) -> optimised native object.
+
+Each kernel becomes `void NAME(void **bindings, i64 wg_x, i64 wg_y, i64 wg_z)`:
+binding i is param i, and the kernel's `workgroup_vars` are wg_x, wg_y, wg_z in
+order. Scalars and loop variables live in allocas (SROA/mem2reg promote them),
+`Local` arrays are allocas. f16/bf16 are storage types only: loads extend to f32
+and stores round back (round to nearest even), as the vmvx reference does.
+Float ops allow reassociation and contraction (so reductions vectorize), but not
+`nnan`/`ninf`, so NaN and infinity behave as in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from retarget.errors import UnsupportedOpError
+from retarget.ir.dtypes import DType
+from retarget.ir.dtypes import f32 as DTYPE_F32
+from retarget.kernel import ir as k
+
+FAST = ("reassoc", "contract", "nsz")
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+
+# Unary float ops that are LLVM intrinsics; the rest call libm (f32 names end in "f").
+INTRINSIC_UNARY = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "abs": "llvm.fabs",
+                   "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven",
+                   "sin": "llvm.sin", "cos": "llvm.cos"}
+LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "tan": "tan", "atan": "atan", "log1p": "log1p", "expm1": "expm1"}
+LIBM_BINARY = {"atan2": "atan2"}
+FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def storage_type(dt: DType) -> ir.Type:
+    """How an element sits in a buffer."""
+    if dt.name == "bf16":
+        return I16
+    if dt.name == "f16":
+        return F16
+    if dt.kind == "bool":
+        return I8
+    return _scalar(dt)
+
+
+def compute_type(dt: DType) -> ir.Type:
+    """How a value of this dtype is held in registers."""
+    if dt.name in ("f16", "bf16"):
+        return F32
+    return _scalar(dt)
+
+
+def _scalar(dt: DType) -> ir.Type:
+    if dt.name == "f64":
+        return F64
+    if dt.name == "f32":
+        return F32
+    if dt.kind == "bool":
+        return I1
+    if dt.kind in ("int", "uint") and dt.bits in (8, 16, 32, 64):
+        return ir.IntType(dt.bits)
+    raise UnsupportedOpError(f"llvm-cpu cannot compile element type {dt}", hint="cast it to a supported type first")
+
+
+class ModuleBuilder:
+    """Builds one LLVM module holding many kernels, for one (triple, features)."""
+
+    def __init__(self, name: str, triple: str, features: tuple[str, ...]):
+        self.module = ir.Module(name=name)
+        self.module.triple = triple
+        is_x86 = triple.startswith(("x86_64", "i686", "i386"))
+        # Targets without a native half conversion get bit-exact helpers instead of a libcall.
+        self.native_half = not is_x86 or "f16c" in features
+
+    def add(self, kernel: k.Kernel) -> ir.Function:
+        return _KernelBuilder(self, kernel).build()
+
+    # -- declarations ---------------------------------------------------------------------------
+    def intrinsic(self, name: str, types: list[ir.Type], ret: ir.Type | None = None) -> ir.Function:
+        return self.module.declare_intrinsic(name, types, ir.FunctionType(ret or types[0], [types[0]] * _arity(name)))
+
+    def libm(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
+        symbol = name + ("f" if ty == F32 else "")
+        fn = self.module.globals.get(symbol)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * arity), symbol)
+            fn.attributes.add("nounwind")
+            fn.attributes.add("readnone")  # errno is never read back
+        return fn
+
+    def helper(self, name: str, build) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = build(self.module, name)
+        return fn
+
+
+def _arity(name: str) -> int:
+    return 3 if name == "llvm.fma" else 2 if name in ("llvm.pow", "llvm.maximum", "llvm.minimum") else 1
+
+
+class _KernelBuilder:
+    def __init__(self, mb: ModuleBuilder, kernel: k.Kernel):
+        self.mb = mb
+        self.kernel = kernel
+        fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64])
+        self.fn = ir.Function(mb.module, fnty, kernel.name)
+        self.fn.attributes.add("nounwind")
+        self.entry = self.fn.append_basic_block("allocas")  # allocas only, so SROA promotes them all
+        self.alloca_builder = ir.IRBuilder(self.entry)
+        self.start = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.start)
+        self.buffers: dict[str, tuple[ir.Value, DType, bool]] = {}  # name -> (pointer, dtype, is_local)
+        self.vars: dict[str, tuple[ir.Value, ir.Type]] = {}  # scalar name -> (alloca, type)
+        self.index_vars: dict[str, ir.Value] = {}
+
+    def build(self) -> ir.Function:
+        bindings, *wg = self.fn.args
+        bindings.name = "bindings"
+        for name, arg in zip(("wg_x", "wg_y", "wg_z"), wg):
+            arg.name = name
+        for var, arg in zip(self.kernel.workgroup_vars, wg):
+            self.index_vars[var] = arg
+        for i, p in enumerate(self.kernel.params):
+            slot = self.b.gep(bindings, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
+            ptr = self.b.load(slot, name=p.name, typ=PTR)
+            self.buffers[p.name] = (ptr, p.dtype, False)
+        self.stmts(self.kernel.body)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.start)
+        return self.fn
+
+    # -- helpers --------------------------------------------------------------------------------
+    def alloca(self, ty: ir.Type, name: str, count: int | None = None) -> ir.Value:
+        # an array is `count` elements, so that it is element-indexed like a buffer
+        return self.alloca_builder.alloca(ty, size=ir.Constant(I64, count) if count else None, name=name)
+
+    # -- statements -----------------------------------------------------------------------------
+    def stmts(self, body: list) -> None:
+        for s in body:
+            getattr(self, "stmt_" + type(s).__name__.lower())(s)
+
+    def stmt_loop(self, s: k.Loop) -> None:
+        if s.extent <= 0:
+            return
+        b = self.b
+        iv = self.alloca(I64, s.var)
+        saved = self.index_vars.get(s.var)
+        b.store(ir.Constant(I64, s.start), iv)
+        header = self.fn.append_basic_block(f"{s.var}.header")
+        body = self.fn.append_basic_block(f"{s.var}.body")
+        latch = self.fn.append_basic_block(f"{s.var}.latch")
+        exit_ = self.fn.append_basic_block(f"{s.var}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.load(iv, name=s.var, typ=I64)
+        b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, s.start + s.extent)), body, exit_)
+        b.position_at_end(body)
+        self.index_vars[s.var] = i
+        self.stmts(s.body)
+        b.branch(latch)
+        b.position_at_end(latch)
+        b.store(b.add(b.load(iv, typ=I64), ir.Constant(I64, 1), flags=("nsw",)), iv)
+        back = b.branch(header)
+        hints = self.loop_hints(s)
+        if hints:
+            md = self.mb.module.add_metadata([ir.MetaDataString(self.mb.module, "retarget.loop")])
+            md.operands = (md, *hints)  # a loop id refers to itself
+            back.set_metadata("llvm.loop", md)
+        b.position_at_end(exit_)
+        if saved is None:
+            self.index_vars.pop(s.var, None)
+        else:
+            self.index_vars[s.var] = saved
+
+    def loop_hints(self, s: k.Loop) -> list:
+        m = self.mb.module
+        # "vector" loops get no forced-vectorize hint: LLVM vectorizes them (or SLP-vectorizes them once
+        # unrolled) on its own, and a forced hint only adds warnings where it chooses otherwise.
+        if s.kind == "unroll":
+            return [m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.full")])]
+        return []
+
+    def stmt_assign(self, s: k.Assign) -> None:
+        value = self.expr(s.value)
+        slot = self.vars.get(s.var)
+        if slot is None or slot[1] != value.type:
+            slot = (self.alloca(value.type, s.var), value.type)
+            self.vars[s.var] = slot
+        self.b.store(value, slot[0])
+
+    def stmt_store(self, s: k.Store) -> None:
+        ptr, dt, local = self.buffers[s.buffer]
+        value = self.convert(self.expr(s.value), s.value.dtype, dt, round_half=local)
+        elem = compute_type(dt) if local else storage_type(dt)
+        addr = self.b.gep(ptr, [self.expr(s.index)], inbounds=True, source_etype=elem)
+        self.b.store(value if local else self.to_storage(value, dt), addr)
+
+    def stmt_if(self, s: k.If) -> None:
+        then = self.fn.append_basic_block("if.then")
+        done = self.fn.append_basic_block("if.end")
+        self.b.cbranch(self.expr(s.cond), then, done)
+        self.b.position_at_end(then)
+        self.stmts(s.body)
+        self.b.branch(done)
+        self.b.position_at_end(done)
+
+    def stmt_local(self, s: k.Local) -> None:
+        arr = self.alloca(compute_type(s.dtype), s.name, s.size)
+        self.buffers[s.name] = (arr, s.dtype, True)
+
+    def stmt_barrier(self, s: k.Barrier) -> None:
+        """A CPU workgroup is one invocation: there is nothing to wait for."""
+
+    # -- expressions ----------------------------------------------------------------------------
+    def expr(self, e: k.Expr) -> ir.Value:
+        return getattr(self, "expr_" + type(e).__name__.lower())(e)
+
+    def expr_const(self, e: k.Const) -> ir.Value:
+        ty = compute_type(e.dtype)
+        if e.dtype.is_float:
+            return ir.Constant(ty, float(np.array(e.value, dtype=e.dtype.np_dtype).astype(np.float64)))
+        if e.dtype.kind == "bool":
+            return ir.Constant(I1, int(bool(e.value)))
+        return ir.Constant(ty, int(e.value))
+
+    def expr_var(self, e: k.Var) -> ir.Value:
+        if e.name in self.index_vars:
+            return self.index_vars[e.name]
+        if e.name in self.vars:
+            slot, ty = self.vars[e.name]
+            return self.b.load(slot, name=e.name, typ=ty)
+        raise UnsupportedOpError(f"kernel {self.kernel.name}: variable %{e.name} is read before it is defined")
+
+    def expr_load(self, e: k.Load) -> ir.Value:
+        ptr, dt, local = self.buffers[e.buffer]
+        elem = compute_type(dt) if local else storage_type(dt)
+        addr = self.b.gep(ptr, [self.expr(e.index)], inbounds=True, source_etype=elem)
+        raw = self.b.load(addr, typ=elem)
+        value = raw if local else self.from_storage(raw, dt)
+        return self.convert(value, dt, e.dtype)
+
+    def expr_cast(self, e: k.Cast) -> ir.Value:
+        return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
+
+    def expr_select(self, e: k.Select) -> ir.Value:
+        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+
+    def expr_compare(self, e: k.Compare) -> ir.Value:
+        a, b = self.expr(e.a), self.expr(e.b)
+        dt = e.a.dtype
+        if dt.is_float:
+            op = FLOAT_CMP[e.op]
+            # numpy: NaN compares unequal to everything, so `ne` is the one unordered compare.
+            if e.op == "ne":
+                return self.b.fcmp_unordered(op, a, b)
+            return self.b.fcmp_ordered(op, a, b)
+        if dt.kind in ("uint", "bool"):
+            return self.b.icmp_unsigned(FLOAT_CMP[e.op], a, b)
+        return self.b.icmp_signed(FLOAT_CMP[e.op], a, b)
+
+    def expr_unary(self, e: k.Unary) -> ir.Value:
+        x = self.expr(e.a)
+        dt, b, op = e.a.dtype, self.b, e.op
+        if dt.is_float:
+            ty = x.type
+            one = ir.Constant(ty, 1.0)
+            if op == "neg":
+                return b.fneg(x, flags=FAST)
+            if op in INTRINSIC_UNARY:
+                return b.call(self.mb.intrinsic(INTRINSIC_UNARY[op], [ty]), [x], fastmath=FAST)
+            if op in LIBM_UNARY:
+                return b.call(self.mb.libm(LIBM_UNARY[op], ty, 1), [x])
+            if op == "rsqrt":
+                return b.fdiv(one, b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x], fastmath=FAST), flags=FAST)
+            if op == "reciprocal":
+                return b.fdiv(one, x, flags=FAST)
+            if op == "sigmoid":
+                e_ = b.call(self.mb.intrinsic("llvm.exp", [ty]), [b.fneg(x, flags=FAST)], fastmath=FAST)
+                return b.fdiv(one, b.fadd(one, e_, flags=FAST), flags=FAST)
+            if op == "sign":
+                zero = ir.Constant(ty, 0.0)
+                neg = b.select(b.fcmp_ordered("<", x, zero), ir.Constant(ty, -1.0), x)
+                return b.select(b.fcmp_ordered(">", x, zero), one, neg)
+        else:
+            ty = x.type
+            if op == "neg":
+                return b.neg(x)
+            if op == "abs" and dt.kind == "int":
+                return b.call(self.mb.module.declare_intrinsic("llvm.abs", [ty], ir.FunctionType(ty, [ty, I1])),
+                              [x, ir.Constant(I1, 0)])
+            if op == "abs":
+                return x
+            if op == "not":
+                return b.not_(x)
+            if op == "sign":
+                zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+                if dt.kind == "bool":
+                    return x
+                cmp = b.icmp_unsigned if dt.kind == "uint" else b.icmp_signed
+                neg = b.select(cmp("<", x, zero), ir.Constant(ty, -1), zero)
+                return b.select(cmp(">", x, zero), one, neg)
+        raise UnsupportedOpError(f"llvm-cpu: unary op '{op}' on {dt} is not supported")
+
+    def expr_binary(self, e: k.Binary) -> ir.Value:
+        a, c = self.expr(e.a), self.expr(e.b)
+        dt, b, op = e.a.dtype, self.b, e.op
+        if dt.is_float:
+            ty = a.type
+            simple = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "rem": b.frem}
+            if op in simple:
+                return simple[op](a, c, flags=FAST)
+            if op in ("max", "min", "pow"):
+                # llvm.maximum/minimum propagate NaN, as np.maximum does.
+                name = {"max": "llvm.maximum", "min": "llvm.minimum", "pow": "llvm.pow"}[op]
+                return b.call(self.mb.intrinsic(name, [ty]), [a, c], fastmath=FAST)
+            if op in LIBM_BINARY:
+                return b.call(self.mb.libm(LIBM_BINARY[op], ty, 2), [a, c])
+        else:
+            ty = a.type
+            unsigned = dt.kind in ("uint", "bool")
+            simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}
+            if op in simple:
+                return simple[op](a, c)
+            if op in ("div", "rem"):
+                # x / 0 is x and x % 0 is 0 (as the reference), never a trap; so is MIN / -1.
+                zero = b.icmp_unsigned("==", c, ir.Constant(ty, 0))
+                safe = b.select(zero, ir.Constant(ty, 1), c)
+                if not unsigned:
+                    overflow = b.and_(b.icmp_signed("==", a, ir.Constant(ty, -(1 << (ty.width - 1)))),
+                                      b.icmp_signed("==", c, ir.Constant(ty, -1)))
+                    safe = b.select(overflow, ir.Constant(ty, 1), safe)
+                    if op == "div":
+                        q = b.sdiv(a, safe)
+                        return q  # MIN / -1 wraps to MIN, as numpy's does
+                    r = b.srem(a, safe)
+                    return b.select(overflow, ir.Constant(ty, 0), r)
+                return b.udiv(a, safe) if op == "div" else b.urem(a, safe)
+            if op in ("max", "min"):
+                cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+                return b.select(cmp(">" if op == "max" else "<", a, c), a, c)
+        raise UnsupportedOpError(f"llvm-cpu: binary op '{op}' on {dt} is not supported")
+
+    # -- conversions ----------------------------------------------------------------------------
+    def convert(self, x: ir.Value, src: DType, dst: DType, round_half: bool = True) -> ir.Value:
+        """A value of dtype `src` as `dst`. A cast to f16/bf16 rounds (the value is then held in
+        f32); `round_half=False` leaves that to a store, which rounds anyway."""
+        if round_half and dst.name in ("f16", "bf16") and src.name != dst.name:
+            x = self.convert(x, src, DTYPE_F32)
+            return self.from_storage(self.to_storage(x, dst), dst)
+        b = self.b
+        to = compute_type(dst)
+        if x.type == to and src.kind == dst.kind:
+            return x
+        if dst.kind == "bool":
+            if src.is_float:
+                return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+            return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+        if src.is_float and dst.is_float:
+            if x.type == to:
+                return x
+            return b.fpext(x, to) if x.type == F32 and to == F64 else b.fptrunc(x, to)
+        if src.is_float:
+            name = "llvm.fptoui.sat" if dst.kind == "uint" else "llvm.fptosi.sat"
+            fn = self.mb.module.declare_intrinsic(name, [to, x.type], ir.FunctionType(to, [x.type]))
+            return b.call(fn, [x])
+        if dst.is_float:
+            return b.uitofp(x, to) if src.kind in ("uint", "bool") else b.sitofp(x, to)
+        if x.type.width == to.width:
+            return x
+        if x.type.width > to.width:
+            return b.trunc(x, to)
+        return b.zext(x, to) if src.kind in ("uint", "bool") else b.sext(x, to)
+
+    def from_storage(self, raw: ir.Value, dt: DType) -> ir.Value:
+        b = self.b
+        if dt.name == "bf16":
+            return b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+        if dt.name == "f16":
+            if self.mb.native_half:
+                return b.fpext(raw, F32)
+            return b.call(self.mb.helper("retarget.f16_to_f32", _f16_to_f32), [b.bitcast(raw, I16)])
+        if dt.kind == "bool":
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        return raw
+
+    def to_storage(self, x: ir.Value, dt: DType) -> ir.Value:
+        b = self.b
+        if dt.name == "bf16":
+            return b.call(self.mb.helper("retarget.f32_to_bf16", _f32_to_bf16), [x])
+        if dt.name == "f16":
+            if self.mb.native_half:
+                return b.fptrunc(x, F16)
+            return b.bitcast(b.call(self.mb.helper("retarget.f32_to_f16", _f32_to_f16), [x]), F16)
+        if dt.kind == "bool":
+            return b.zext(x, I8)
+        return x
+
+
+# -- half-precision helpers (bit-exact, round to nearest even) -----------------------------------
+
+
+def _helper(module, name, ret, arg):
+    fn = ir.Function(module, ir.FunctionType(ret, [arg]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    return fn, ir.IRBuilder(fn.append_basic_block("entry")), fn.args[0]
+
+
+def _c(ty, v):
+    return ir.Constant(ty, v)
+
+
+def _f32_to_bf16(module, name):
+    fn, b, x = _helper(module, name, I16, F32)
+    bits = b.bitcast(x, I32)
+    lsb = b.and_(b.lshr(bits, _c(I32, 16)), _c(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(_c(I32, 0x7FFF), lsb)), _c(I32, 16))
+    quiet = b.or_(b.lshr(bits, _c(I32, 16)), _c(I32, 0x40))
+    isnan = b.fcmp_unordered("uno", x, x)
+    b.ret(b.trunc(b.select(isnan, quiet, rounded), I16))
+    return fn
+
+
+def _f16_to_f32(module, name):
+    fn, b, h = _helper(module, name, F32, I16)
+    h32 = b.zext(h, I32)
+    sign = b.shl(b.and_(h32, _c(I32, 0x8000)), _c(I32, 16))
+    exp = b.and_(b.lshr(h32, _c(I32, 10)), _c(I32, 0x1F))
+    man = b.and_(h32, _c(I32, 0x3FF))
+    # normal: rebias; inf/nan: all-ones exponent; subnormal/zero: exact via float math
+    normal = b.or_(b.shl(b.add(exp, _c(I32, 112)), _c(I32, 23)), b.shl(man, _c(I32, 13)))
+    special = b.or_(_c(I32, 0x7F800000), b.shl(man, _c(I32, 13)))
+    sub = b.fmul(b.uitofp(man, F32), _c(F32, 2.0 ** -24))
+    sub_bits = b.bitcast(sub, I32)
+    mag = b.select(b.icmp_unsigned("==", exp, _c(I32, 0x1F)), special, normal)
+    mag = b.select(b.icmp_unsigned("==", exp, _c(I32, 0)), sub_bits, mag)
+    b.ret(b.bitcast(b.or_(sign, mag), F32))
+    return fn
+
+
+def _f32_to_f16(module, name):
+    fn, b, x = _helper(module, name, I16, F32)
+    bits = b.bitcast(x, I32)
+    sign = b.and_(b.lshr(bits, _c(I32, 16)), _c(I32, 0x8000))
+    absbits = b.and_(bits, _c(I32, 0x7FFFFFFF))
+    absf = b.bitcast(absbits, F32)
+    # subnormal results (|x| < 2^-14): round |x| * 2^24 to an integer, nearest even
+    small = b.fptoui(b.call(module.declare_intrinsic("llvm.roundeven", [F32]), [b.fmul(absf, _c(F32, 2.0 ** 24))]), I32)
+    # normal results: rebias and round the 13 dropped mantissa bits to nearest even
+    lsb = b.and_(b.lshr(absbits, _c(I32, 13)), _c(I32, 1))
+    normal = b.lshr(b.sub(b.add(absbits, b.add(_c(I32, 0xFFF), lsb)), _c(I32, 112 << 23)), _c(I32, 13))
+    normal = b.select(b.icmp_unsigned(">=", normal, _c(I32, 0x7C00)), _c(I32, 0x7C00), normal)  # overflow -> inf
+    nan = b.or_(_c(I32, 0x7E00), b.and_(b.lshr(absbits, _c(I32, 13)), _c(I32, 0x3FF)))
+    out = b.select(b.icmp_unsigned("<", absbits, _c(I32, 113 << 23)), small, normal)
+    out = b.select(b.icmp_unsigned(">", absbits, _c(I32, 0x7F800000)), nan, out)
+    b.ret(b.trunc(b.or_(sign, out), I16))
+    return fn
+
+
+# -- optimise and emit ---------------------------------------------------------------------------
+
+_initialized = False
+
+
+def _init():
+    global _initialized
+    if not _initialized:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _initialized = True
+
+
+def target_machine(triple: str, cpu: str, features: tuple[str, ...], *, jit: bool = False):
+    import llvmlite.binding as llvm
+
+    _init()
+    target = llvm.Target.from_triple(triple)
+    flat = ",".join("+" + f for f in features)
+    return target.create_target_machine(cpu=cpu, features=flat, opt=3, reloc="pic", codemodel="small", jit=jit)
+
+
+def llvm_ir(kernels: list[k.Kernel], triple: str, features: tuple[str, ...], name: str = "retarget") -> str:
+    mb = ModuleBuilder(name, triple, features)
+    for kernel in kernels:
+        mb.add(kernel)
+    return str(mb.module)
+
+
+def optimize(text: str, tm):
+    import llvmlite.binding as llvm
+
+    mod = llvm.parse_assembly(text)
+    mod.triple = tm.triple if hasattr(tm, "triple") else mod.triple
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def emit_object(kernels: list[k.Kernel], triple: str, cpu: str, features: tuple[str, ...]) -> bytes:
+    """Kernels -> one relocatable object for (triple, cpu, features)."""
+    tm = target_machine(triple, cpu, features)
+    mod = optimize(llvm_ir(kernels, triple, features), tm)
+    return tm.emit_object(mod)
+
+
+def assembly(kernels: list[k.Kernel], triple: str, cpu: str, features: tuple[str, ...]) -> str:
+    """The optimised kernels as assembly text, for reading what LLVM made of them."""
+    tm = target_machine(triple, cpu, features)
+    return tm.emit_assembly(optimize(llvm_ir(kernels, triple, features), tm))

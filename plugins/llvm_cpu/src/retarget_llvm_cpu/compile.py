@@ -1,0 +1,28 @@
+"""Kernels -> ExecutableBinary: one object holding every kernel, through the cache."""
+
+from __future__ import annotations
+
+from retarget.ir.core import TensorType
+from retarget.kernel.ir import Kernel, print_kernel
+from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+
+from . import FORMAT, cache, codegen
+
+
+def compile_kernels(kernels: list[Kernel], desc: TargetDesc, bindings: list[tuple[Binding, ...]] | None = None,
+                    *, use_cache: bool = True) -> ExecutableBinary:
+    """`bindings[i]` describes kernel i's params as tensors; without it each param is a flat 1-D tensor."""
+    triple, cpu = desc.extra["triple"], desc.extra["cpu"]
+    key = cache.key([print_kernel(kn) for kn in kernels], triple, cpu, desc.features)
+    data = cache.get(key) if use_cache else None
+    if data is None:
+        data = codegen.emit_object(kernels, triple, cpu, desc.features)
+        if use_cache:
+            cache.put(key, data)
+    if bindings is None:
+        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
+    entries = [
+        EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
+        for kn, b in zip(kernels, bindings)
+    ]
+    return ExecutableBinary(FORMAT, desc, data, entries)
