@@ -6,7 +6,6 @@ not installed is skipped, and says so.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

@@ -21,9 +21,9 @@ pytest.importorskip("onnx")
 from retarget.importers.onnx import OnnxImporter  # noqa: E402
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
-from retarget.vmvx.interpreter import run_function  # noqa: E402
 from retarget.testing import zoo  # noqa: E402
 from retarget.testing.numerics import relative_error  # noqa: E402
+from retarget.vmvx.interpreter import run_function  # noqa: E402
 
 RELATIVE_TOLERANCE = 1e-4
 

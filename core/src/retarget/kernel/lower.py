@@ -23,7 +23,7 @@ from ..ir.core import Function, Value
 from ..ir.dtypes import DType
 from ..protocols import TargetDesc
 from . import ir as k
-from .ir import INDEX, Assign, Cast, Compare, Const, Expr, If, Kernel, Load, Local, Loop, Param, Select, Store, Var
+from .ir import INDEX, Assign, Cast, Compare, Expr, If, Kernel, Load, Local, Loop, Param, Select, Store, Var
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
 MAX_WORKGROUPS = 8  # enough for the cores of a CI machine or a laptop; more only adds call overhead
