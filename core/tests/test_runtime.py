@@ -125,3 +125,12 @@ def test_public_functions_are_not_shadowed_by_submodules():
             importlib.import_module(info.name)
     for name in ("compile", "load", "targets", "drivers", "devices", "plugins"):
         assert callable(getattr(retarget, name)), name
+
+
+def test_native_code_is_preferred_over_the_reference_when_both_fit(mlp):
+    module, x, expected = mlp
+    if "llvm-cpu" not in retarget.targets():
+        pytest.skip("the llvm-cpu plugin is not installed (pip install -e plugins/llvm_cpu)")
+    loaded = retarget.load(retarget.compile(module, ["vmvx", "llvm-cpu"]), device="local-task")
+    assert loaded.variant.target.backend == "llvm-cpu"
+    np.testing.assert_allclose(loaded.predict(x), expected, rtol=1e-5)

@@ -181,7 +181,8 @@ class LoadedModule:
         return out
 
     def _choose(self, spec: str):
-        variants = self._variants()
+        # The numpy reference runs anywhere but slowly: native code goes first when both fit.
+        variants = sorted(self._variants(), key=lambda v: v.target.backend == "vmvx")
         held = ", ".join(v.target.name for v in variants) or "none"
         if spec != "auto":
             device = open_device(spec)
