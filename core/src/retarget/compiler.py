@@ -105,7 +105,7 @@ def compile(  # noqa: A001 - the public verb
         binary = backend.compile(kernels, desc)
         path = f"executables/{desc.backend}-{desc.arch}.bin"
         entries[path] = binary.data
-        dump(f"executable-{desc.backend}-{desc.arch}", _preview(binary.data))
+        dump(f"executable-{desc.backend}-{desc.arch}", binary.listing or _preview(binary.data))
         executables.append({
             "backend": desc.backend,
             "arch": desc.arch,

@@ -70,6 +70,7 @@ class ExecutableBinary:
     target: TargetDesc
     data: bytes
     entry_points: list[EntryPoint]
+    listing: str | None = None  # a readable form (kernel IR, generated source) for --dump-after-all
 
 
 @dataclass

@@ -13,7 +13,8 @@ def compile_kernels(kernels: list[Kernel], desc: TargetDesc, bindings: list[tupl
                     *, use_cache: bool = True) -> ExecutableBinary:
     """`bindings[i]` describes kernel i's params as tensors; without it each param is a flat 1-D tensor."""
     triple, cpu = desc.extra["triple"], desc.extra["cpu"]
-    key = cache.key([print_kernel(kn) for kn in kernels], triple, cpu, desc.features)
+    texts = [print_kernel(kn) for kn in kernels]
+    key = cache.key(texts, triple, cpu, desc.features)
     data = cache.get(key) if use_cache else None
     if data is None:
         data = codegen.emit_object(kernels, triple, cpu, desc.features)
@@ -25,4 +26,4 @@ def compile_kernels(kernels: list[Kernel], desc: TargetDesc, bindings: list[tupl
         EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
         for kn, b in zip(kernels, bindings)
     ]
-    return ExecutableBinary(FORMAT, desc, data, entries)
+    return ExecutableBinary(FORMAT, desc, data, entries, listing="\n\n".join(texts))
