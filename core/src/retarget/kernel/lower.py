@@ -29,6 +29,7 @@ ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce"
 MAX_WORKGROUPS = 8  # enough for the cores of a CI machine or a laptop; more only adds call overhead
 MIN_PARALLEL_WORK = 1 << 15  # below this many multiply-adds (or elements) one workgroup is faster
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
+REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
 def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
@@ -321,13 +322,13 @@ class _Lowering:
                 else Load(acc, cell, acc_dt)
             return [
                 Local(acc, mr * nt, acc_dt),
-                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], "vector")], "unroll"),
+                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
                 Loop(kv, kk, [Loop(r, mr, [
                     Assign(a_val, _widen(a_at(Var(r)), acc_dt)),
                     Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
                                                            k.Binary("mul", Var(a_val, acc_dt), _widen(b_at(Var(j)), acc_dt))))],
-                         "vector")], "unroll")]),
-                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)])], "vector")], "unroll"),
+                         REG)], "unroll")]),
+                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)])], REG)], "unroll"),
             ]
 
         def columns(m0: Expr, mr: int) -> list:
@@ -366,7 +367,14 @@ class _Lowering:
         ob, tile = min(MATMUL_ROWS, o_), min(self.tile, ow)
         padded_h = any(op.attrs.get("pad", (0, 0, 0, 0))[:2])
         padded_w = any(op.attrs.get("pad", (0, 0, 0, 0))[2:])
+        # A 1x1 convolution is a matmul over channels: its rows are one contiguous run of oh*ow pixels,
+        # indexed as row 0 of a wider image, so that vector tiles are full width whatever the image width.
+        flat = self._pointwise(op)
+        rows_out, cols_out = (1, oh * ow) if flat else (oh, ow)
+        tile = min(self.tile, cols_out)
         self.schedule.update(tile_channels=ob, tile_x=tile)
+        if flat:
+            self.schedule["pixels"] = "flat"
         nv = self.fresh("n")
 
         def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, nt: int) -> list:
@@ -375,7 +383,7 @@ class _Lowering:
             o = o0 + Var(r)
             iy = y * sh + Var(ky) * dh - pt
             ix = (x0 + Var(j)) * sw + Var(kx) * dw - pl
-            ci = (o // per_group) * cg + Var(cv)
+            ci = Var(cv) if per_group == o_ else (o // per_group) * cg + Var(cv)
             load = self.value(x, [Var(nv), ci, _clamp(iy, h) if padded_h else iy, _clamp(ix, wd) if padded_w else ix])
             conds = ([_in_range(iy, h)] if padded_h else []) + ([_in_range(ix, wd)] if padded_w else [])
             cond = _all(conds)
@@ -385,27 +393,49 @@ class _Lowering:
                 else Load(acc, cell, acc_dt)
             return [
                 Local(acc, nb * nt, acc_dt),
-                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], "vector")], "unroll"),
+                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
                 Loop(cv, cg, [Loop(ky, kh, [Loop(kx, kw, [Loop(r, nb, [
                     Assign(wv, _widen(self.value(w, [o, Var(cv), Var(ky), Var(kx)]), acc_dt)),
                     Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
-                                                           k.Binary("mul", Var(wv, acc_dt), pixel)))], "vector"),
+                                                           k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
                 ], "unroll")])])]),
-                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, y, x0 + Var(j)])], "vector")], "unroll"),
+                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, y, x0 + Var(j)])], REG)], "unroll"),
             ]
 
         def rows_of(o0: Expr, nb: int) -> list:
             y, c = self.fresh("y"), self.fresh("x")
-            inner = [Loop(c, ow // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))] if ow >= tile else []
-            if ow % tile:
-                inner += tile_code(o0, nb, Var(y), k.const(ow - ow % tile), ow % tile)
-            return [Loop(y, oh, inner)]
+            inner = [Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))] \
+                if cols_out >= tile else []
+            if cols_out % tile:
+                inner += tile_code(o0, nb, Var(y), k.const(cols_out - cols_out % tile), cols_out % tile)
+            return [Loop(y, rows_out, inner)]
 
         blocks, tail = o_ // ob, o_ % ob
         work = n_ * o_ * oh * ow * cg * kh * kw
         body = self.parallel(blocks, work, lambda i: rows_of(i * ob, ob),
                              rows_of(k.const(o_ - tail), tail) if tail else None)
         return [Loop(nv, n_, body)]
+
+    def _pointwise(self, op) -> bool:
+        """Whether conv `op` reads and writes pixels as flat runs: a 1x1, stride-1, unpadded, ungrouped
+        convolution of a dispatch input, whose epilogue is elementwise with per-pixel or per-channel
+        operands, so that the index (n, c, 0, p) linearizes to pixel p of every operand."""
+        x, w = op.operands
+        if w.type.shape[2:] != (1, 1) or x not in self.inputs or op.attrs.get("groups", 1) != 1:
+            return False
+        if tuple(op.attrs.get("strides", (1, 1))) != (1, 1) or any(op.attrs.get("pad", (0, 0, 0, 0))):
+            return False
+        plane = tuple(op.result.type.shape[2:])
+        elementwise = set(k.UNARY_OPS) | set(k.BINARY_OPS) | {"cmp", "select", "cast", "constant"}
+        for other in self.fn.ops:
+            if other is op:
+                continue
+            if other.name.removeprefix("rt.") not in elementwise:
+                return False
+            for v in (*other.operands, *other.results):
+                if v.type.rank and (v.type.rank != 4 or tuple(v.type.shape[2:]) not in (plane, (1, 1))):
+                    return False
+        return True
 
     def _max_pool2d(self, op) -> list:
         return self._pool(op, "max")

@@ -2,8 +2,12 @@
 
 Each kernel becomes `void NAME(void **bindings, i64 wg_x, i64 wg_y, i64 wg_z)`:
 binding i is param i, and the kernel's `workgroup_vars` are wg_x, wg_y, wg_z in
-order. Scalars and loop variables live in allocas (SROA/mem2reg promote them),
-`Local` arrays are allocas. f16/bf16 are storage types only: loads extend to f32
+order. The exported function only reads the binding table and calls the kernel
+body, whose buffer arguments are `noalias` (the host program never binds a
+dispatch's output over one of its inputs), so LLVM needs no runtime alias checks.
+Scalars and loop variables live in allocas (SROA/mem2reg promote them),
+`Local` arrays are allocas. `unroll` loops are unrolled here, and short innermost
+loops become explicit vector code (`vectorize.py`). f16/bf16 are storage types only: loads extend to f32
 and stores round back (round to nearest even), as the vmvx reference does.
 Float ops allow reassociation and contraction (so reductions vectorize), but not
 `nnan`/`ninf`, so NaN and infinity behave as in numpy.
@@ -18,10 +22,13 @@ from retarget.ir.dtypes import DType
 from retarget.ir.dtypes import f32 as DTYPE_F32
 from retarget.kernel import ir as k
 
+from .vectorize import VectorLanes, vectorizable
+
 FAST = ("reassoc", "contract", "nsz")
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
+MAX_UNROLL = 64  # longer `unroll` loops stay loops, with a full-unroll hint
 
 # Unary float ops that are LLVM intrinsics; the rest call libm (f32 names end in "f").
 INTRINSIC_UNARY = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "abs": "llvm.fabs",
@@ -29,6 +36,10 @@ INTRINSIC_UNARY = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "a
                    "sin": "llvm.sin", "cos": "llvm.cos"}
 LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "tan": "tan", "atan": "atan", "log1p": "log1p", "expm1": "expm1"}
 LIBM_BINARY = {"atan2": "atan2"}
+ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+         -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+         -1.42647390514189e-02)
 FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -77,7 +88,18 @@ class ModuleBuilder:
 
     # -- declarations ---------------------------------------------------------------------------
     def intrinsic(self, name: str, types: list[ir.Type], ret: ir.Type | None = None) -> ir.Function:
-        return self.module.declare_intrinsic(name, types, ir.FunctionType(ret or types[0], [types[0]] * _arity(name)))
+        fnty = ir.FunctionType(ret or types[0], [types[0]] * _arity(name))
+        if not any(isinstance(t, ir.VectorType) for t in types):
+            return self.module.declare_intrinsic(name, types, fnty)
+        return self.declare(".".join([name, *map(_mangle, types)]), fnty)
+
+    def masked_load(self, ty: ir.VectorType) -> ir.Function:
+        mask = ir.VectorType(I1, ty.count)
+        return self.declare(f"llvm.masked.load.{_mangle(ty)}.p0", ir.FunctionType(ty, [PTR, I32, mask, ty]))
+
+    def declare(self, symbol: str, fnty: ir.FunctionType) -> ir.Function:
+        fn = self.module.globals.get(symbol)
+        return fn if fn is not None else ir.Function(self.module, fnty, symbol)
 
     def libm(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
         symbol = name + ("f" if ty == F32 else "")
@@ -95,6 +117,12 @@ class ModuleBuilder:
         return fn
 
 
+def _mangle(ty: ir.Type) -> str:
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_mangle(ty.element)}"
+    return ty.intrinsic_name
+
+
 def _arity(name: str) -> int:
     return 3 if name == "llvm.fma" else 2 if name in ("llvm.pow", "llvm.maximum", "llvm.minimum") else 1
 
@@ -103,9 +131,14 @@ class _KernelBuilder:
     def __init__(self, mb: ModuleBuilder, kernel: k.Kernel):
         self.mb = mb
         self.kernel = kernel
-        fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64])
-        self.fn = ir.Function(mb.module, fnty, kernel.name)
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(kernel.params) + [I64, I64, I64])
+        self.fn = ir.Function(mb.module, fnty, kernel.name + ".body")
+        self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
+        self.fn.attributes.add("alwaysinline")
+        for arg in self.fn.args[:len(kernel.params)]:
+            arg.add_attribute("noalias")
+            arg.add_attribute("captures(none)")
         self.entry = self.fn.append_basic_block("allocas")  # allocas only, so SROA promotes them all
         self.alloca_builder = ir.IRBuilder(self.entry)
         self.start = self.fn.append_basic_block("entry")
@@ -113,24 +146,43 @@ class _KernelBuilder:
         self.buffers: dict[str, tuple[ir.Value, DType, bool]] = {}  # name -> (pointer, dtype, is_local)
         self.vars: dict[str, tuple[ir.Value, ir.Type]] = {}  # scalar name -> (alloca, type)
         self.index_vars: dict[str, ir.Value] = {}
+        self.lanes: VectorLanes | None = None  # set while emitting a loop as vector code
 
     def build(self) -> ir.Function:
-        bindings, *wg = self.fn.args
-        bindings.name = "bindings"
+        n = len(self.kernel.params)
+        wg = self.fn.args[n:]
         for name, arg in zip(("wg_x", "wg_y", "wg_z"), wg):
             arg.name = name
         for var, arg in zip(self.kernel.workgroup_vars, wg):
             self.index_vars[var] = arg
-        for i, p in enumerate(self.kernel.params):
-            slot = self.b.gep(bindings, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
-            ptr = self.b.load(slot, name=p.name, typ=PTR)
-            self.buffers[p.name] = (ptr, p.dtype, False)
+        for p, arg in zip(self.kernel.params, self.fn.args):
+            arg.name = p.name
+            self.buffers[p.name] = (arg, p.dtype, False)
         self.stmts(self.kernel.body)
         self.b.ret_void()
         self.alloca_builder.branch(self.start)
-        return self.fn
+        return self.entry_point()
+
+    def entry_point(self) -> ir.Function:
+        """`NAME(void **bindings, wg_x, wg_y, wg_z)`: reads the binding table, calls the body."""
+        fn = ir.Function(self.mb.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64]), self.kernel.name)
+        fn.attributes.add("nounwind")
+        bindings, *wg = fn.args
+        bindings.name = "bindings"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        pointers = []
+        for i, p in enumerate(self.kernel.params):
+            slot = b.gep(bindings, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
+            pointers.append(b.load(slot, name=p.name, typ=PTR))
+        b.call(self.fn, [*pointers, *wg])
+        b.ret_void()
+        return fn
 
     # -- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    def element_type(dt: DType, local: bool) -> ir.Type:
+        return compute_type(dt) if local else storage_type(dt)
+
     def alloca(self, ty: ir.Type, name: str, count: int | None = None) -> ir.Value:
         # an array is `count` elements, so that it is element-indexed like a buffer
         return self.alloca_builder.alloca(ty, size=ir.Constant(I64, count) if count else None, name=name)
@@ -142,6 +194,29 @@ class _KernelBuilder:
 
     def stmt_loop(self, s: k.Loop) -> None:
         if s.extent <= 0:
+            return
+        if self.lanes is None and vectorizable(s, self.buffers):
+            # power-of-two pieces (28 = 16 + 8 + 4): odd widths legalize into shuffles and spills
+            start, left = s.start, s.extent
+            while left:
+                n = 1 << (left.bit_length() - 1)
+                self.lanes = VectorLanes(self, s.var, start, n)
+                try:
+                    for store in s.body:
+                        self.lanes.store(store)
+                finally:
+                    self.lanes = None
+                start, left = start + n, left - n
+            return
+        if s.kind == "unroll" and s.extent <= MAX_UNROLL:
+            saved = self.index_vars.get(s.var)
+            for i in range(s.start, s.start + s.extent):
+                self.index_vars[s.var] = ir.Constant(I64, i)
+                self.stmts(s.body)
+            if saved is None:
+                self.index_vars.pop(s.var, None)
+            else:
+                self.index_vars[s.var] = saved
             return
         b = self.b
         iv = self.alloca(I64, s.var)
@@ -207,6 +282,7 @@ class _KernelBuilder:
 
     def stmt_local(self, s: k.Local) -> None:
         arr = self.alloca(compute_type(s.dtype), s.name, s.size)
+        arr.type = PTR  # opaque, as LLVM's own pointers are: vector code loads <n x T> through it
         self.buffers[s.name] = (arr, s.dtype, True)
 
     def stmt_barrier(self, s: k.Barrier) -> None:
@@ -214,6 +290,8 @@ class _KernelBuilder:
 
     # -- expressions ----------------------------------------------------------------------------
     def expr(self, e: k.Expr) -> ir.Value:
+        if self.lanes is not None:
+            return self.lanes.expr(e)
         return getattr(self, "expr_" + type(e).__name__.lower())(e)
 
     def expr_const(self, e: k.Const) -> ir.Value:
@@ -269,8 +347,10 @@ class _KernelBuilder:
                 return b.fneg(x, flags=FAST)
             if op in INTRINSIC_UNARY:
                 return b.call(self.mb.intrinsic(INTRINSIC_UNARY[op], [ty]), [x], fastmath=FAST)
+            if op == "erf" and (ty.element if isinstance(ty, ir.VectorType) else ty) == F32:
+                return self.erf_f32(x)
             if op in LIBM_UNARY:
-                return b.call(self.mb.libm(LIBM_UNARY[op], ty, 1), [x])
+                return self.per_lane(lambda v: b.call(self.mb.libm(LIBM_UNARY[op], v.type, 1), [v]), x)
             if op == "rsqrt":
                 return b.fdiv(one, b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x], fastmath=FAST), flags=FAST)
             if op == "reciprocal":
@@ -341,6 +421,33 @@ class _KernelBuilder:
                 return b.select(cmp(">" if op == "max" else "<", a, c), a, c)
         raise UnsupportedOpError(f"llvm-cpu: binary op '{op}' on {dt} is not supported")
 
+    def erf_f32(self, x: ir.Value) -> ir.Value:
+        """erf as a rational function of x clamped to [-4, 4] (Eigen's and XLA's float erf; within
+        5e-7 of erf), so that it vectorizes instead of calling erff per lane; NaN stays NaN."""
+        b, ty = self.b, x.type
+        clamp = [self.mb.intrinsic(n, [ty]) for n in ("llvm.maximum", "llvm.minimum")]
+        x = b.call(clamp[1], [b.call(clamp[0], [x, ir.Constant(ty, -4.0)]), ir.Constant(ty, 4.0)])
+        x2 = b.fmul(x, x, flags=FAST)
+
+        def horner(coefficients):
+            acc = ir.Constant(ty, coefficients[0])
+            for c in coefficients[1:]:
+                acc = b.fadd(b.fmul(acc, x2, flags=FAST), ir.Constant(ty, c), flags=FAST)
+            return acc
+
+        p = b.fmul(x, horner(ERF_P), flags=FAST)
+        return b.fdiv(p, horner(ERF_Q), flags=FAST)
+
+    def per_lane(self, fn, x: ir.Value) -> ir.Value:
+        """`fn` (scalar -> scalar) applied to each lane of a vector, or to a scalar."""
+        if not isinstance(x.type, ir.VectorType):
+            return fn(x)
+        out = ir.Constant(x.type, ir.Undefined)
+        for i in range(x.type.count):
+            lane = ir.Constant(I32, i)
+            out = self.b.insert_element(out, fn(self.b.extract_element(x, lane)), lane)
+        return out
+
     # -- conversions ----------------------------------------------------------------------------
     def convert(self, x: ir.Value, src: DType, dst: DType, round_half: bool = True) -> ir.Value:
         """A value of dtype `src` as `dst`. A cast to f16/bf16 rounds (the value is then held in
@@ -350,8 +457,21 @@ class _KernelBuilder:
             return self.from_storage(self.to_storage(x, dst), dst)
         b = self.b
         to = compute_type(dst)
-        if x.type == to and src.kind == dst.kind:
+        lanes = x.type.count if isinstance(x.type, ir.VectorType) else 0
+        have = x.type.element if lanes else x.type
+        if have == to and src.kind == dst.kind:
             return x
+        if lanes:  # vectorize.py admits only float<->float, int<->int and int->float here
+            vto = ir.VectorType(to, lanes)
+            if src.is_float and dst.is_float:
+                return b.fpext(x, vto) if have == F32 and to == F64 else b.fptrunc(x, vto)
+            if dst.is_float:
+                return b.uitofp(x, vto) if src.kind in ("uint", "bool") else b.sitofp(x, vto)
+            if have.width == to.width:
+                return x
+            if have.width > to.width:
+                return b.trunc(x, vto)
+            return b.zext(x, vto) if src.kind in ("uint", "bool") else b.sext(x, vto)
         if dst.kind == "bool":
             if src.is_float:
                 return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
