@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import platform
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,8 +94,7 @@ class LocalDevice:
         self.info = info
         self.loaders = manager().by_name("retarget_executable_loaders")
         self.formats = tuple(self.loaders)
-        self.workers = workers
-        self.pool = ThreadPoolExecutor(workers - 1, thread_name_prefix="retarget-local") if workers > 1 else None
+        self.team = _Team(workers - 1) if workers > 1 else None
         self._lock = threading.Lock()
 
     def can_load(self, format: str, target: TargetDesc) -> str | None:
@@ -127,23 +125,17 @@ class LocalDevice:
     def submit(self, command_buffer: LocalCommandBuffer) -> None:
         with self._lock:
             for stage in command_buffer.stages:
-                if self.pool is None or len(stage) == 1:
+                if self.team is None or len(stage) == 1:
                     _run_all(stage)
-                    continue
-                # One task per worker, not per workgroup: a pool submission costs tens of microseconds.
-                # The calling thread takes a share too instead of waiting idle.
-                shares = min(self.workers, len(stage))
-                futures = [self.pool.submit(_run_all, stage[i::shares]) for i in range(1, shares)]
-                _run_all(stage[0::shares])
-                for future in futures:
-                    future.result()
+                else:
+                    self.team.run(stage)
 
     def wait(self) -> None:
         """Work finishes inside `submit`; nothing is left in flight."""
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
+        if self.team is not None:
+            self.team.close()
 
 
 def cpu_name() -> str:
@@ -160,6 +152,54 @@ def cpu_name() -> str:
 def _run_all(works) -> None:
     for work in works:
         work()
+
+
+class _Team:
+    """Helper threads that wait for a share of each stage; the submitting thread takes a share too.
+
+    A stage's commands are dealt round-robin over the team. Starting a share is one lock release,
+    cheaper than a thread pool's future per task, which matters for kernels of tens of microseconds.
+    """
+
+    def __init__(self, helpers: int):
+        self.helpers = helpers
+        self.shares: list = [None] * helpers
+        self.go = [threading.Semaphore(0) for _ in range(helpers)]
+        self.done = threading.Semaphore(0)
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._serve, args=(i,), daemon=True, name=f"retarget-local-{i}")
+                        for i in range(helpers)]
+        for t in self.threads:
+            t.start()
+
+    def _serve(self, i: int) -> None:
+        while True:
+            self.go[i].acquire()
+            share = self.shares[i]
+            if share is None:
+                return
+            try:
+                _run_all(share)
+            except BaseException as e:  # re-raised in the submitting thread
+                self.errors.append(e)
+            self.done.release()
+
+    def run(self, stage: list) -> None:
+        n = min(self.helpers + 1, len(stage))
+        for i in range(1, n):
+            self.shares[i - 1] = stage[i::n]
+            self.go[i - 1].release()
+        _run_all(stage[0::n])
+        for _ in range(1, n):
+            self.done.acquire()
+        if self.errors:
+            error, self.errors = self.errors[0], []
+            raise error
+
+    def close(self) -> None:
+        for i in range(self.helpers):
+            self.shares[i] = None
+            self.go[i].release()
 
 
 class LocalDriver:

@@ -15,6 +15,7 @@ A GPU backend brings its own thread mapping on top of the same expressions.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -26,8 +27,8 @@ from . import ir as k
 from .ir import INDEX, Assign, Cast, Compare, Expr, If, Kernel, Load, Local, Loop, Param, Select, Store, Var
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
-MAX_WORKGROUPS = 8  # enough for the cores of a CI machine or a laptop; more only adds call overhead
-MIN_PARALLEL_WORK = 1 << 15  # below this many multiply-adds (or elements) one workgroup is faster
+MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
+MIN_PARALLEL_WORK = 1 << 20  # below this many multiply-adds (~20 us of work) one workgroup is faster
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
@@ -88,6 +89,8 @@ class _Lowering:
         lanes = max(1, desc.extra.get("vector_bits", 256) // (8 * max(1, self.out.type.dtype.itemsize)))
         self.tile = min(2 * lanes, 32)
         self.override: dict[Value, Expr] = {}
+        # One workgroup per core the target declares (else this machine's), so each core gets one call.
+        self.max_groups = min(MAX_WORKGROUPS, desc.extra.get("cores") or os.cpu_count() or 1)
 
     def fresh(self, prefix: str) -> str:
         self.names += 1
@@ -195,7 +198,7 @@ class _Lowering:
     def parallel(self, count: int, work: int, body_fn, tail=None) -> list:
         """`body_fn(i)` for i in [0, count), spread over workgroups when the work is large enough;
         `tail` statements run once, in the last workgroup."""
-        groups = min(count, MAX_WORKGROUPS) if work >= MIN_PARALLEL_WORK else 1
+        groups = min(count, self.max_groups) if work >= MIN_PARALLEL_WORK else 1
         chunk = -(-count // groups) if groups else 0
         groups = -(-count // chunk) if chunk else 1
         if groups <= 1:
