@@ -50,9 +50,14 @@ def runners(name: str, tmp: Path):
 
         path = tmp / f"{name}.onnx"
         zoo.export_onnx(name, path)
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        feeds = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
-        out["onnxruntime"] = lambda: session.run(None, feeds)[0]
+        for threads in (0, 1):  # its default pool spins, which can hurt on a small or shared machine
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinning between turns
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            feeds = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
+            label = "onnxruntime" + (" 1 thread" if threads else "")
+            out[label] = lambda session=session, feeds=feeds: session.run(None, feeds)[0]
     except ImportError:
         pass
 
