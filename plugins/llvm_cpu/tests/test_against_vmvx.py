@@ -1,0 +1,84 @@
+"""Differential tests: llvm-cpu computes what the vmvx reference computes, for the shapes that stress
+the vector code (odd widths, tails, strides, padding, dilation, groups) and for fused epilogues."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retarget
+from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
+
+rng = np.random.default_rng(7)
+
+
+def _run_both(build, *input_shapes):
+    args = [Value(TensorType(s, dtypes.f32)) for s in input_shapes]
+    fn = Function("f", args)
+    fn.returns = [build(Builder(fn), *args)]
+    module = Module({"f": fn})
+    xs = [rng.standard_normal(s).astype(np.float32) for s in input_shapes]
+    ref = retarget.load(retarget.compile(module, "vmvx"), "local-sync").f(*xs)
+    got = retarget.load(retarget.compile(module, "llvm-cpu"), "local-task").f(*xs)
+    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
+
+
+def _const(b, shape):
+    return b.constant(rng.standard_normal(shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("width", [1, 7, 17, 33, 49])
+@pytest.mark.parametrize("stride, pad, dilation", [(1, 0, 1), (1, 1, 1), (2, 1, 1), (1, 2, 2)])
+def test_conv_with_bias_relu6(width, stride, pad, dilation):
+    def build(b, x):
+        y = b.op("rt.conv2d", [x, _const(b, (5, 3, 3, 3))],
+                 {"strides": (stride, stride), "pad": (pad,) * 4, "dilations": (dilation, dilation)})
+        y = b.op("rt.add", [y, _const(b, (1, 5, 1, 1))])
+        return b.op("rt.min", [b.op("rt.max", [y, b.constant(np.float32(0))]), b.constant(np.float32(6))])
+
+    _run_both(build, (1, 3, 9, width + 4))
+
+
+@pytest.mark.parametrize("channels", [1, 6, 13])
+def test_depthwise_and_grouped_convs(channels):
+    def build(b, x):
+        y = b.op("rt.conv2d", [x, _const(b, (2 * channels, 1, 3, 3))],
+                 {"strides": (2, 2), "pad": (1, 1, 1, 1), "groups": channels})
+        return b.op("rt.sigmoid", [y])
+
+    _run_both(build, (2, channels, 11, 19))
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (3, 17, 33), (8, 64, 10), (13, 7, 70)])
+def test_matmul_with_bias(m, k, n):
+    _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (k, n))]), _const(b, (n,))]), (m, k))
+
+
+def test_batched_matmul_broadcasts_the_weights():
+    _run_both(lambda b, a: b.op("rt.matmul", [a, _const(b, (9, 21))]), (3, 5, 9))
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+@pytest.mark.parametrize("axes", [(0,), (1,), (2,), (1, 2)])
+def test_reductions_with_an_elementwise_prologue(kind, axes):
+    _run_both(lambda b, x: b.op("rt.reduce", [b.op("rt.tanh", [x])], {"kind": kind, "axes": axes, "keepdims": True}),
+              (3, 7, 19))
+
+
+@pytest.mark.parametrize("op", ["rt.max_pool2d", "rt.avg_pool2d"])
+@pytest.mark.parametrize("include_pad", [False, True])
+def test_pools_with_padding(op, include_pad):
+    attrs = {"kernel": (3, 3), "strides": (2, 2), "pad": (1, 1, 1, 1)}
+    if op == "rt.avg_pool2d":
+        attrs["count_include_pad"] = include_pad
+    _run_both(lambda b, x: b.op(op, [x], attrs), (1, 4, 13, 15))
+
+
+def test_data_movement_fuses_into_one_elementwise_kernel():
+    def build(b, x):
+        t = b.op("rt.transpose", [x], {"perm": (0, 2, 1)})
+        s = b.op("rt.slice", [t], {"start": (0, 1, 0), "limit": (2, 9, 5), "stride": (1, 2, 1)})
+        p = b.op("rt.pad", [s], {"low": (0, 1, 2), "high": (0, 0, 1), "value": -1.0})
+        return b.op("rt.concat", [p, b.op("rt.exp", [p])], {"axis": 2})
+
+    _run_both(build, (2, 5, 9))
