@@ -18,16 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType, dtype
+from ..ir.ops import BINARY, COMPARE_PREDICATES, UNARY
 
 INDEX = dtype("i64")
 BOOL = dtype("i1")
 
-UNARY_OPS = (
-    "neg abs exp log sqrt rsqrt tanh sigmoid erf floor ceil round sin cos tan atan "
-    "reciprocal sign not log1p expm1"
-).split()
-BINARY_OPS = "add sub mul div rem pow max min and or xor atan2".split()
-COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+# Scalar ops are the graph's elementwise ops, applied to one element.
+UNARY_OPS, BINARY_OPS, COMPARE_OPS = UNARY, BINARY, COMPARE_PREDICATES
 LOOP_KINDS = ("serial", "unroll", "vector", "thread")
 
 
