@@ -2,7 +2,9 @@
 
 A `Kernel` is one dispatch. Its `params` are flat buffers (element-indexed); its
 `body` is a list of statements; `workgroup_count` is the grid, and each grid axis
-is bound to a variable (`workgroup_vars`) that the body reads. Loops carry a
+is bound to a variable (`workgroup_vars`) that the body reads. On a GPU each
+workgroup runs `workgroup_size` threads, and `thread_vars` hold the thread's index
+inside its workgroup; every thread runs the body. Loops carry a
 `kind` that says how a backend should map them: `serial`, `unroll`, `vector`
 (innermost, contiguous: vectorize it), or `thread` (one GPU thread per
 iteration). `Local` declares a small private array (registers on a CPU, a
@@ -185,6 +187,7 @@ class Kernel:
     workgroup_count: tuple[int, int, int] = (1, 1, 1)
     workgroup_vars: tuple[str, ...] = ()
     workgroup_size: tuple[int, int, int] = (1, 1, 1)
+    thread_vars: tuple[str, ...] = ()  # bound to the thread's index inside its workgroup (GPUs)
     schedule: dict = field(default_factory=dict)
 
 
@@ -318,6 +321,8 @@ def _format_stmts(stmts, indent: str) -> list[str]:
 def print_kernel(k: Kernel) -> str:
     params = ", ".join(f"%{p.name}: {p.access} {p.size}x{p.dtype}" for p in k.params)
     grid = ", ".join(f"%{v} < {n}" for v, n in zip(k.workgroup_vars, k.workgroup_count)) or "1"
+    if k.thread_vars:
+        grid += " threads(" + ", ".join(f"%{v} < {n}" for v, n in zip(k.thread_vars, k.workgroup_size)) + ")"
     sched = ", ".join(f"{key} = {value}" for key, value in sorted(k.schedule.items()))
     head = f"kernel.func @{k.name}({params}) workgroups({grid}) schedule {{{sched}}} {{"
     return "\n".join([head, *_format_stmts(k.body, "  "), "}"])

@@ -36,7 +36,8 @@ REG = "unroll"  # register tiles are unrolled whole: the accumulators become reg
 def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
     if len(fn.returns) != 1:
         raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
-    return _Lowering(fn, desc).kernel()
+    lowering = _GpuLowering if desc.max_workgroup_size > 1 else _Lowering
+    return lowering(fn, desc).kernel()
 
 
 def strides(shape) -> list[int]:
@@ -107,6 +108,9 @@ class _Lowering:
         params.append(Param("out0", self.out.type.dtype, self.out.type.num_elements, "write"))
         self.schedule["strategy"] = root.name.removeprefix("rt.") if root else "elementwise"
         self.schedule["workgroups"] = self.grid
+        return self.finish(params, body)
+
+    def finish(self, params, body) -> Kernel:
         return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",) if self.grid > 1 else (),
                       schedule=self.schedule)
 
@@ -511,3 +515,81 @@ def _identity(kind: str, dt: DType):
     if info is None:
         return 0 if kind == "max" else 1
     return info.min if kind == "max" else info.max
+
+
+class _GpuLowering(_Lowering):
+    """One thread per output element: the grid covers the output, and a root's reduction runs as a
+    serial loop inside each thread. Simple and correct everywhere; tiled GPU schedules (shared
+    memory, subgroups, matrix units) replace it op family by op family."""
+
+    def __init__(self, fn: Function, desc: TargetDesc):
+        super().__init__(fn, desc)
+        self.threads = min(256, desc.max_workgroup_size)
+
+    def finish(self, params, body) -> Kernel:
+        self.schedule["threads"] = self.threads
+        return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",), (self.threads, 1, 1), ("tid",),
+                      schedule=self.schedule)
+
+    def _over_output(self, shape, element, work: int) -> list:
+        count = int(np.prod(shape, dtype=np.int64))
+        self.grid = max(1, -(-count // self.threads))
+        gid = self.fresh("gid")
+        names = [self.fresh("i") for _ in shape]
+        coords = [Assign(n, e) for n, e in zip(names, _delinearize(Var(gid), shape))]
+        return [Assign(gid, Var("wg") * self.threads + Var("tid")),
+                If(Compare("lt", Var(gid), k.const(count)), coords + element([Var(n) for n in names]))]
+
+    def _elementwise(self) -> list:
+        return self._over_output(self.out.type.shape, lambda idx: [self.store(idx)], self.out.type.num_elements)
+
+    def _matmul(self, op) -> list:
+        a, b = op.operands
+        out = op.result.type
+        acc_dt = _accumulator(out.dtype)
+
+        def element(idx):
+            acc, kv = self.fresh("acc"), self.fresh("k")
+            batch, m, n = idx[:-2], idx[-2], idx[-1]
+            av = self.value(a, _broadcast_index(batch + [m, Var(kv)], a.type.shape, out.shape))
+            bv = self.value(b, _broadcast_index(batch + [Var(kv), n], b.type.shape, out.shape))
+            self.override[op.result] = _narrow(Var(acc, acc_dt), out.dtype)
+            product = k.Binary("mul", _widen(av, acc_dt), _widen(bv, acc_dt))
+            return [Assign(acc, k.const(0, acc_dt)),
+                    Loop(kv, a.type.shape[-1], [Assign(acc, k.Binary("add", Var(acc, acc_dt), product))]),
+                    self.store(idx)]
+
+        return self._over_output(out.shape, element, out.num_elements * a.type.shape[-1])
+
+    def _conv2d(self, op) -> list:
+        x, w = op.operands
+        out = op.result.type
+        h, wd = x.type.shape[2:]
+        _, cg, kh, kw = w.type.shape
+        sh, sw = op.attrs.get("strides", (1, 1))
+        dh, dw = op.attrs.get("dilations", (1, 1))
+        pad = op.attrs.get("pad", (0, 0, 0, 0))
+        per_group = out.shape[1] // op.attrs.get("groups", 1)
+        acc_dt = _accumulator(out.dtype)
+
+        def element(idx):
+            nv, o, y, xo = idx
+            acc, cv, ky, kx = (self.fresh(p) for p in ("acc", "c", "ky", "kx"))
+            iy, ix = y * sh + Var(ky) * dh - pad[0], xo * sw + Var(kx) * dw - pad[2]
+            ci = Var(cv) if per_group == out.shape[1] else (o // per_group) * cg + Var(cv)
+            pixel = _widen(self.value(x, [nv, ci, _clamp(iy, h), _clamp(ix, wd)] if any(pad) else [nv, ci, iy, ix]),
+                           acc_dt)
+            if any(pad):
+                pixel = Select(_all([_in_range(iy, h), _in_range(ix, wd)]), pixel, k.const(0, acc_dt))
+            weight = _widen(self.value(w, [o, Var(cv), Var(ky), Var(kx)]), acc_dt)
+            self.override[op.result] = _narrow(Var(acc, acc_dt), out.dtype)
+            update = Assign(acc, k.Binary("add", Var(acc, acc_dt), k.Binary("mul", weight, pixel)))
+            return [Assign(acc, k.const(0, acc_dt)),
+                    Loop(cv, cg, [Loop(ky, kh, [Loop(kx, kw, [update])])]),
+                    self.store(idx)]
+
+        return self._over_output(out.shape, element, out.num_elements * cg * kh * kw)
+
+
+def _narrow(e: Expr, dt: DType) -> Expr:
+    return e if e.dtype == dt else Cast(e, dt)
