@@ -1,0 +1,538 @@
+"""Kernel IR to C-like source: one renderer, and one `Dialect` table per language.
+
+C99 (for tests on the CPU), CUDA, HIP, OpenCL C and MSL differ only in data: the
+type spellings, how a kernel and its buffers are declared, how workgroup and
+thread ids are spelled, the barrier, the shared-memory prefix, a table from op
+to expression template, and helper functions for what a language lacks. A new
+language costs a table (`dataclasses.replace` of a close one), not code.
+
+Semantics follow `retarget.vmvx.kernels` (numpy) and the llvm-cpu backend:
+f16/bf16 are stored as such and computed in f32; float max/min propagate NaN;
+integer div/rem truncate, and x/0 is x, x%0 is 0, MIN/-1 is MIN; float to int
+casts saturate (NaN -> 0); integers narrower than 32 bits wrap after each op.
+
+Templates: op templates use `str.format` fields `{0}`, `{1}` (operands), `{T}`
+(the C type), `{s}` (the dtype name, for helper names) and `{f}` (the libm
+suffix of f32: `expf` in C and CUDA, `exp` in OpenCL and MSL). Helper bodies
+are C braces-heavy, so they use `string.Template` (`$T`, `$s`, `$f`, `$Q`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from string import Template
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..ir.dtypes import DTYPES, DType
+from . import ir as k
+
+F32 = DTYPES["f32"]
+HALVES = ("f16", "bf16")  # stored as such, computed in f32
+XYZ = "xyz"
+CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}  # C's `!=` is true for NaN, as numpy's
+
+# Op templates, looked up as `op.kind` (kind: float, int, uint, bool; uint and bool fall back to
+# `op.int`), then `op`. What is missing for a dtype's kind is unsupported there.
+C_OPS = {
+    "neg": "(-{0})",
+    "abs.float": "fabs{f}({0})", "abs.int": "rt_abs_{s}({0})", "abs.uint": "{0}", "abs.bool": "{0}",
+    **{f"{op}.float": f"{op}{{f}}({{0}})" for op in
+       ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan", "atan", "erf", "log1p", "expm1")},
+    "rsqrt.float": "(({T})1 / sqrt{f}({0}))",
+    "reciprocal.float": "(({T})1 / {0})",
+    "sigmoid.float": "rt_sigmoid_{s}({0})",
+    "round.float": "rint{f}({0})",  # rounds half to even in the default rounding mode, as np.round
+    "sign.float": "rt_sign_{s}({0})", "sign.int": "rt_sign_{s}({0})", "sign.uint": "(({T})({0} != 0))",
+    "sign.bool": "{0}",
+    "not.int": "(~{0})", "not.bool": "(!{0})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+    "div.float": "({0} / {1})", "div.int": "rt_div_{s}({0}, {1})",
+    "rem.float": "fmod{f}({0}, {1})", "rem.int": "rt_rem_{s}({0}, {1})",
+    "pow.float": "pow{f}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
+    "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
+    "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "atan2.float": "atan2{f}({0}, {1})",
+}
+# Where a language lacks a libm function, these helpers stand in (MSL has no erf, log1p, expm1).
+FALLBACK_OPS = {"erf.float": "rt_erf_{s}({0})", "log1p.float": "rt_log1p_{s}({0})",
+                "expm1.float": "rt_expm1_{s}({0})"}
+
+# Helpers, instantiated per dtype of a kind: (name, kinds, body). Only those a module calls are emitted.
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+def _horner(coefficients) -> str:
+    out = f"($T){coefficients[0]!r}"
+    for c in coefficients[1:]:
+        out = f"({out} * x2 + ($T){c!r})"
+    return out
+
+
+HELPERS = [
+    ("rt_max_$s", ("float",), "$Q $T rt_max_$s($T a, $T b) { return a != a ? a : b != b ? b : a > b ? a : b; }"),
+    ("rt_min_$s", ("float",), "$Q $T rt_min_$s($T a, $T b) { return a != a ? a : b != b ? b : a < b ? a : b; }"),
+    ("rt_max_$s", ("int", "uint", "bool"), "$Q $T rt_max_$s($T a, $T b) { return a > b ? a : b; }"),
+    ("rt_min_$s", ("int", "uint", "bool"), "$Q $T rt_min_$s($T a, $T b) { return a < b ? a : b; }"),
+    ("rt_sign_$s", ("float", "int"), "$Q $T rt_sign_$s($T x) { return x > ($T)0 ? ($T)1 : x < ($T)0 ? ($T)-1 : x; }"),
+    ("rt_sigmoid_$s", ("float",), "$Q $T rt_sigmoid_$s($T x) { return ($T)1 / (($T)1 + exp$f(-x)); }"),
+    ("rt_abs_$s", ("int",), "$Q $T rt_abs_$s($T x) { return x < 0 ? ($T)-x : x; }"),
+    # truncating, as C; x / 0 is x and MIN / -1 is MIN (the reference's answers, never a trap)
+    ("rt_div_$s", ("int",),
+     "$Q $T rt_div_$s($T a, $T b) { return b == 0 || (b == -1 && a == $min) ? a : ($T)(a / b); }"),
+    ("rt_rem_$s", ("int",), "$Q $T rt_rem_$s($T a, $T b) { return b == 0 || b == -1 ? ($T)0 : ($T)(a % b); }"),
+    ("rt_div_$s", ("uint", "bool"), "$Q $T rt_div_$s($T a, $T b) { return b == 0 ? a : ($T)(a / b); }"),
+    ("rt_rem_$s", ("uint", "bool"), "$Q $T rt_rem_$s($T a, $T b) { return b == 0 ? ($T)0 : ($T)(a % b); }"),
+    ("rt_pow_$s", ("int", "uint"),
+     "$Q $T rt_pow_$s($T a, $T b) {\n  $T r = 1;\n  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;\n"
+     "  for (; b > 0; b >>= 1) { if (b & 1) r = ($T)(r * a); a = ($T)(a * a); }\n  return r;\n}"),
+    ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
+     "$Q $T rt_erf_$s($T x) {\n  x = x != x ? x : x < ($T)-4 ? ($T)-4 : x > ($T)4 ? ($T)4 : x;\n  $T x2 = x * x;\n"
+     f"  return x * {_horner(_ERF_P)} / {_horner(_ERF_Q)};\n}}"),
+    ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
+     "$Q $T rt_log1p_$s($T x) {\n  $T u = ($T)1 + x;\n  if (u - u != ($T)0) return log$f(u);  /* inf or NaN */\n"
+     "  return u == ($T)1 ? x : log$f(u) * (x / (u - ($T)1));\n}"),
+    ("rt_expm1_$s", ("float",),
+     "$Q $T rt_expm1_$s($T x) {\n  $T u = exp$f(x);\n  if (u == ($T)1) return x;\n"
+     "  if (u - u != ($T)0) return u;  /* inf or NaN */\n  if (u - ($T)1 == ($T)-1) return ($T)-1;\n"
+     "  return (u - ($T)1) * x / log$f(u);\n}"),
+]
+# float -> integer casts saturate (NaN -> 0), as llvm's fptosi.sat; bounds are powers of two, exact in floats.
+CAST_HELPER = ("$Q $D rt_cast_${s}_$d($T x) "
+               "{ return x != x ? ($D)0 : x <= ($T)$lo ? $dmin : x >= ($T)$hi ? $dmax : ($D)x; }")
+BF16_HELPERS = (  # for languages without a bf16 type: bits, converted with round to nearest even
+    ("rt_bf16_to_f32", "$Q float rt_bf16_to_f32($U16 x) { return $bits_to_float; }"),
+    ("rt_f32_to_bf16",
+     "$Q $U16 rt_f32_to_bf16(float f) {\n  $U32 b = $float_to_bits;\n"
+     "  if ((b & 0x7fffffffu) > 0x7f800000u) return ($U16)((b >> 16) | 0x40u);  /* NaN stays a quiet NaN */\n"
+     "  return ($U16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);\n}"),
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Everything that differs between C-like languages; data only."""
+
+    name: str
+    types: dict  # dtype name -> compute type; f16/bf16 compute in f32, so they appear in `storage` only
+    storage: dict  # dtype name -> buffer element type where it differs from `types`
+    from_storage: dict  # dtype name -> template turning a stored element `{0}` into its compute type
+    to_storage: dict  # dtype name -> template turning a compute value `{0}` into a stored element
+    kernel: str  # the signature; fields {name}, {params}, {threads}, {wx}, {wy}, {wz}
+    param: str  # one buffer parameter; fields {const}, {T}, {name}, {i}
+    extra_params: tuple = ()  # after the buffers (MSL's id attributes)
+    prologue: str = ""  # per buffer, at the top of the body (C99 reads its binding table); same fields
+    group_id: str = ""  # workgroup id on axis {n} ({x}: x, y, z)
+    thread_id: str | None = None  # thread id inside the workgroup; None: no threads, the kernel loops over them
+    barrier: str | None = None
+    shared: str | None = None  # prefix of workgroup arrays; None: none
+    ops: dict = field(default_factory=lambda: dict(C_OPS))
+    f32_suffix: str = "f"
+    qualifier: str = "static inline"  # of helper functions
+    unroll: str = ""  # pragma line before an unrolled loop; field {n}, the extent
+    inf: str = "INFINITY"  # of type float; {T} casts it
+    nan: str = "NAN"
+    long_suffix: str = "LL"  # integer literals beyond 32 bits
+    as_float: str = ""  # bit casts, for the bf16 helpers; "" when bf16 is native
+    as_uint: str = ""
+    preamble: str = ""
+
+
+C99 = Dialect(
+    name="c99",
+    types={"f64": "double", "f32": "float", "i64": "int64_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t",
+           "ui64": "uint64_t", "ui32": "uint32_t", "ui16": "uint16_t", "ui8": "uint8_t", "i1": "bool"},
+    storage={"f16": "_Float16", "bf16": "uint16_t"},
+    from_storage={"f16": "((float){0})", "bf16": "rt_bf16_to_f32({0})"},
+    to_storage={"f16": "((_Float16){0})", "bf16": "rt_f32_to_bf16({0})"},
+    kernel="void {name}(void **bindings, int64_t wg_x, int64_t wg_y, int64_t wg_z)",
+    param="",
+    prologue="{const}{T} *restrict {name} = ({const}{T} *)bindings[{i}];",
+    group_id="wg_{x}",
+    unroll="#pragma GCC unroll {n}",
+    as_float="rt_as_float({0})", as_uint="rt_as_uint({0})",
+    preamble=("#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <string.h>\n"
+              "static inline float rt_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
+              "static inline uint32_t rt_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }"),
+)
+
+_CUDA_INTS = {"i64": "long long", "i32": "int", "i16": "short", "i8": "signed char", "ui64": "unsigned long long",
+              "ui32": "unsigned int", "ui16": "unsigned short", "ui8": "unsigned char", "i1": "bool"}
+
+CUDA = Dialect(
+    name="cuda",
+    types={"f64": "double", "f32": "float", **_CUDA_INTS},
+    storage={"f16": "__half", "bf16": "__nv_bfloat16"},
+    from_storage={"f16": "__half2float({0})", "bf16": "__bfloat162float({0})"},
+    to_storage={"f16": "__float2half_rn({0})", "bf16": "__float2bfloat16_rn({0})"},
+    kernel='extern "C" __global__ void __launch_bounds__({threads}) {name}({params})',
+    param="{const}{T} *__restrict__ {name}",
+    group_id="blockIdx.{x}",
+    thread_id="threadIdx.{x}",
+    barrier="__syncthreads();",
+    shared="__shared__",
+    qualifier="static __device__ __forceinline__",
+    unroll="#pragma unroll",
+    inf="__int_as_float(0x7f800000)",
+    nan="__int_as_float(0x7fffffff)",
+    preamble="#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
+)
+
+HIP = replace(
+    CUDA,
+    name="hip",
+    storage={"f16": "__half", "bf16": "__hip_bfloat16"},
+    from_storage={"f16": "__half2float({0})", "bf16": "__bfloat162float({0})"},
+    to_storage={"f16": "__float2half({0})", "bf16": "__float2bfloat16({0})"},
+    inf="__builtin_huge_valf()",
+    nan="__builtin_nanf(\"\")",
+    preamble="#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n#include <hip/hip_bf16.h>",
+)
+
+_CL_INTS = {"i64": "long", "i32": "int", "i16": "short", "i8": "char", "ui64": "ulong", "ui32": "uint",
+            "ui16": "ushort", "ui8": "uchar"}
+
+OPENCL = Dialect(
+    name="opencl",
+    types={"f64": "double", "f32": "float", **_CL_INTS, "i1": "bool"},
+    # bool may not cross the kernel boundary in OpenCL C; bf16 has no type, so it is bits
+    storage={"f16": "half", "bf16": "ushort", "i1": "uchar"},
+    from_storage={"f16": "((float){0})", "bf16": "rt_bf16_to_f32({0})", "i1": "({0} != 0)"},
+    to_storage={"f16": "convert_half_rte({0})", "bf16": "rt_f32_to_bf16({0})", "i1": "((uchar){0})"},
+    kernel="__kernel __attribute__((reqd_work_group_size({wx}, {wy}, {wz}))) void {name}({params})",
+    param="__global {const}{T} *restrict {name}",
+    group_id="get_group_id({n})",
+    thread_id="get_local_id({n})",
+    barrier="barrier(CLK_LOCAL_MEM_FENCE);",
+    shared="__local",
+    f32_suffix="",
+    qualifier="inline",
+    unroll="__attribute__((opencl_unroll_hint))",
+    long_suffix="L",
+    as_float="as_float({0})", as_uint="as_uint({0})",
+    preamble=("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"  # half arithmetic and convert_half_rte
+              "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"),
+)
+
+MSL = Dialect(
+    name="msl",
+    types={"f32": "float", **_CL_INTS, "i1": "bool"},  # Metal has no double
+    storage={"f16": "half", "bf16": "bfloat"},  # bfloat: Metal 3.1
+    from_storage={"f16": "float({0})", "bf16": "float({0})"},
+    to_storage={"f16": "half({0})", "bf16": "bfloat({0})"},
+    kernel="kernel void {name}({params})",
+    param="device {const}{T} *{name} [[buffer({i})]]",
+    extra_params=("uint3 rt_group [[threadgroup_position_in_grid]]",
+                  "uint3 rt_thread [[thread_position_in_threadgroup]]"),
+    group_id="long(rt_group.{x})",
+    thread_id="long(rt_thread.{x})",
+    barrier="threadgroup_barrier(mem_flags::mem_threadgroup);",
+    shared="threadgroup",
+    ops={**C_OPS, **FALLBACK_OPS},
+    f32_suffix="",
+    qualifier="static inline",
+    unroll="#pragma unroll",
+    long_suffix="L",
+    preamble="#include <metal_stdlib>\nusing namespace metal;",
+)
+
+DIALECTS = {d.name: d for d in (C99, CUDA, HIP, OPENCL, MSL)}
+
+
+def render_kernel(kernel: k.Kernel, dialect: Dialect) -> str:
+    """One kernel function in `dialect` (without the preamble; see `render_module`)."""
+    return _Renderer(kernel, dialect).render()
+
+
+def render_module(kernels, dialect: Dialect) -> str:
+    """The preamble, the helpers the kernels call, and every kernel."""
+    bodies = [render_kernel(kn, dialect) for kn in kernels]
+    text = "\n\n".join(bodies)
+    helpers = [code for name, code in _helpers(dialect) if re.search(rf"\b{name}\(", text)]
+    return "\n\n".join(p for p in [dialect.preamble, "\n".join(helpers), text] if p) + "\n"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _helpers(d: Dialect) -> list[tuple[str, str]]:
+    """(name, code) of every helper `d` can emit, in dependency order."""
+    out = []
+    if d.as_float and "ui16" in d.types:
+        fields = dict(Q=d.qualifier, U16=d.types["ui16"], U32=d.types["ui32"],
+                      bits_to_float=d.as_float.format(f"({d.types['ui32']})x << 16"),
+                      float_to_bits=d.as_uint.format("f"))
+        out += [(name, Template(code).substitute(fields)) for name, code in BF16_HELPERS]
+    for name, kinds, body in HELPERS:
+        for dt_name, ctype in d.types.items():
+            dt = DTYPES[dt_name]
+            if dt.kind in kinds:
+                fields = dict(Q=d.qualifier, T=ctype, s=dt_name, f=_suffix(dt, d), min=_int_min(dt, d))
+                out.append((Template(name).substitute(fields), Template(body).substitute(fields)))
+    for src in ("f32", "f64"):
+        for dst, dctype in d.types.items():
+            dt = DTYPES[dst]
+            if src in d.types and dt.kind in ("int", "uint"):
+                lo, hi = (-(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
+                fields = dict(Q=d.qualifier, T=d.types[src], D=dctype, s=src, d=dst, lo=f"{float(lo)!r}",
+                              hi=f"{float(hi)!r}", dmin=_int_literal(lo, dt, d), dmax=_int_literal(hi - 1, dt, d))
+                out.append((f"rt_cast_{src}_{dst}", Template(CAST_HELPER).substitute(fields)))
+    return out
+
+
+def _suffix(dt: DType, d: Dialect) -> str:
+    return d.f32_suffix if dt.name == "f32" else ""
+
+
+def _int_min(dt: DType, d: Dialect) -> str:
+    return _int_literal(-(2 ** (dt.bits - 1)), dt, d) if dt.kind == "int" else "0"
+
+
+def _int_literal(v: int, dt: DType, d: Dialect) -> str:
+    if dt.bits == 64 and v == -(2 ** 63):  # -9223372036854775808 is `-` applied to a literal too large
+        return f"({-(2 ** 63) + 1}{d.long_suffix} - 1)"
+    text = str(v)
+    if not -(2 ** 31) <= v < 2 ** 31:
+        text += ("U" if dt.kind == "uint" else "") + d.long_suffix
+    return f"({text})" if v < 0 else text
+
+
+# -- the renderer ---------------------------------------------------------------------------------
+
+
+class _Renderer:
+    def __init__(self, kernel: k.Kernel, dialect: Dialect):
+        self.k, self.d = kernel, dialect
+        self.buffers: dict[str, tuple[DType, bool]] = {p.name: (p.dtype, True) for p in kernel.params}  # is param
+        self.scopes: list[dict[str, str]] = [{}]  # variable -> C type, innermost last
+        self.lines: list[str] = []
+        self.indent = 1
+
+    def fail(self, what: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"{self.d.name} renderer: {what} (kernel {self.k.name})",
+                                  hint="lower it differently, or use a backend that supports it")
+
+    # -- types ------------------------------------------------------------------------------------
+    @staticmethod
+    def compute(dt: DType) -> DType:
+        return F32 if dt.name in HALVES else dt
+
+    def ctype(self, dt: DType) -> str:
+        dt = self.compute(dt)
+        if dt.name not in self.d.types:
+            raise self.fail(f"element type {dt} is not supported by dialect {self.d.name}")
+        return self.d.types[dt.name]
+
+    def storage_type(self, dt: DType) -> str:
+        if dt.name in HALVES and dt.name not in self.d.storage:
+            raise self.fail(f"element type {dt} is not supported by dialect {self.d.name}")
+        return self.d.storage.get(dt.name) or self.ctype(dt)
+
+    # -- the kernel -------------------------------------------------------------------------------
+    def render(self) -> str:
+        kn, d = self.k, self.d
+        threads = list(zip(kn.thread_vars, kn.workgroup_size))
+        if d.thread_id is None and threads and _has(kn.body, (k.Barrier,), shared=True):
+            raise self.fail("barriers and shared memory need threads, and this dialect runs a workgroup as a loop")
+        params = []
+        for i, p in enumerate(kn.params):
+            fields = dict(const="const " if p.access == "read" else "", T=self.storage_type(p.dtype), name=p.name, i=i)
+            if d.param:
+                params.append(d.param.format(**fields))
+            if d.prologue:
+                self.emit(d.prologue.format(**fields))
+        index = self.ctype(k.INDEX)
+        for n, var in enumerate(kn.workgroup_vars):
+            self.emit(f"const {index} {var} = {d.group_id.format(n=n, x=XYZ[n])};")
+        loops = []
+        if d.thread_id is not None:
+            for n, (var, _) in enumerate(threads):
+                self.emit(f"const {index} {var} = {d.thread_id.format(n=n, x=XYZ[n])};")
+        else:  # no threads in the language: each workgroup loops over its threads
+            loops = threads
+        for var, extent in reversed(loops):
+            self.emit(f"for ({index} {var} = 0; {var} < {extent}; {var}++) {{")
+            self.indent += 1
+        self.stmts(kn.body)
+        for _ in loops:
+            self.indent -= 1
+            self.emit("}")
+        wx, wy, wz = kn.workgroup_size
+        head = d.kernel.format(name=kn.name, params=", ".join([*params, *d.extra_params]), threads=wx * wy * wz,
+                               wx=wx, wy=wy, wz=wz)
+        return "\n".join([head + " {", *self.lines, "}"])
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    # -- statements -------------------------------------------------------------------------------
+    def stmts(self, body: list) -> None:
+        for s in body:
+            method = getattr(self, "stmt_" + type(s).__name__.lower(), None)
+            if method is None:
+                raise self.fail(f"statement {type(s).__name__} is not supported")
+            method(s)
+
+    def block(self, head: str, body: list) -> None:
+        self.emit(head + " {")
+        self.indent += 1
+        self.scopes.append({})
+        self.stmts(body)
+        self.scopes.pop()
+        self.indent -= 1
+        self.emit("}")
+
+    def stmt_loop(self, s: k.Loop) -> None:
+        if s.kind not in k.LOOP_KINDS:
+            raise self.fail(f"loop kind '{s.kind}' is not supported")
+        if s.kind == "thread" and self.d.thread_id is not None:
+            raise self.fail("loops of kind 'thread' are not supported; bind threads with Kernel.thread_vars")
+        if s.extent <= 0:
+            return
+        if s.kind == "unroll" and self.d.unroll:
+            self.emit(self.d.unroll.format(n=min(s.extent, 65534)))
+        index = self.ctype(k.INDEX)
+        self.block(f"for ({index} {s.var} = {s.start}; {s.var} < {s.start + s.extent}; {s.var}++)", s.body)
+
+    def stmt_if(self, s: k.If) -> None:
+        self.block(f"if ({self.expr(s.cond)})", s.body)
+
+    def stmt_assign(self, s: k.Assign) -> None:
+        ctype = self.ctype(s.value.dtype)
+        value = self.expr(s.value)
+        declared = next((scope[s.var] for scope in reversed(self.scopes) if s.var in scope), None)
+        if declared == ctype:
+            self.emit(f"{s.var} = {value};")
+        elif declared is not None:  # a C variable has one type; shadowing it would drop the update
+            raise self.fail(f"variable %{s.var} changes type from {declared} to {ctype}")
+        else:
+            self.scopes[-1][s.var] = ctype
+            self.emit(f"{ctype} {s.var} = {value};")
+
+    def stmt_store(self, s: k.Store) -> None:
+        dt, is_param = self.buffer(s.buffer)
+        value = self.convert(self.expr(s.value), s.value.dtype, dt)
+        if is_param and dt.name in self.d.to_storage:
+            value = self.d.to_storage[dt.name].format(value)
+        self.emit(f"{s.buffer}[{self.expr(s.index)}] = {value};")
+
+    def stmt_local(self, s: k.Local) -> None:
+        prefix = ""
+        if s.shared:
+            if self.d.shared is None:
+                raise self.fail("shared (workgroup) arrays are not supported")
+            prefix = self.d.shared + " "
+        self.buffers[s.name] = (s.dtype, False)
+        self.emit(f"{prefix}{self.ctype(s.dtype)} {s.name}[{s.size}];")
+
+    def stmt_barrier(self, s: k.Barrier) -> None:
+        if self.d.barrier is None:  # no threads: a workgroup is one invocation, nothing to wait for
+            self.emit("/* barrier: one invocation per workgroup */")
+        else:
+            self.emit(self.d.barrier)
+
+    def buffer(self, name: str) -> tuple[DType, bool]:
+        if name not in self.buffers:
+            raise self.fail(f"buffer %{name} is not a parameter or a local array")
+        return self.buffers[name]
+
+    # -- expressions ------------------------------------------------------------------------------
+    def expr(self, e: k.Expr) -> str:
+        method = getattr(self, "expr_" + type(e).__name__.lower(), None)
+        if method is None:
+            raise self.fail(f"expression {type(e).__name__} is not supported")
+        return method(e)
+
+    def expr_const(self, e: k.Const) -> str:
+        dt = self.compute(e.dtype)
+        ctype = self.ctype(dt)
+        if dt.kind == "bool":
+            return "true" if e.value else "false"
+        if dt.is_float:
+            v = float(np.array(e.value, dtype=e.dtype.np_dtype))  # a half constant is rounded to its type once
+            if math.isnan(v):
+                return f"(({ctype}){self.d.nan})"
+            if math.isinf(v):
+                return f"({'-' if v < 0 else ''}({ctype}){self.d.inf})"
+            text = repr(v) + ("f" if dt.name == "f32" else "")  # repr round-trips: the nearest float is v
+            return f"({text})" if v < 0 or text.startswith("-") else text
+        return _int_literal(int(e.value), dt, self.d)
+
+    def expr_var(self, e: k.Var) -> str:
+        return e.name
+
+    def expr_load(self, e: k.Load) -> str:
+        dt, is_param = self.buffer(e.buffer)
+        text = f"{e.buffer}[{self.expr(e.index)}]"
+        if is_param and dt.name in self.d.from_storage:
+            text = self.d.from_storage[dt.name].format(text)
+        return self.convert(text, dt, e.dtype)
+
+    def template(self, kind: str, op: str, dt: DType) -> str:
+        dt = self.compute(dt)
+        keys = [f"{op}.{dt.kind}"] + ([f"{op}.int"] if dt.kind in ("uint", "bool") else []) + [op]
+        template = next((self.d.ops[key] for key in keys if key in self.d.ops), None)
+        if template is None or op not in (k.UNARY_OPS if kind == "unary" else k.BINARY_OPS):
+            raise self.fail(f"{kind} op '{op}' on {dt} is not supported by dialect {self.d.name}")
+        return template
+
+    def apply(self, template: str, dt: DType, *args: str) -> str:
+        c = self.compute(dt)
+        text = template.format(*args, T=self.ctype(c), s=c.name, f=_suffix(c, self.d))
+        if c.kind in ("int", "uint") and c.bits < 32:  # C computes these in int: wrap back, as numpy does
+            text = f"(({self.ctype(c)}){text})"
+        return text
+
+    def expr_unary(self, e: k.Unary) -> str:
+        return self.apply(self.template("unary", e.op, e.dtype), e.dtype, self.expr(e.a))
+
+    def expr_binary(self, e: k.Binary) -> str:
+        if e.op in ("div", "rem") and e.dtype.kind == "int" and isinstance(e.b, k.Const) and e.b.value not in (0, -1):
+            # index arithmetic: a constant divisor cannot trap, so C's truncating `/` and `%` are the op
+            return self.apply("({0} %s {1})" % ("/" if e.op == "div" else "%"), e.dtype, self.expr(e.a), self.expr(e.b))
+        return self.apply(self.template("binary", e.op, e.dtype), e.dtype, self.expr(e.a), self.expr(e.b))
+
+    def expr_compare(self, e: k.Compare) -> str:
+        if e.op not in CMP:
+            raise self.fail(f"compare predicate '{e.op}' is not supported by dialect {self.d.name}")
+        return f"({self.expr(e.a)} {CMP[e.op]} {self.expr(e.b)})"
+
+    def expr_select(self, e: k.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+
+    def expr_cast(self, e: k.Cast) -> str:
+        return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
+
+    def convert(self, text: str, src: DType, dst: DType) -> str:
+        """`text`, a value of `src` (in its compute type), as a value of `dst`."""
+        if src == dst:
+            return text
+        cs, cd = self.compute(src), self.compute(dst)
+        if dst.name in HALVES:  # round to the half type once, then compute in f32 again
+            self.storage_type(dst)
+            inner = self.convert(text, src, F32)
+            return self.d.from_storage[dst.name].format(self.d.to_storage[dst.name].format(inner))
+        if cs == cd:
+            return text
+        if cd.kind == "bool":
+            return f"({text} != 0)"
+        if cs.is_float and cd.kind in ("int", "uint"):
+            self.ctype(cd)
+            return f"rt_cast_{cs.name}_{cd.name}({text})"
+        return f"(({self.ctype(cd)}){text})"
+
+
+def _has(stmts, types, shared: bool = False) -> bool:
+    """Whether `stmts` hold a statement of `types` (or, with `shared`, a shared Local)."""
+    for s in stmts:
+        if isinstance(s, types) or (shared and isinstance(s, k.Local) and s.shared):
+            return True
+        if isinstance(s, (k.Loop, k.If)) and _has(s.body, types, shared):
+            return True
+    return False

@@ -1,0 +1,396 @@
+"""The C-like renderer: kernels rendered as C99, compiled with gcc and called through ctypes, compute what
+the vmvx reference computes; the GPU dialects render; what a dialect cannot express is refused by name."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+from retarget.compiler import GRAPH_PASSES
+from retarget.errors import UnsupportedOpError
+from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
+from retarget.kernel import ir as k
+from retarget.kernel.c_renderer import C99, CUDA, DIALECTS, FALLBACK_OPS, HIP, MSL, OPENCL, render_kernel, render_module
+from retarget.kernel.lower import lower_dispatch
+from retarget.passes.dispatch import form_dispatches
+from retarget.protocols import TargetDesc
+from retarget.testing.graphs import mlp_module
+from retarget.vmvx.interpreter import run_function
+from retarget.vmvx.kernels import evaluate
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+
+CPU = TargetDesc("c", "c99", "c-source", extra={"vector_bits": 256})
+GPU = TargetDesc("c", "gpu-like", "c-source", max_workgroup_size=256)
+rng = np.random.default_rng(11)
+
+
+# -- compiling and calling C99 kernels -------------------------------------------------------------
+
+
+def _compile(source: str, tmp_path, name: str = "kernels") -> ctypes.CDLL:
+    src, lib = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+    src.write_text(source)
+    done = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-std=c11", str(src), "-o", str(lib), "-lm"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:4000] + "\n" + source[:4000]
+    return ctypes.CDLL(str(lib))
+
+
+def _call(lib: ctypes.CDLL, kernel: k.Kernel, inputs: list[np.ndarray]) -> np.ndarray:
+    """Run `kernel` over its whole grid; returns its output buffer (flat)."""
+    out_param = kernel.params[-1]
+    out = np.zeros(out_param.size, dtype=out_param.dtype.np_dtype)
+    arrays = [np.ascontiguousarray(a) for a in inputs] + [out]
+    table = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    fn = getattr(lib, kernel.name)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = None
+    gx, gy, gz = kernel.workgroup_count
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                fn(ctypes.cast(table, ctypes.c_void_p), x, y, z)
+    return out
+
+
+def _random(t: TensorType) -> np.ndarray:
+    if t.dtype.is_float:
+        return rng.standard_normal(t.shape).astype(t.dtype.np_dtype)
+    if t.dtype.kind == "bool":
+        return rng.random(t.shape) < 0.5
+    return rng.integers(-3, 4, t.shape).astype(t.dtype.np_dtype)
+
+
+# -- differential: lowered dispatches against the vmvx interpreter --------------------------------
+
+
+def _const(b, shape):
+    return b.constant(rng.standard_normal(shape).astype(np.float32))
+
+
+def _graph(build, *input_shapes) -> Module:
+    args = [Value(TensorType(s, dtypes.f32)) for s in input_shapes]
+    fn = Function("f", args)
+    fn.returns = [build(Builder(fn), *args)]
+    return Module({"f": fn})
+
+
+def _conv(width, stride, pad, dilation):
+    def build(b, x):
+        y = b.op("rt.conv2d", [x, _const(b, (5, 3, 3, 3))],
+                 {"strides": (stride, stride), "pad": (pad,) * 4, "dilations": (dilation, dilation)})
+        y = b.op("rt.add", [y, _const(b, (1, 5, 1, 1))])
+        return b.op("rt.min", [b.op("rt.max", [y, b.constant(np.float32(0))]), b.constant(np.float32(6))])
+
+    return _graph(build, (1, 3, 9, width + 4))
+
+
+def _grouped_conv(channels):
+    def build(b, x):
+        y = b.op("rt.conv2d", [x, _const(b, (2 * channels, 1, 3, 3))],
+                 {"strides": (2, 2), "pad": (1, 1, 1, 1), "groups": channels})
+        return b.op("rt.sigmoid", [y])
+
+    return _graph(build, (2, channels, 11, 19))
+
+
+def _pointwise_conv():
+    return _graph(lambda b, x: b.op("rt.tanh", [b.op("rt.conv2d", [x, _const(b, (7, 4, 1, 1))], {})]), (1, 4, 5, 13))
+
+
+def _matmul(m, kk, n):
+    return _graph(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (kk, n))]), _const(b, (n,))]), (m, kk))
+
+
+def _reduce(kind, axes):
+    attrs = {"kind": kind, "axes": axes, "keepdims": True}
+    return _graph(lambda b, x: b.op("rt.reduce", [b.op("rt.tanh", [x])], attrs), (3, 7, 19))
+
+
+def _pool(op, include_pad):
+    attrs = {"kernel": (3, 3), "strides": (2, 2), "pad": (1, 1, 1, 1)}
+    if op == "rt.avg_pool2d":
+        attrs["count_include_pad"] = include_pad
+    return _graph(lambda b, x: b.op(op, [x], attrs), (1, 4, 13, 15))
+
+
+def _data_movement():
+    def build(b, x):
+        t = b.op("rt.transpose", [x], {"perm": (0, 2, 1)})
+        s = b.op("rt.slice", [t], {"start": (0, 1, 0), "limit": (2, 9, 5), "stride": (1, 2, 1)})
+        p = b.op("rt.pad", [s], {"low": (0, 1, 2), "high": (0, 0, 1), "value": -1.0})
+        return b.op("rt.concat", [p, b.op("rt.exp", [p])], {"axis": 2})
+
+    return _graph(build, (2, 5, 9))
+
+
+def _argmax():
+    return _graph(lambda b, x: b.op("rt.argmax", [x], {"axis": 1}), (4, 13))
+
+
+def _long_row():  # one long row: the CPU schedule splits it into vector chunks and a tail
+    return _graph(lambda b, x: b.op("rt.mul", [b.op("rt.erf", [x]), b.constant(np.float32(0.5))]), (1, 77))
+
+
+CASES = {
+    **{f"conv_w{w}_s{s}_p{p}_d{d}": (lambda w=w, s=s, p=p, d=d: _conv(w, s, p, d))
+       for w, s, p, d in [(1, 1, 0, 1), (7, 1, 1, 1), (17, 2, 1, 1), (33, 1, 2, 2)]},
+    **{f"grouped_conv_c{c}": (lambda c=c: _grouped_conv(c)) for c in (1, 6, 13)},
+    "pointwise_conv": _pointwise_conv,
+    **{f"matmul_{m}x{kk}x{n}": (lambda m=m, kk=kk, n=n: _matmul(m, kk, n))
+       for m, kk, n in [(1, 5, 3), (3, 17, 33), (13, 7, 70)]},
+    "batched_matmul": lambda: _graph(lambda b, a: b.op("rt.matmul", [a, _const(b, (9, 21))]), (3, 5, 9)),
+    **{f"reduce_{kind}_{'_'.join(map(str, axes))}": (lambda kind=kind, axes=axes: _reduce(kind, axes))
+       for kind in ("sum", "max", "min") for axes in [(0,), (2,), (1, 2)]},
+    **{f"{op[3:]}_pad{int(p)}": (lambda op=op, p=p: _pool(op, p))
+       for op in ("rt.max_pool2d", "rt.avg_pool2d") for p in (False, True)},
+    "data_movement": _data_movement,
+    "argmax": _argmax,
+    "long_row": _long_row,
+    # large enough that the CPU schedule spreads work over several workgroups (wg_x > 0)
+    "big_elementwise": lambda: _graph(lambda b, x: b.op("rt.sigmoid", [x]), (16, 65536)),
+    "big_matmul": lambda: _matmul(64, 128, 128),
+    "mlp": lambda: mlp_module()[0],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_rendered_c99_kernels_match_the_vmvx_interpreter_for_cpu_and_gpu_schedules(case, tmp_path):
+    module = CASES[case]()
+    for _, graph_pass in GRAPH_PASSES:
+        module = graph_pass(module)
+    grids = []
+    jobs = []  # (kernel, dispatch function), both schedules of every dispatch, compiled into one .so
+    for fn in module.functions.values():
+        for d in form_dispatches(fn):
+            cpu, gpu = lower_dispatch(d.function, CPU), lower_dispatch(d.function, GPU)
+            assert gpu.thread_vars, "the GPU-like target should get the one-thread-per-element schedule"
+            grids.append(cpu.workgroup_count[0])
+            jobs += [(cpu, d.function), (dataclasses.replace(gpu, name=gpu.name + "_gpu"), d.function)]
+    lib = _compile(render_module([kern for kern, _ in jobs], C99), tmp_path)
+    for kern, fn in jobs:
+        inputs = [_random(a.type) for a in fn.args]
+        expected = run_function(fn, inputs)[0]
+        got = _call(lib, kern, inputs).reshape(expected.shape)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=kern.name)
+    if case.startswith("big_"):
+        assert max(grids) > 1, "this case should exercise several CPU workgroups"
+
+
+# -- every scalar op, against the reference ---------------------------------------------------------
+
+F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 1e-3, -1e-4, 0.75, 3.0, -7.25,
+                      20.0, -20.0, 1e30, 0.3], dtype=np.float32)
+# pairs for binary ops: NaN on either side and both, infinities, equal values, signs
+F32_A = np.array([np.nan, 1.0, np.nan, np.inf, -np.inf, 2.0, -3.5, 7.0, -7.0, 0.5, 3.0, 1e-3, 4.0], dtype=np.float32)
+F32_B = np.array([1.0, np.nan, np.nan, 3.0, 2.0, 2.0, 1.5, -2.0, 2.0, 0.25, -2.0, 5.0, 0.5], dtype=np.float32)
+I32_X = np.array([0, 1, -1, 7, -7, 100, -128, 2147483647, -2147483647], dtype=np.int32)
+I32_A = np.array([7, -7, 7, -7, 5, 0, -8, 9, 3, -2147483647 - 1, 12, -3], dtype=np.int32)
+I32_B = np.array([2, 2, -2, -2, 0, 3, 3, 4, 3, -1, 5, 0], dtype=np.int32)
+INT_UNARY = ("neg", "abs", "sign", "not")
+INT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor")
+FLOAT_UNARY = [op for op in k.UNARY_OPS if op != "not"]
+FLOAT_BINARY = [op for op in k.BINARY_OPS if op not in ("and", "or", "xor")]
+
+
+def _elementwise(name: str, body, in_dtypes, out_dtype, n: int) -> k.Kernel:
+    """out0[i] = body(in0[i], in1[i], ...)"""
+    i = k.Var("i")
+    loads = [k.Load(f"in{j}", i, dt) for j, dt in enumerate(in_dtypes)]
+    params = [k.Param(f"in{j}", dt, n, "read") for j, dt in enumerate(in_dtypes)]
+    params.append(k.Param("out0", out_dtype, n, "write"))
+    return k.Kernel(name, params, [k.Loop("i", n, [k.Store("out0", i, body(*loads))])])
+
+
+def _op_cases():
+    """name -> (kernel, inputs, expected)."""
+    f32, i32, i1 = dtypes.f32, dtypes.i32, dtypes.i1
+    cases = {}
+
+    def add(name, body, inputs, out_dtype, expected):
+        kern = _elementwise("op_" + name, body, [dtypes.from_numpy(x.dtype) for x in inputs], out_dtype, len(inputs[0]))
+        cases[name] = (kern, inputs, expected)
+
+    def ref(op, inputs, out_dtype, attrs=None):
+        return evaluate(op, attrs or {}, inputs, TensorType((len(inputs[0]),), out_dtype))
+
+    for op in FLOAT_UNARY:
+        add(f"f32_{op}", lambda a, op=op: k.Unary(op, a), [F32_EDGES], f32, ref(f"rt.{op}", [F32_EDGES], f32))
+    for op in FLOAT_BINARY:
+        add(f"f32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [F32_A, F32_B], f32,
+            ref(f"rt.{op}", [F32_A, F32_B], f32))
+    for op in INT_UNARY:
+        add(f"i32_{op}", lambda a, op=op: k.Unary(op, a), [I32_X], i32, ref(f"rt.{op}", [I32_X], i32))
+    for op in INT_BINARY:
+        add(f"i32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [I32_A, I32_B], i32,
+            ref(f"rt.{op}", [I32_A, I32_B], i32))
+    base, exponent = np.array([2, -3, 5, 0, 1, -1, 7], np.int32), np.array([10, 3, 0, 4, 9, 5, 2], np.int32)
+    add("i32_pow", lambda a, b: k.Binary("pow", a, b), [base, exponent], i32, ref("rt.pow", [base, exponent], i32))
+    for pred in k.COMPARE_OPS:
+        for dt, a, b in (("f32", F32_A, F32_B), ("i32", I32_A, I32_B)):
+            add(f"{dt}_cmp_{pred}", lambda x, y, pred=pred: k.Compare(pred, x, y), [a, b], i1,
+                ref("rt.cmp", [a, b], i1, {"predicate": pred}))
+    p, q = np.array([True, True, False, False]), np.array([True, False, True, False])
+    for op in ("and", "or", "xor"):
+        add(f"i1_{op}", lambda a, b, op=op: k.Binary(op, a, b), [p, q], i1, ref(f"rt.{op}", [p, q], i1))
+    add("i1_not", lambda a: k.Unary("not", a), [p], i1, ref("rt.not", [p], i1))
+    add("select", lambda c, a, b: k.Select(c, a, b), [p, F32_A[:4], F32_B[:4]], f32, np.where(p, F32_A[:4], F32_B[:4]))
+    # half types are stored as such and computed in f32, rounded once on the way out
+    for half in (np.float16, ml_dtypes.bfloat16):
+        a, b = F32_A.astype(half), F32_B.astype(half)
+        out = dtypes.from_numpy(half)
+        add(f"{out}_mul_add", lambda x, y: k.Binary("add", k.Binary("mul", x, y), y), [a, b], out,
+            ((a.astype(np.float32) * b.astype(np.float32)) + b.astype(np.float32)).astype(half))
+        with np.errstate(over="ignore"):  # 1e30 is inf in f16
+            add(f"{out}_cast_from_f32", lambda x, out=out: k.Cast(x, out), [F32_EDGES], out, F32_EDGES.astype(half))
+    # float -> int casts saturate, and NaN becomes 0 (as llvm-cpu's fptosi.sat)
+    wide = np.array([np.nan, 1e10, -1e10, 2.9, -2.9, 127.5, 0.0], dtype=np.float32)
+    i8 = dtypes.i8
+    add("f32_to_i32", lambda x: k.Cast(x, i32), [wide], i32, np.array([0, 2**31 - 1, -2**31, 2, -2, 127, 0], np.int32))
+    add("f32_to_i8", lambda x: k.Cast(x, i8), [wide], i8, np.array([0, 127, -128, 2, -2, 127, 0], np.int8))
+    # i8 arithmetic wraps after each op, although C computes it in int
+    x8 = np.array([100, -100, 127, 5], np.int8)
+    add("i8_add_wraps", lambda a: k.Binary("div", k.Binary("add", a, a), k.const(2, dtypes.i8)), [x8], dtypes.i8,
+        ((x8 + x8) // 2).astype(np.int8) + (((x8 + x8) % 2 != 0) & ((x8 + x8) < 0)))
+    return cases
+
+
+OP_CASES = _op_cases()
+
+
+@pytest.fixture(scope="module")
+def op_library(tmp_path_factory):
+    return _compile(render_module([kern for kern, _, _ in OP_CASES.values()], C99), tmp_path_factory.mktemp("ops"))
+
+
+@pytest.mark.parametrize("case", list(OP_CASES))
+def test_each_scalar_op_matches_the_reference_including_nan_and_inf(case, op_library):
+    kern, inputs, expected = OP_CASES[case]
+    got = _call(op_library, kern, inputs)
+    if got.dtype.kind == "f" or got.dtype == ml_dtypes.bfloat16:
+        np.testing.assert_allclose(got.astype(np.float64), np.asarray(expected).astype(np.float64),
+                                   rtol=1e-5, atol=1e-6, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_every_ir_op_has_a_test_case():
+    covered = {name.split("_", 1)[-1] for name in OP_CASES}  # f32_exp -> exp
+    assert set(k.UNARY_OPS) | set(k.BINARY_OPS) <= covered
+    assert {f"cmp_{p}" for p in k.COMPARE_OPS} <= covered
+
+
+def test_round_is_half_to_even():
+    kern, inputs, _ = OP_CASES["f32_round"]
+    lib_source = render_kernel(kern, C99)
+    assert "rintf(" in lib_source
+    assert list(np.round(np.array([0.5, 1.5, 2.5, -0.5, -2.5], np.float32))) == [0.0, 2.0, 2.0, -0.0, -2.0]
+
+
+def test_fallback_helpers_for_languages_without_erf_log1p_expm1_match_the_reference(tmp_path):
+    # MSL's table maps these ops to helpers; a C99 table with the same entries runs them here
+    c99_like_msl = dataclasses.replace(C99, name="c99-fallbacks", ops={**C99.ops, **FALLBACK_OPS})
+    kernels = [OP_CASES[f"f32_{op}"][0] for op in ("erf", "log1p", "expm1")]
+    source = render_module(kernels, c99_like_msl)
+    assert "rt_erf_f32" in source and "erff(" not in source
+    lib = _compile(source, tmp_path)
+    for kern in kernels:
+        _, inputs, expected = OP_CASES[kern.name.removeprefix("op_")]
+        np.testing.assert_allclose(_call(lib, kern, inputs), expected, rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
+def test_float_constants_are_printed_exactly(tmp_path):
+    values = [0.1, 1 / 3, -2.5, 3.4028234663852886e38, 1e-45, np.inf, -np.inf, np.nan]
+    kern = k.Kernel("consts", [k.Param("out0", dtypes.f32, len(values), "write")],
+                    [k.Store("out0", k.const(i), k.const(v, dtypes.f32)) for i, v in enumerate(values)])
+    source = render_kernel(kern, C99)
+    assert "0.10000000149011612f" in source  # f32(0.1), to the last bit
+    assert "(-(float)INFINITY)" in source and "((float)NAN)" in source
+    got = _call(_compile(render_module([kern], C99), tmp_path), kern, [])
+    np.testing.assert_array_equal(got, np.array(values, dtype=np.float32))
+
+
+# -- the GPU dialects ----------------------------------------------------------------------------------
+
+SPELLINGS = {"cuda": ("threadIdx.x", "blockIdx.x", "__global__"), "hip": ("threadIdx.x", "blockIdx.x", "hip_runtime.h"),
+             "opencl": ("get_local_id(0)", "get_group_id(0)", "__kernel"),
+             "msl": ("thread_position_in_threadgroup", "threadgroup_position_in_grid", "[[buffer(0)]]")}
+
+
+def _gpu_mlp_kernels():
+    module = mlp_module()[0]
+    for _, graph_pass in GRAPH_PASSES:
+        module = graph_pass(module)
+    return [lower_dispatch(d.function, GPU) for d in form_dispatches(module.functions["predict"])]
+
+
+@pytest.mark.parametrize("dialect", [CUDA, HIP, OPENCL, MSL], ids=lambda d: d.name)
+def test_each_gpu_dialect_renders_the_mlp_with_its_own_thread_and_workgroup_ids(dialect):
+    source = render_module(_gpu_mlp_kernels(), dialect)
+    for spelling in SPELLINGS[dialect.name]:
+        assert spelling in source, f"{dialect.name}: {spelling}"
+    assert "wg_x" not in source and "bindings" not in source
+
+
+def test_every_dialect_is_in_the_table():
+    assert set(DIALECTS) == {"c99", "cuda", "hip", "opencl", "msl"}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA output is only rendered")
+def test_cuda_output_compiles_with_nvcc(tmp_path):
+    kernels = _gpu_mlp_kernels() + [kern for name, (kern, _, _) in OP_CASES.items()]
+    src = tmp_path / "kernels.cu"
+    src.write_text(render_module(kernels, CUDA))
+    done = subprocess.run(["nvcc", "-c", "-arch=sm_80", str(src), "-o", str(tmp_path / "kernels.o")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:4000]
+
+
+# -- refusals ------------------------------------------------------------------------------------------
+
+
+def test_an_unknown_op_is_refused_naming_the_op_and_the_dialect():
+    kern = _elementwise("bad", lambda a: k.Unary("frobnicate", a), [dtypes.f32], dtypes.f32, 4)
+    with pytest.raises(UnsupportedOpError, match=r"frobnicate.*c99|c99.*frobnicate"):
+        render_kernel(kern, C99)
+
+
+def test_an_op_outside_its_types_is_refused():
+    kern = _elementwise("bad", lambda a, b: k.Binary("xor", a, b), [dtypes.f32, dtypes.f32], dtypes.f32, 4)
+    with pytest.raises(UnsupportedOpError, match="'xor' on f32"):
+        render_kernel(kern, CUDA)
+
+
+def test_a_type_the_language_lacks_is_refused():
+    kern = _elementwise("bad", lambda a: k.Unary("exp", a), [dtypes.DTYPES["f64"]], dtypes.DTYPES["f64"], 4)
+    with pytest.raises(UnsupportedOpError, match="f64 is not supported by dialect msl"):
+        render_kernel(kern, MSL)
+    kern = _elementwise("bad", lambda a: a, [dtypes.DTYPES["i4"]], dtypes.DTYPES["i4"], 4)
+    with pytest.raises(UnsupportedOpError, match="i4"):
+        render_kernel(kern, C99)
+
+
+def test_c99_refuses_barriers_and_shared_memory_in_threaded_kernels():
+    kern = k.Kernel("bad", [k.Param("out0", dtypes.f32, 4, "write")],
+                    [k.Local("tile", 4, dtypes.f32, shared=True), k.Barrier()],
+                    workgroup_vars=("wg",), workgroup_size=(4, 1, 1), thread_vars=("tid",))
+    with pytest.raises(UnsupportedOpError, match="c99.*barriers and shared memory"):
+        render_kernel(kern, C99)
+    assert "__syncthreads();" in render_kernel(kern, CUDA) and "__shared__ float tile[4];" in render_kernel(kern, CUDA)
+
+
+def test_a_variable_first_assigned_in_a_loop_is_declared_in_that_loop():
+    body = [k.Loop("i", 3, [k.Assign("x", k.Cast(k.Var("i"), dtypes.f32)),
+                            k.Assign("x", k.Binary("mul", k.Var("x", dtypes.f32), k.const(2, dtypes.f32))),
+                            k.Store("out0", k.Var("i"), k.Var("x", dtypes.f32))])]
+    source = render_kernel(k.Kernel("scoped", [k.Param("out0", dtypes.f32, 3, "write")], body), C99)
+    lines = [line.strip() for line in source.splitlines()]
+    loop = lines.index("for (int64_t i = 0; i < 3; i++) {")
+    assert lines[loop + 1] == "float x = ((float)i);"
+    assert lines[loop + 2] == "x = (x * 2.0f);"
