@@ -1,0 +1,47 @@
+"""retarget's `cuda` target and driver: kernel IR rendered to CUDA C, compiled by NVRTC
+to a cubin (plus PTX for newer GPUs) for one SM architecture (`targets.py`, `compile.py`),
+and run through the CUDA driver API, directly or replayed as a CUDA graph (`driver.py`)."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+FORMAT = "cuda-cubin"
+
+
+class CudaTarget:
+    name = "cuda"
+    drivers = ("cuda",)
+
+    def names(self):
+        from . import targets
+
+        return targets.names()
+
+    def parse(self, spec: str):
+        from . import targets
+
+        return targets.parse(spec)
+
+    def default(self):
+        from . import targets
+
+        return targets.default()
+
+    def describe(self, device):
+        from . import targets
+
+        return targets._desc_for_device(device.info.properties["compute_capability"], "host")
+
+    def compile(self, dispatches, desc):
+        """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> CUDA C -> one cubin."""
+        from retarget.kernel.lower import lower_dispatch
+        from retarget.protocols import Binding
+
+        from .compile import compile_kernels
+
+        kernels = [lower_dispatch(fn, desc) for fn in dispatches]
+        bindings = [
+            tuple([Binding(a.type, "read") for a in fn.args] + [Binding(r.type, "write") for r in fn.returns])
+            for fn in dispatches
+        ]
+        return compile_kernels(kernels, desc, bindings)

@@ -1,0 +1,424 @@
+"""The `cuda` HAL driver, through the CUDA driver API (`cuda.bindings.driver`).
+
+One device is one GPU's primary context (the one the CUDA runtime, and so torch, also
+uses) and one non-blocking stream; all work of a device runs in that stream's order.
+A command buffer records launches, copies and fills. `submit` runs them in one of two modes:
+
+- direct: each command is issued on the stream (one cuLaunchKernel per dispatch);
+- graph (the default): the first submit captures the commands into a CUDA graph,
+  later submits replay it with one cuGraphLaunch.
+
+`RETARGET_CUDA_GRAPHS=0` or `device.graphs = False` picks direct mode. Every CUresult is
+checked; a failure raises `CudaError` naming the call and the error.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+from retarget.errors import RetargetError, UnknownDeviceError
+from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
+
+from . import FORMAT
+
+NAME = "cuda"
+
+
+class CudaError(RetargetError):
+    """A CUDA driver call failed; `error` is the CUresult's name (CUDA_ERROR_...)."""
+
+    def __init__(self, message: str, error: str = "", hint: str | None = None):
+        self.error = error
+        super().__init__(message, hint=hint)
+
+
+def _cu():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, what: str):
+    """A cuda.bindings call's (CUresult, *values) -> its value(s); CudaError when it failed."""
+    cu = _cu()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        name = err.name if hasattr(err, "name") else str(err)
+        _, text = cu.cuGetErrorString(err)
+        detail = text.decode() if isinstance(text, bytes) else str(text)
+        raise CudaError(f"{what} failed: {name} ({detail})", error=name)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+_init_lock = threading.Lock()
+_init_result: tuple[bool, str] | None = None
+
+
+def initialize() -> tuple[bool, str]:
+    """cuInit once per process: (True, "") or (False, why the driver cannot be used)."""
+    global _init_result
+    with _init_lock:
+        if _init_result is None:
+            _init_result = _initialize()
+        return _init_result
+
+
+def _initialize() -> tuple[bool, str]:
+    try:
+        cu = _cu()
+    except Exception as e:
+        return False, f"cuda-bindings is not importable ({type(e).__name__}: {e}); pip install cuda-bindings"
+    try:
+        (err,) = cu.cuInit(0)
+    except Exception as e:  # the pathfinder cannot find libcuda.so: no NVIDIA driver on this machine
+        return False, f"libcuda.so (the NVIDIA driver) cannot be loaded: {e}".replace("\n", " ")
+    if err == cu.CUresult.CUDA_ERROR_NO_DEVICE:
+        return False, "the NVIDIA driver is installed but sees no GPU (CUDA_ERROR_NO_DEVICE)"
+    if err != cu.CUresult.CUDA_SUCCESS:
+        return False, f"cuInit failed: {err.name} (is the NVIDIA kernel module loaded? try nvidia-smi)"
+    return True, ""
+
+
+ATTRIBUTES = {  # dump() key -> CU_DEVICE_ATTRIBUTE_ suffix
+    "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
+    "max_block_dim_x": "MAX_BLOCK_DIM_X",
+    "max_block_dim_y": "MAX_BLOCK_DIM_Y",
+    "max_block_dim_z": "MAX_BLOCK_DIM_Z",
+    "max_grid_dim_x": "MAX_GRID_DIM_X",
+    "max_grid_dim_y": "MAX_GRID_DIM_Y",
+    "max_grid_dim_z": "MAX_GRID_DIM_Z",
+    "shared_memory_per_block": "MAX_SHARED_MEMORY_PER_BLOCK",
+    "shared_memory_per_block_optin": "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+    "shared_memory_per_multiprocessor": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+    "registers_per_block": "MAX_REGISTERS_PER_BLOCK",
+    "max_threads_per_multiprocessor": "MAX_THREADS_PER_MULTIPROCESSOR",
+    "l2_cache_bytes": "L2_CACHE_SIZE",
+    "memory_bus_width_bits": "GLOBAL_MEMORY_BUS_WIDTH",
+    "clock_khz": "CLOCK_RATE",
+    "memory_clock_khz": "MEMORY_CLOCK_RATE",
+    "ecc": "ECC_ENABLED",
+    "integrated": "INTEGRATED",
+    "concurrent_kernels": "CONCURRENT_KERNELS",
+    "async_engines": "ASYNC_ENGINE_COUNT",
+    "pci_bus": "PCI_BUS_ID",
+    "pci_device": "PCI_DEVICE_ID",
+}
+
+
+def _attribute(device, suffix: str) -> int:
+    cu = _cu()
+    return check(cu.cuDeviceGetAttribute(getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{suffix}"), device),
+                 f"cuDeviceGetAttribute({suffix})")
+
+
+class CudaDriver:
+    name = NAME
+
+    def enumerate(self) -> list[DeviceInfo]:
+        """Every GPU, or one unavailable entry saying why there is none. Never raises."""
+        ok, reason = initialize()
+        if not ok:
+            return [DeviceInfo(NAME, "0", "CUDA GPU", available=False, reason=reason)]
+        try:
+            cu = _cu()
+            count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+            if count == 0:
+                return [DeviceInfo(NAME, "0", "CUDA GPU", available=False, reason="the NVIDIA driver sees no GPU")]
+            return [self._info(i) for i in range(count)]
+        except Exception as e:  # a broken driver install must not take `retarget devices` down
+            return [DeviceInfo(NAME, "0", "CUDA GPU", available=False, reason=f"{type(e).__name__}: {e}")]
+
+    def _info(self, ordinal: int) -> DeviceInfo:
+        cu = _cu()
+        device = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        name = check(cu.cuDeviceGetName(256, device), "cuDeviceGetName").split(b"\0", 1)[0].decode()
+        major = _attribute(device, "COMPUTE_CAPABILITY_MAJOR")
+        minor = _attribute(device, "COMPUTE_CAPABILITY_MINOR")
+        properties = {
+            "arch": f"sm_{major}{minor}",
+            "compute_capability": f"{major}.{minor}",
+            "memory_bytes": int(check(cu.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
+            "multiprocessors": _attribute(device, "MULTIPROCESSOR_COUNT"),
+            "subgroup_size": _attribute(device, "WARP_SIZE"),
+            "driver_version": _version(check(cu.cuDriverGetVersion(), "cuDriverGetVersion")),
+        }
+        return DeviceInfo(NAME, str(ordinal), name, properties=properties)
+
+    def create(self, device_id: str) -> CudaDevice:
+        infos = {d.id: d for d in self.enumerate() if d.available}
+        device_id = device_id or "0"
+        if device_id not in infos:
+            reasons = "; ".join(d.reason for d in self.enumerate() if not d.available)
+            raise UnknownDeviceError(f"cuda has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
+                                     hint=f"its devices: {', '.join(infos) or 'none'} (`retarget doctor` says why)")
+        return CudaDevice(infos[device_id])
+
+    def dump(self, device_id: str) -> dict:
+        info = {d.id: d for d in self.enumerate()}.get(device_id or "0")
+        if info is None:
+            raise UnknownDeviceError(f"cuda has no device '{device_id}'")
+        out = {"driver": NAME, "id": info.id, "name": info.name, "available": info.available}
+        if not info.available:
+            return {**out, "reason": info.reason}
+        out.update(info.properties)
+        device = check(_cu().cuDeviceGet(int(info.id)), "cuDeviceGet")
+        for key, suffix in ATTRIBUTES.items():
+            try:
+                out[key] = _attribute(device, suffix)
+            except (CudaError, AttributeError):  # attributes come and go between CUDA versions
+                pass
+        out["executable_formats"] = [FORMAT]
+        return out
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+class CudaBuffer:
+    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value)."""
+
+    def __init__(self, device: CudaDevice, nbytes: int):
+        self.device, self.nbytes = device, nbytes
+        self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})"))
+
+    def free(self) -> None:
+        if self.address:
+            address, self.address = self.address, 0
+            self.device._current()
+            check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # at interpreter exit the bindings may already be gone
+            pass
+
+
+class CudaExecutable:
+    def __init__(self, entry_points, module, functions, loaded_as: str):
+        self.entry_points = entry_points
+        self.module = module
+        self.functions = functions  # one CUfunction per entry point, in order
+        self.loaded_as = loaded_as  # "cubin" or "ptx"
+
+
+class CudaCommandBuffer:
+    """Recorded commands, each a callable issuing one driver call on a stream.
+
+    The stream orders everything, so a barrier needs no command of its own."""
+
+    def __init__(self, device: CudaDevice):
+        self.device = device
+        self.commands: list = []
+        self.keep: list = []  # kernel-parameter arrays the launches point into
+        self.ended = False
+        self.graph = None
+        self.graph_exec = None
+
+    def _add(self, command) -> None:
+        if self.ended:
+            raise RuntimeError("command buffer already ended; record a new one")
+        self.commands.append(command)
+
+    def dispatch(self, executable: CudaExecutable, entry: int, bindings) -> None:
+        ep = executable.entry_points[entry]
+        if len(bindings) != len(ep.bindings):
+            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
+        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
+            if nbytes < b.type.nbytes or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
+        values = np.array([buf.address + offset for buf, offset, _ in bindings], dtype=np.uint64)
+        pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
+        self.keep.append((values, pointers, [buf for buf, _, _ in bindings]))
+        function, params = executable.functions[entry], int(pointers.ctypes.data)
+        grid, block = tuple(ep.workgroup_count), tuple(ep.workgroup_size)
+        cu = _cu()
+
+        def launch(stream):
+            check(cu.cuLaunchKernel(function, *grid, *block, 0, stream, params, 0), f"cuLaunchKernel({ep.name})")
+
+        self._add(launch)
+
+    def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
+        cu = _cu()
+        self.keep.append((src, dst))
+        s, d = cu.CUdeviceptr(src.address + src_offset), cu.CUdeviceptr(dst.address + dst_offset)
+        self._add(lambda stream: check(cu.cuMemcpyDtoDAsync(d, s, nbytes, stream), "cuMemcpyDtoDAsync"))
+
+    def fill(self, buffer: CudaBuffer, offset: int, nbytes: int, value: int) -> None:
+        cu = _cu()
+        self.keep.append(buffer)
+        d = cu.CUdeviceptr(buffer.address + offset)
+        self._add(lambda stream: check(cu.cuMemsetD8Async(d, value & 0xFF, nbytes, stream), "cuMemsetD8Async"))
+
+    def barrier(self) -> None:
+        """Commands already run in stream order."""
+
+    def end(self) -> None:
+        self.ended = True
+
+    def issue(self, stream) -> None:
+        for command in self.commands:
+            command(stream)
+
+    def capture(self, stream) -> None:
+        """Record the commands into a CUDA graph once (nothing runs while capturing)."""
+        cu = _cu()
+        check(cu.cuStreamBeginCapture(stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+              "cuStreamBeginCapture")
+        try:
+            self.issue(stream)
+        except BaseException:
+            cu.cuStreamEndCapture(stream)  # leave capture mode; the launch's own error is the one to report
+            raise
+        graph = check(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        self.graph = graph
+        self.graph_exec = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    def release(self) -> None:
+        if self.graph_exec is not None:
+            cu = _cu()
+            cu.cuGraphExecDestroy(self.graph_exec)
+            cu.cuGraphDestroy(self.graph)
+            self.graph_exec = self.graph = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # at interpreter exit the bindings may already be gone
+            pass
+
+
+class CudaDevice:
+    formats = (FORMAT,)
+
+    def __init__(self, info: DeviceInfo):
+        cu = _cu()
+        self.info = info
+        self.ordinal = int(info.id)
+        self.compute_capability = tuple(int(p) for p in info.properties["compute_capability"].split("."))
+        self.graphs = os.environ.get("RETARGET_CUDA_GRAPHS", "1") not in ("0", "false", "no", "off")
+        self.cu_device = check(cu.cuDeviceGet(self.ordinal), "cuDeviceGet")
+        self.context = check(cu.cuDevicePrimaryCtxRetain(self.cu_device), "cuDevicePrimaryCtxRetain")
+        self._current()
+        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
+        self.pending: list = []  # host arrays of copies still in flight, kept alive until wait()
+        self._lock = threading.Lock()
+
+    def _current(self) -> None:
+        check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def can_load(self, format: str, target: TargetDesc) -> str | None:
+        if format != FORMAT:
+            return f"the cuda driver loads {FORMAT}, not {format}"
+        return _why_not(target, self.compute_capability, self.info.name)
+
+    def allocate(self, nbytes: int) -> CudaBuffer:
+        self._current()
+        return CudaBuffer(self, nbytes)
+
+    def write(self, buffer: CudaBuffer, offset: int, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if offset < 0 or offset + raw.nbytes > buffer.nbytes:
+            raise ValueError(f"writing {raw.nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
+        if raw.nbytes == 0:
+            return
+        cu = _cu()
+        self._current()
+        check(cu.cuMemcpyHtoDAsync(cu.CUdeviceptr(buffer.address + offset), raw.ctypes.data, raw.nbytes,
+                                   self.stream), "cuMemcpyHtoDAsync")
+        self.pending.append(raw)
+
+    def read(self, buffer: CudaBuffer, offset: int, nbytes: int) -> np.ndarray:
+        if offset < 0 or offset + nbytes > buffer.nbytes:
+            raise ValueError(f"reading {nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
+        out = np.empty(nbytes, dtype=np.uint8)
+        if nbytes:
+            cu = _cu()
+            self._current()
+            check(cu.cuMemcpyDtoHAsync(out.ctypes.data, cu.CUdeviceptr(buffer.address + offset), nbytes,
+                                       self.stream), "cuMemcpyDtoHAsync")
+            self.wait()
+        return out
+
+    def load_executable(self, binary: ExecutableBinary) -> CudaExecutable:
+        from .compile import unpack
+
+        reason = self.can_load(binary.format, binary.target)
+        if reason:
+            raise UnknownDeviceError(f"{self.info.uri} cannot run {binary.target.name}: {reason}",
+                                     hint="recompile with --target cuda:host")
+        _, parts = unpack(binary.data)
+        use_cubin = _cubin_runs(binary.target.extra["sm"], self.compute_capability)
+        image = np.frombuffer(parts["cubin"] if use_cubin else parts["ptx"] + b"\0", dtype=np.uint8)
+        cu = _cu()
+        self._current()
+        module = check(cu.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData" + ("" if use_cubin else " (PTX JIT)"))
+        functions = [check(cu.cuModuleGetFunction(module, e.name.encode()), f"cuModuleGetFunction({e.name})")
+                     for e in binary.entry_points]
+        return CudaExecutable(list(binary.entry_points), module, functions, "cubin" if use_cubin else "ptx")
+
+    def command_buffer(self) -> CudaCommandBuffer:
+        return CudaCommandBuffer(self)
+
+    def submit(self, command_buffer: CudaCommandBuffer) -> None:
+        with self._lock:
+            self._current()
+            if not command_buffer.commands:
+                return
+            if self.graphs and command_buffer.ended:
+                if command_buffer.graph_exec is None:
+                    command_buffer.capture(self.stream)
+                check(_cu().cuGraphLaunch(command_buffer.graph_exec, self.stream), "cuGraphLaunch")
+            else:
+                command_buffer.issue(self.stream)
+
+    def wait(self) -> None:
+        self._current()
+        check(_cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        self.pending.clear()
+
+    def close(self) -> None:
+        cu = _cu()
+        if self.stream is not None:
+            self.wait()
+            check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")
+            self.stream = None
+            check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
+
+
+def _sm_parts(sm: str) -> tuple[int, int, bool]:
+    digits = sm.rstrip("af")
+    return int(digits[:-1]), int(digits[-1]), sm.endswith("a")
+
+
+def _cubin_runs(sm: str, cc: tuple[int, int]) -> bool:
+    """A cubin for sm_XY runs on X.Z with Z >= Y; an arch-specific one (sm_90a) only on X.Y itself."""
+    major, minor, specific = _sm_parts(sm)
+    return (major, minor) == cc if specific else major == cc[0] and minor <= cc[1]
+
+
+def _why_not(target: TargetDesc, cc: tuple[int, int], device_name: str) -> str | None:
+    sm = target.extra.get("sm")
+    if not sm:
+        return f"the executable's target {target.name} names no SM architecture"
+    if _cubin_runs(sm, cc):
+        return None
+    ptx = target.extra.get("ptx", "")
+    ptx_major, ptx_minor, ptx_specific = _sm_parts(ptx.removeprefix("compute_")) if ptx else (0, 0, True)
+    if ptx and not ptx_specific and (ptx_major, ptx_minor) <= cc:
+        return None  # the driver JIT-compiles the PTX
+    here = f"sm_{cc[0]}{cc[1]}"
+    holds = f"a cubin for sm_{sm}" + (f" and PTX for {ptx}" if ptx else "")
+    why = ("arch-specific code runs only on its own GPU" if ptx_specific and ptx
+           else "its PTX is for a newer GPU" if ptx else "and no PTX")
+    return (f"the module holds {holds}, and this GPU ({device_name}) is {here}: {why}; "
+            f"recompile with --target cuda:host (or cuda:{here})")
+
+
+CUDA = CudaDriver()

@@ -1,0 +1,95 @@
+"""NVRTC compiles rendered kernels to cubin and PTX; needs no GPU."""
+
+import pytest
+import retarget
+from retarget.ir import dtypes
+from retarget.protocols import Binding, EntryPoint, TensorType
+from retarget.testing.graphs import mlp_module
+from retarget_cuda import FORMAT, targets
+from retarget_cuda.compile import (
+    EM_CUDA,
+    CudaCompileError,
+    compile_entries,
+    cubin_machine_and_sm,
+    supported_sms,
+    unpack,
+)
+
+ADD = r'''
+extern "C" __global__ void add(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ out) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 1000) out[i] = a[i] + b[i];
+}
+'''
+ADD_ENTRY = EntryPoint("add", tuple(Binding(TensorType((1000,), dtypes.f32), a) for a in ("read", "read", "write")),
+                       (256, 1, 1), (4, 1, 1))
+
+
+def _executable(art):
+    (exe,) = art.manifest["executables"]
+    return exe, unpack(bytes(art.entries[exe["path"]]))
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"])
+def test_a_kernel_compiles_to_a_cubin_for_its_sm_and_ptx_for_its_compute_arch(nvrtc, arch):
+    desc = targets.parse(arch)
+    binary = compile_entries(ADD, [ADD_ENTRY], desc)
+    header, parts = unpack(binary.data)
+    assert binary.format == FORMAT and header["sm"] == desc.extra["sm"]
+    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, int(desc.extra["sm"].rstrip("a")))
+    ptx = parts["ptx"].decode()
+    assert f".target {desc.extra['ptx'].replace('compute_', 'sm_')}" in ptx and ".entry add(" in ptx
+    assert binary.listing == ADD
+
+
+def test_the_mlp_compiles_to_one_cubin_holding_every_entry_point(nvrtc):
+    module, _, _ = mlp_module()
+    exe, (header, parts) = _executable(retarget.compile(module, "cuda:h100"))
+    assert exe["format"] == FORMAT and exe["target"]["extra"]["sm"] == "90a"
+    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 90)
+    names = [e["name"] for e in exe["entry_points"]]
+    assert names and header["entry_points"] == names
+    assert all(e["workgroup_size"] == [256, 1, 1] for e in exe["entry_points"])
+    for name in names:
+        assert name.encode() in parts["cubin"] and f".entry {name}(" in parts["ptx"].decode()
+
+
+def test_a_conv_block_compiles_for_ampere(nvrtc):
+    torch = pytest.importorskip("torch")
+    from retarget.testing import zoo
+
+    model, inputs = zoo.make("small_cnn")
+    exe, (_, parts) = _executable(retarget.compile(model, "cuda:a100", example_inputs=inputs))
+    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 80)
+    assert torch is not None and len(exe["entry_points"]) > 1
+
+
+def test_an_nvrtc_error_carries_the_log(nvrtc):
+    with pytest.raises(CudaCompileError) as e:
+        compile_entries('extern "C" __global__ void broken(float *x) { x[0] = undefined_name; }',
+                        [ADD_ENTRY], targets.parse("sm_80"))
+    assert "undefined_name" in e.value.log and "undefined_name" in str(e.value)
+
+
+def test_an_arch_this_nvrtc_dropped_fails_with_the_range_it_has(nvrtc):
+    if 70 in supported_sms():
+        pytest.skip("this NVRTC still compiles for sm_70")
+    with pytest.raises(CudaCompileError) as e:
+        compile_entries(ADD, [ADD_ENTRY], targets.parse("v100"))
+    assert "sm_70" in str(e.value) and f"sm_{min(supported_sms())}" in str(e.value)
+
+
+def test_the_container_rejects_foreign_and_truncated_data(nvrtc):
+    from retarget.errors import RetargetError
+
+    data = compile_entries(ADD, [ADD_ENTRY], targets.parse("sm_80")).data
+    with pytest.raises(RetargetError, match="bad magic"):
+        unpack(b"\x7fELF" + data[4:])
+    with pytest.raises(RetargetError, match="truncated"):
+        unpack(data[:-10])
+
+
+def test_compiling_leaves_python_s_shared_one_byte_objects_alone(nvrtc):
+    # NVRTC writes into the buffers it is given: a b" " * 1 log buffer is CPython's shared b" ".
+    compile_entries(ADD, [ADD_ENTRY], targets.parse("sm_80"))
+    assert bytes([32]) == b"\x20" and chr(32).encode() == b"\x20"

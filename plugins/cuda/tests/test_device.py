@@ -1,0 +1,118 @@
+"""The cuda driver on a GPU: memory, launches, CUDA graphs, and whole models against torch.
+Every test here skips with "no CUDA device: <reason>" where there is no GPU."""
+
+import numpy as np
+import pytest
+import retarget
+from retarget.ir import dtypes
+from retarget.protocols import Binding, EntryPoint, TensorType
+from retarget.testing.graphs import mlp_module
+from retarget_cuda import targets
+from retarget_cuda.compile import compile_entries
+
+N = 1000
+ADD = r'''
+extern "C" __global__ void add(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ out) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 1000) out[i] = a[i] + b[i];
+}
+'''
+ADD_ENTRY = EntryPoint("add", tuple(Binding(TensorType((N,), dtypes.f32), a) for a in ("read", "read", "write")),
+                       (256, 1, 1), (4, 1, 1))
+rng = np.random.default_rng(0)
+
+
+def _host_arch(device):
+    major, minor = device.compute_capability
+    return targets._desc_for_device(f"{major}.{minor}", "host")
+
+
+def test_written_bytes_read_back_at_any_offset(cuda_device):
+    buf = cuda_device.allocate(4096)
+    data = rng.standard_normal(100).astype(np.float32)
+    cuda_device.write(buf, 256, data)
+    np.testing.assert_array_equal(cuda_device.read(buf, 256, 400).view(np.float32), data)
+
+
+def test_fill_and_copy_run_in_recorded_order(cuda_device):
+    a, b = cuda_device.allocate(64), cuda_device.allocate(64)
+    cb = cuda_device.command_buffer()
+    cb.fill(a, 0, 64, 7)
+    cb.barrier()
+    cb.copy(a, 0, b, 16, 32)
+    cb.end()
+    cuda_device.write(b, 0, np.zeros(64, np.uint8))
+    cuda_device.submit(cb)
+    cuda_device.wait()
+    assert list(cuda_device.read(b, 0, 64)) == [0] * 16 + [7] * 32 + [0] * 16
+
+
+def _add_program(device, graphs: bool):
+    device.graphs = graphs
+    exe = device.load_executable(compile_entries(ADD, [ADD_ENTRY], _host_arch(device)))
+    buf = device.allocate(3 * N * 4 + 128)
+    cb = device.command_buffer()
+    cb.dispatch(exe, 0, [(buf, 0, N * 4), (buf, N * 4, N * 4), (buf, 2 * N * 4 + 128, N * 4)])
+    cb.end()
+    return exe, buf, cb
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["direct", "graph"])
+def test_a_launch_computes_with_bindings_at_offsets(cuda_device, graphs):
+    exe, buf, cb = _add_program(cuda_device, graphs)
+    assert exe.loaded_as == "cubin"
+    for _ in range(3):  # a graph is captured on the first submit and replayed after
+        a, b = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+        cuda_device.write(buf, 0, a)
+        cuda_device.write(buf, N * 4, b)
+        cuda_device.submit(cb)
+        cuda_device.wait()
+        np.testing.assert_allclose(cuda_device.read(buf, 2 * N * 4 + 128, N * 4).view(np.float32), a + b)
+    assert (cb.graph_exec is not None) == graphs
+
+
+def test_ptx_of_an_older_arch_is_jit_compiled_when_no_cubin_fits(cuda_device):
+    major, _ = cuda_device.compute_capability
+    older = [r for r in targets.TABLE if r.compute_capability[0] < major and not r.arch_specific
+             and r.compute_capability >= (7, 5)]
+    if not older:
+        pytest.skip("no older arch that this NVRTC compiles for")
+    binary = compile_entries(ADD, [ADD_ENTRY], targets.describe_row(older[-1]))
+    assert cuda_device.load_executable(binary).loaded_as == "ptx"
+
+
+def test_arch_specific_code_of_another_gpu_is_refused_with_the_fix(cuda_device):
+    other = "sm_100a" if cuda_device.compute_capability != (10, 0) else "sm_90a"
+    reason = cuda_device.can_load("cuda-cubin", targets.parse(other))
+    assert other in reason and "--target cuda:host" in reason
+
+
+@pytest.mark.parametrize("graphs", ["0", "1"], ids=["direct", "graph"])
+def test_the_mlp_runs_on_cuda_and_matches_numpy(cuda_device, monkeypatch, graphs):
+    monkeypatch.setenv("RETARGET_CUDA_GRAPHS", graphs)
+    module, x, expected = mlp_module()
+    m = retarget.load(retarget.compile(module, "cuda:host"), device="cuda")
+    assert m.device.graphs == (graphs == "1")
+    for _ in range(2):
+        np.testing.assert_allclose(m.predict(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_graph_replay_gives_what_direct_launches_give(cuda_device):
+    module, x, _ = mlp_module(batch=8, features=64, hidden=32)
+    art = retarget.compile(module, "cuda:host")
+    m = retarget.load(art, device="cuda")
+    xs = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(3)]
+    m.device.graphs = True
+    graphed = [m.predict(v) for v in xs]
+    m.device.graphs = False
+    direct = [m.predict(v) for v in xs]
+    for g, d in zip(graphed, direct):
+        np.testing.assert_array_equal(g, d)
+
+
+def test_device_dump_describes_the_gpu(cuda_device):
+    from retarget_cuda.driver import CUDA
+
+    dump = CUDA.dump(cuda_device.info.id)
+    assert dump["available"] and dump["multiprocessors"] > 0 and dump["memory_bytes"] > 0
+    assert dump["max_threads_per_block"] == 1024 and dump["subgroup_size"] == 32
