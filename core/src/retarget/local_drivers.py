@@ -206,6 +206,8 @@ class LocalDriver:
     def __init__(self, name: str, workers: int | None):
         self.name = name
         self.workers = workers
+        self._device: LocalDevice | None = None
+        self._lock = threading.Lock()
 
     def _workers(self) -> int:
         return self.workers or os.cpu_count() or 1
@@ -221,10 +223,14 @@ class LocalDriver:
         ]
 
     def create(self, device_id: str) -> LocalDevice:
+        """The driver's one device, shared by every module loaded on it (it owns the worker threads)."""
         if device_id not in ("", "0"):
             raise UnknownDeviceError(f"{self.name} has one device, '0'; there is no '{device_id}'",
                                      hint=f"use --device {self.name}")
-        return LocalDevice(self.enumerate()[0], self._workers())
+        with self._lock:
+            if self._device is None:
+                self._device = LocalDevice(self.enumerate()[0], self._workers())
+            return self._device
 
     def dump(self, device_id: str) -> dict:
         info = self.enumerate()[0]

@@ -1,7 +1,8 @@
 """Compiled objects on disk, so that recompiling unchanged kernels is instant.
 
 The key is the sha256 of everything that decides the object's bytes: the printed
-kernels, the triple, CPU and features, and the llvmlite and plugin versions.
+kernels, the triple, CPU and features, the llvmlite and plugin versions, and a hash
+of the code generator's own source.
 The directory is `$RETARGET_CACHE_DIR` (objects go in its `llvm-cpu/`), else
 `~/.cache/retarget/llvm-cpu`. A cache that cannot be written is skipped silently:
 it only ever saves time.
@@ -9,6 +10,7 @@ it only ever saves time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -24,9 +26,19 @@ def directory() -> Path:
     return Path(root) / "llvm-cpu" if root else Path.home() / ".cache" / "retarget" / "llvm-cpu"
 
 
+@functools.cache
+def _codegen_fingerprint() -> str:
+    """A hash of the code generator's own source, so that any change to it misses the cache."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(here.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def key(kernel_texts: list[str], triple: str, cpu: str, features: tuple[str, ...]) -> str:
     h = hashlib.sha256()
-    for part in (*kernel_texts, triple, cpu, ",".join(features), llvmlite.__version__, __version__):
+    for part in (*kernel_texts, triple, cpu, ",".join(features), llvmlite.__version__, __version__, _codegen_fingerprint()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

@@ -600,7 +600,10 @@ def target_machine(triple: str, cpu: str, features: tuple[str, ...], *, jit: boo
     _init()
     target = llvm.Target.from_triple(triple)
     flat = ",".join("+" + f for f in features)
-    return target.create_target_machine(cpu=cpu, features=flat, opt=3, reloc="pic", codemodel="small", jit=jit)
+    # The large code model: MCJIT maps code and data sections wherever it finds memory, and in a big
+    # process they can land more than 2 GB apart, where the small model's 32-bit relocations overflow
+    # and LLVM aborts the whole process.
+    return target.create_target_machine(cpu=cpu, features=flat, opt=3, reloc="pic", codemodel="large", jit=jit)
 
 
 def llvm_ir(kernels: list[k.Kernel], triple: str, features: tuple[str, ...], name: str = "retarget") -> str:
