@@ -518,13 +518,31 @@ def _identity(kind: str, dt: DType):
 
 
 class _GpuLowering(_Lowering):
-    """One thread per output element: the grid covers the output, and a root's reduction runs as a
-    serial loop inside each thread. Simple and correct everywhere; tiled GPU schedules (shared
-    memory, subgroups, matrix units) replace it op family by op family."""
+    """Threads cover the output, consecutive threads on its innermost dim so that loads and stores
+    coalesce. Convolutions and matmuls run as reductions with two choices made from the target's
+    data and the dispatch's shape:
+
+    - a register tile: a thread of a big ungrouped convolution computes `CHANNELS_PER_THREAD` output
+      channels of one pixel, so each input pixel it loads feeds that many multiply-adds;
+    - split reductions: when the outputs are too few to keep the multiprocessors busy, `slices`
+      threads of a block share each output's reduction (input channels, or k) and add their
+      partial sums through shared memory.
+
+    Everything else (elementwise, pools, reduce, argmax) is one thread per output element."""
+
+    CHANNELS_PER_THREAD = 4
+    TILE_THREADS_PER_SM = 256  # a convolution takes the register tile while it leaves this many threads per SM
+    BUSY_THREADS_PER_SM = 1024  # threads in flight per multiprocessor before more parallelism stops paying
+    MIN_SLICE_STEPS = 8  # reduction steps each slice keeps at least
+    DEFAULT_MULTIPROCESSORS = 64  # when the target does not say (a named arch, not `host`)
 
     def __init__(self, fn: Function, desc: TargetDesc):
         super().__init__(fn, desc)
         self.threads = min(256, desc.max_workgroup_size)
+        self.multiprocessors = desc.extra.get("multiprocessors") or self.DEFAULT_MULTIPROCESSORS
+        self.busy = self.multiprocessors * self.BUSY_THREADS_PER_SM
+        # Split reductions combine through shared memory: only where the target has it.
+        self.max_slices = min(desc.subgroup_size or 32, self.threads) if desc.shared_memory_bytes else 1
 
     def finish(self, params, body) -> Kernel:
         self.schedule["threads"] = self.threads
@@ -543,23 +561,70 @@ class _GpuLowering(_Lowering):
     def _elementwise(self) -> list:
         return self._over_output(self.out.type.shape, lambda idx: [self.store(idx)], self.out.type.num_elements)
 
+    def _split_reduction(self, op, tile_axis: int | None, tile: int, length: int, steps) -> list:
+        """Threads over the output (`tile` consecutive indices of `tile_axis` per thread), each output's
+        reduction of `length` steps split over `slices` threads of a block. `steps(idx, c, acc)` adds
+        reduction step `c` into `acc[0..tile)`, for the outputs at `idx` + r along `tile_axis`."""
+        out = op.result.type
+        acc_dt = _accumulator(out.dtype)
+        tiled = list(out.shape)
+        if tile_axis is not None:
+            tiled[tile_axis] //= tile
+        count = int(np.prod(tiled, dtype=np.int64))
+        slices = 1
+        while (count * slices < self.busy and 2 * slices <= self.max_slices
+               and length >= 2 * slices * self.MIN_SLICE_STEPS):
+            slices *= 2
+        width = self.threads // slices
+        self.grid = max(1, -(-count // width))
+        self.schedule.update(slices=slices, tile=tile, busy_threads=self.busy)
+        tid = Var("tid")
+        gid, acc, j, r, s = (self.fresh(p) for p in ("gid", "acc", "j", "r", "s"))
+        names = [self.fresh("i") for _ in tiled]
+        body = [Assign(gid, Var("wg") * width + (tid % width if slices > 1 else tid))]
+        body += [Assign(n, e) for n, e in zip(names, _delinearize(Var(gid), tiled))]
+        idx = [Var(n) for n in names]
+        if tile_axis is not None:
+            idx[tile_axis] = idx[tile_axis] * tile
+        c = Var(j) * slices + tid // width if slices > 1 else Var(j)
+        update = steps(idx, c, acc)
+        if length % slices:
+            update = [If(Compare("lt", c, k.const(length)), update)]
+        in_range = Compare("lt", Var(gid), k.const(count))
+        body += [Local(acc, tile, acc_dt),
+                 Loop(r, tile, [Store(acc, Var(r), k.const(0, acc_dt))], "unroll"),
+                 If(in_range, [Loop(j, -(-length // slices), update)])]
+
+        def at(rv):
+            return [i + rv if a == tile_axis else i for a, i in enumerate(idx)]
+
+        self.override[op.result] = _narrow(Load(acc, Var(r), acc_dt), out.dtype)
+        stores = [Loop(r, tile, [self.store(at(Var(r)))], "unroll")]
+        if slices == 1:
+            return body + [If(in_range, stores)]
+        part = self.fresh("part")
+        combine = [Loop(r, tile, [Loop(s, slices - 1, [
+            Store(acc, Var(r), k.Binary("add", Load(acc, Var(r), acc_dt),
+                                        Load(part, Var(r) * self.threads + Var(s) * width + tid, acc_dt)))],
+            "unroll", start=1)], "unroll")]
+        return body + [Local(part, tile * self.threads, acc_dt, shared=True),
+                       Loop(r, tile, [Store(part, Var(r) * self.threads + tid, Load(acc, Var(r), acc_dt))], "unroll"),
+                       k.Barrier(),
+                       If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), combine + stores)]
+
     def _matmul(self, op) -> list:
         a, b = op.operands
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
 
-        def element(idx):
-            acc, kv = self.fresh("acc"), self.fresh("k")
+        def steps(idx, c, acc):
             batch, m, n = idx[:-2], idx[-2], idx[-1]
-            av = self.value(a, _broadcast_index(batch + [m, Var(kv)], a.type.shape, out.shape))
-            bv = self.value(b, _broadcast_index(batch + [Var(kv), n], b.type.shape, out.shape))
-            self.override[op.result] = _narrow(Var(acc, acc_dt), out.dtype)
+            av = self.value(a, _broadcast_index(batch + [m, c], a.type.shape, out.shape))
+            bv = self.value(b, _broadcast_index(batch + [c, n], b.type.shape, out.shape))
             product = k.Binary("mul", _widen(av, acc_dt), _widen(bv, acc_dt))
-            return [Assign(acc, k.const(0, acc_dt)),
-                    Loop(kv, a.type.shape[-1], [Assign(acc, k.Binary("add", Var(acc, acc_dt), product))]),
-                    self.store(idx)]
+            return [Store(acc, k.const(0), k.Binary("add", Load(acc, k.const(0), acc_dt), product))]
 
-        return self._over_output(out.shape, element, out.num_elements * a.type.shape[-1])
+        return self._split_reduction(op, None, 1, a.type.shape[-1], steps)
 
     def _conv2d(self, op) -> list:
         x, w = op.operands
@@ -569,26 +634,31 @@ class _GpuLowering(_Lowering):
         sh, sw = op.attrs.get("strides", (1, 1))
         dh, dw = op.attrs.get("dilations", (1, 1))
         pad = op.attrs.get("pad", (0, 0, 0, 0))
-        per_group = out.shape[1] // op.attrs.get("groups", 1)
+        groups = op.attrs.get("groups", 1)
+        per_group = out.shape[1] // groups
         acc_dt = _accumulator(out.dtype)
+        tile = self.CHANNELS_PER_THREAD
+        if groups != 1 or out.shape[1] % tile or \
+                out.num_elements // tile < self.multiprocessors * self.TILE_THREADS_PER_SM:
+            tile = 1
+        window = "unroll" if kh * kw <= 25 else "serial"
 
-        def element(idx):
-            nv, o, y, xo = idx
-            acc, cv, ky, kx = (self.fresh(p) for p in ("acc", "c", "ky", "kx"))
+        def steps(idx, c, acc):
+            nv, o0, y, xo = idx
+            ky, kx, r, pv = (self.fresh(p) for p in ("ky", "kx", "r", "px"))
             iy, ix = y * sh + Var(ky) * dh - pad[0], xo * sw + Var(kx) * dw - pad[2]
-            ci = Var(cv) if per_group == out.shape[1] else (o // per_group) * cg + Var(cv)
+            ci = c if groups == 1 else (o0 // per_group) * cg + c
             pixel = _widen(self.value(x, [nv, ci, _clamp(iy, h), _clamp(ix, wd)] if any(pad) else [nv, ci, iy, ix]),
                            acc_dt)
             if any(pad):
                 pixel = Select(_all([_in_range(iy, h), _in_range(ix, wd)]), pixel, k.const(0, acc_dt))
-            weight = _widen(self.value(w, [o, Var(cv), Var(ky), Var(kx)]), acc_dt)
-            self.override[op.result] = _narrow(Var(acc, acc_dt), out.dtype)
-            update = Assign(acc, k.Binary("add", Var(acc, acc_dt), k.Binary("mul", weight, pixel)))
-            return [Assign(acc, k.const(0, acc_dt)),
-                    Loop(cv, cg, [Loop(ky, kh, [Loop(kx, kw, [update])])]),
-                    self.store(idx)]
+            weight = _widen(self.value(w, [o0 + Var(r), c, Var(ky), Var(kx)]), acc_dt)
+            update = Store(acc, Var(r), k.Binary("add", Load(acc, Var(r), acc_dt),
+                                                 k.Binary("mul", weight, Var(pv, acc_dt))))
+            return [Loop(ky, kh, [Loop(kx, kw, [Assign(pv, pixel), Loop(r, tile, [update], "unroll")], window)],
+                         window)]
 
-        return self._over_output(out.shape, element, out.num_elements * cg * kh * kw)
+        return self._split_reduction(op, 1, tile, cg, steps)
 
 
 def _narrow(e: Expr, dt: DType) -> Expr:

@@ -30,7 +30,8 @@ class CudaTarget:
     def describe(self, device):
         from . import targets
 
-        return targets._desc_for_device(device.info.properties["compute_capability"], "host")
+        return targets._desc_for_device(device.info.properties["compute_capability"], "host",
+                                        device.info.properties.get("multiprocessors"))
 
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> CUDA C -> one cubin."""

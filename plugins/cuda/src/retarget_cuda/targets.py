@@ -159,10 +159,13 @@ def host() -> TargetDesc:
         reason = "; ".join(d.reason for d in CUDA.enumerate()) or "no device"
         raise UnknownTargetError(f"cuda:host needs a CUDA device, and there is none here: {reason}",
                                  hint=f"name an architecture instead, e.g. --target cuda:{DEFAULT_ARCH} or cuda:h100")
-    return _desc_for_device(devices[0].properties["compute_capability"], "host")
+    return _desc_for_device(devices[0].properties["compute_capability"], "host",
+                            devices[0].properties.get("multiprocessors"))
 
 
-def _desc_for_device(cc: str, spec: str) -> TargetDesc:
+def _desc_for_device(cc: str, spec: str, multiprocessors: int | None = None) -> TargetDesc:
+    """The row of compute capability `cc`; with the device's multiprocessor count, which the GPU
+    lowering sizes its parallelism by."""
     major, minor = (int(p) for p in cc.split("."))
     row = row_for(major, minor)
     if row is None:
@@ -170,7 +173,10 @@ def _desc_for_device(cc: str, spec: str) -> TargetDesc:
         if not older:
             raise UnknownTargetError(f"this GPU is compute capability {cc}, older than any in the cuda table")
         row = older[-1]  # a GPU newer than the table: the newest older arch, JIT-compiled from its PTX
-    return describe_row(row, spec)
+    desc = describe_row(row, spec)
+    if multiprocessors:
+        desc.extra["multiprocessors"] = int(multiprocessors)
+    return desc
 
 
 def parse(spec: str) -> TargetDesc:
@@ -191,7 +197,8 @@ def default() -> tuple[TargetDesc, str]:
 
     devices = [d for d in CUDA.enumerate() if d.available]
     if devices:
-        desc = _desc_for_device(devices[0].properties["compute_capability"], "host")
+        desc = _desc_for_device(devices[0].properties["compute_capability"], "host",
+                                devices[0].properties.get("multiprocessors"))
         return desc, (f"cuda: no architecture given, compiling for this machine's GPU ({devices[0].name}, "
                       f"{desc.arch}); use --target cuda:{DEFAULT_ARCH} (or another) for other GPUs")
     desc = describe_row(BY_NAME[DEFAULT_ARCH], DEFAULT_ARCH)
