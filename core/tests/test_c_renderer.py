@@ -15,7 +15,18 @@ from retarget.compiler import GRAPH_PASSES
 from retarget.errors import UnsupportedOpError
 from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
 from retarget.kernel import ir as k
-from retarget.kernel.c_renderer import C99, CUDA, DIALECTS, FALLBACK_OPS, HIP, MSL, OPENCL, render_kernel, render_module
+from retarget.kernel.c_renderer import (
+    C99,
+    CUDA,
+    DIALECTS,
+    FALLBACK_OPS,
+    HIP,
+    MSL,
+    OPENCL,
+    WGSL,
+    render_kernel,
+    render_module,
+)
 from retarget.kernel.lower import lower_dispatch
 from retarget.passes.dispatch import form_dispatches
 from retarget.protocols import TargetDesc
@@ -320,7 +331,9 @@ def test_float_constants_are_printed_exactly(tmp_path):
 
 SPELLINGS = {"cuda": ("threadIdx.x", "blockIdx.x", "__global__"), "hip": ("threadIdx.x", "blockIdx.x", "hip_runtime.h"),
              "opencl": ("get_local_id(0)", "get_group_id(0)", "__kernel"),
-             "msl": ("thread_position_in_threadgroup", "threadgroup_position_in_grid", "[[buffer(0)]]")}
+             "msl": ("thread_position_in_threadgroup", "threadgroup_position_in_grid", "[[buffer(0)]]"),
+             "wgsl": ("@builtin(local_invocation_id)", "@builtin(workgroup_id)",
+                      "@group(0) @binding(0) var<storage, read_write> in0: array<f32>;")}
 
 
 def _gpu_mlp_kernels():
@@ -330,7 +343,7 @@ def _gpu_mlp_kernels():
     return [lower_dispatch(d.function, GPU) for d in form_dispatches(module.functions["predict"])]
 
 
-@pytest.mark.parametrize("dialect", [CUDA, HIP, OPENCL, MSL], ids=lambda d: d.name)
+@pytest.mark.parametrize("dialect", [CUDA, HIP, OPENCL, MSL, WGSL], ids=lambda d: d.name)
 def test_each_gpu_dialect_renders_the_mlp_with_its_own_thread_and_workgroup_ids(dialect):
     source = render_module(_gpu_mlp_kernels(), dialect)
     for spelling in SPELLINGS[dialect.name]:
@@ -339,7 +352,7 @@ def test_each_gpu_dialect_renders_the_mlp_with_its_own_thread_and_workgroup_ids(
 
 
 def test_every_dialect_is_in_the_table():
-    assert set(DIALECTS) == {"c99", "cuda", "hip", "opencl", "msl"}
+    assert set(DIALECTS) == {"c99", "cuda", "hip", "opencl", "msl", "wgsl"}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: CUDA output is only rendered")

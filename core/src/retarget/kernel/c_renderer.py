@@ -1,6 +1,6 @@
 """Kernel IR to C-like source: one renderer, and one `Dialect` table per language.
 
-C99 (for tests on the CPU), CUDA, HIP, OpenCL C and MSL differ only in data: the
+C99 (for tests on the CPU), CUDA, HIP, OpenCL C, MSL and WGSL differ only in data: the
 type spellings, how a kernel and its buffers are declared, how workgroup and
 thread ids are spelled, the barrier, the shared-memory prefix, a table from op
 to expression template, and helper functions for what a language lacks. A new
@@ -142,6 +142,21 @@ class Dialect:
     as_float: str = ""  # bit casts, for the bf16 helpers; "" when bf16 is native
     as_uint: str = ""
     preamble: str = ""
+    # Declaration syntax, for languages that do not spell it as C does (WGSL: `var x: f32 = ...;`).
+    declare: str = "{T} {name} = {value};"  # a mutable scalar
+    declare_const: str = "const {T} {name} = {value};"  # the workgroup and thread ids
+    loop: str = "for ({T} {var} = {start}; {var} < {end}; {var}++)"
+    array: str = "{T} {name}[{size}];"  # a private array
+    shared_array: str = "{shared} {T} {name}[{size}];"  # a workgroup array
+    shared_global: bool = False  # workgroup arrays are declared at module scope, before the kernel
+    global_param: str = ""  # per buffer, at module scope before the kernel (WGSL's bindings); fields of `param`
+    element: str = "{name}[{index}]"  # element {index} of buffer parameter {name} (storage type {T})
+    cast: str = "(({T}){0})"
+    special_float: str = "({sign}({T}){0})"  # `inf` or `nan` ({0}) as a value of type {T}
+    select: str = "({0} ? {1} : {2})"
+    unsigned_suffix: str = "U"
+    helpers: tuple = ()  # (name, kinds, body) replacing `HELPERS`; empty: the C helpers
+    cast_helper: str = ""  # replacing `CAST_HELPER`
 
 
 C99 = Dialect(
@@ -242,7 +257,113 @@ MSL = Dialect(
     preamble="#include <metal_stdlib>\nusing namespace metal;",
 )
 
-DIALECTS = {d.name: d for d in (C99, CUDA, HIP, OPENCL, MSL)}
+# WGSL (WebGPU): the same statements with Rust-like declarations, builtins instead of libm, `select`
+# instead of `?:`, and helpers written in WGSL. Buffers are module-scope bindings, workgroup arrays
+# module-scope `var<workgroup>`. WGSL has no 64-bit types by default: i64 (the index type) computes
+# as i32, so index arithmetic must stay below 2^31 (a target refuses i64 buffers itself), and there
+# is no f64. f16 needs `enable f16;` (the shader-f16 feature), which the target adds when it has it.
+WGSL_OPS = {
+    "neg": "(-{0})",
+    "abs": "abs({0})", "abs.uint": "{0}", "abs.bool": "{0}",
+    **{f"{op}.float": f"{op}({{0}})" for op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan",
+                                                "atan")},
+    "rsqrt.float": "inverseSqrt({0})",
+    "reciprocal.float": "({T}(1) / {0})",
+    "sigmoid.float": "rt_sigmoid_{s}({0})",
+    "round.float": "round({0})",  # half to even, as np.round
+    "sign.float": "sign({0})", "sign.int": "sign({0})", "sign.uint": "{T}({0} != 0u)", "sign.bool": "{0}",
+    "not.int": "(~{0})", "not.bool": "(!{0})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+    "div.float": "({0} / {1})", "div.int": "rt_div_{s}({0}, {1})",
+    "rem.float": "({0} % {1})",  # truncated, as fmod
+    "rem.int": "rt_rem_{s}({0}, {1})",
+    "pow.float": "pow({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
+    "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
+    "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "atan2.float": "atan2({0}, {1})",
+    **FALLBACK_OPS,  # no erf, log1p, expm1 in WGSL
+}
+
+
+def _wgsl_horner(coefficients) -> str:
+    out = f"$T({coefficients[0]!r})"
+    for c in coefficients[1:]:
+        out = f"({out} * x2 + $T({c!r}))"
+    return out
+
+
+WGSL_HELPERS = (
+    ("rt_max_$s", ("float",),
+     "fn rt_max_$s(a: $T, b: $T) -> $T { return select(select(select(b, a, a > b), b, b != b), a, a != a); }"),
+    ("rt_min_$s", ("float",),
+     "fn rt_min_$s(a: $T, b: $T) -> $T { return select(select(select(b, a, a < b), b, b != b), a, a != a); }"),
+    ("rt_max_$s", ("int", "uint", "bool"), "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, a > b); }"),
+    ("rt_min_$s", ("int", "uint", "bool"), "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, a < b); }"),
+    ("rt_sigmoid_$s", ("float",), "fn rt_sigmoid_$s(x: $T) -> $T { return $T(1) / ($T(1) + exp(-x)); }"),
+    ("rt_div_$s", ("int",),
+     "fn rt_div_$s(a: $T, b: $T) -> $T { if (b == 0 || (b == -1 && a == $min)) { return a; } return a / b; }"),
+    ("rt_rem_$s", ("int",),
+     "fn rt_rem_$s(a: $T, b: $T) -> $T { if (b == 0 || b == -1) { return $T(0); } return a % b; }"),
+    ("rt_div_$s", ("uint",), "fn rt_div_$s(a: $T, b: $T) -> $T { if (b == 0u) { return a; } return a / b; }"),
+    ("rt_rem_$s", ("uint",), "fn rt_rem_$s(a: $T, b: $T) -> $T { if (b == 0u) { return 0u; } return a % b; }"),
+    ("rt_pow_$s", ("int",),
+     "fn rt_pow_$s(a0: $T, b0: $T) -> $T {\n  var a = a0;\n  var b = b0;\n  var r: $T = 1;\n"
+     "  if (b < 0) { if (a == 1) { return 1; } if (a == -1) { return select(1, -1, (b & 1) != 0); } return 0; }\n"
+     "  for (; b > 0; b = b >> 1u) { if ((b & 1) != 0) { r = r * a; } a = a * a; }\n  return r;\n}"),
+    ("rt_pow_$s", ("uint",),
+     "fn rt_pow_$s(a0: $T, b0: $T) -> $T {\n  var a = a0;\n  var b = b0;\n  var r: $T = 1u;\n"
+     "  for (; b > 0u; b = b >> 1u) { if ((b & 1u) != 0u) { r = r * a; } a = a * a; }\n  return r;\n}"),
+    ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
+     "fn rt_erf_$s(x0: $T) -> $T {\n  let x = select(clamp(x0, $T(-4), $T(4)), x0, x0 != x0);\n  let x2 = x * x;\n"
+     f"  return x * {_wgsl_horner(_ERF_P)} / {_wgsl_horner(_ERF_Q)};\n}}"),
+    ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
+     "fn rt_log1p_$s(x: $T) -> $T {\n  let u = $T(1) + x;\n  if (u - u != $T(0)) { return log(u); }\n"
+     "  if (u == $T(1)) { return x; }\n  return log(u) * (x / (u - $T(1)));\n}"),
+    ("rt_expm1_$s", ("float",),
+     "fn rt_expm1_$s(x: $T) -> $T {\n  let u = exp(x);\n  if (u == $T(1)) { return x; }\n"
+     "  if (u - u != $T(0)) { return u; }\n  if (u - $T(1) == $T(-1)) { return $T(-1); }\n"
+     "  return (u - $T(1)) * x / log(u);\n}"),
+)
+
+WGSL = Dialect(
+    name="wgsl",
+    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "i32"},  # i64: index arithmetic
+    storage={"f16": "f16"},
+    from_storage={"f16": "f32({0})"},
+    to_storage={"f16": "f16({0})"},
+    kernel="@compute @workgroup_size({wx}, {wy}, {wz})\nfn {name}({params})",
+    param="",
+    global_param="@group(0) @binding({i}) var<storage, read_write> {name}: array<{T}>;",
+    extra_params=("@builtin(workgroup_id) rt_group: vec3<u32>", "@builtin(local_invocation_id) rt_thread: vec3<u32>"),
+    group_id="i32(rt_group.{x})",
+    thread_id="i32(rt_thread.{x})",
+    barrier="workgroupBarrier();",
+    shared="var<workgroup>",
+    shared_global=True,
+    ops=WGSL_OPS,
+    f32_suffix="",
+    qualifier="",
+    long_suffix="",
+    unsigned_suffix="u",
+    inf="rt_inf()",
+    nan="rt_nan()",
+    special_float="({sign}{T}({0}))",
+    declare="var {name}: {T} = {value};",
+    declare_const="let {name}: {T} = {value};",
+    loop="for (var {var}: {T} = {start}; {var} < {end}; {var}++)",
+    array="var {name}: array<{T}, {size}>;",
+    shared_array="{shared} {name}: array<{T}, {size}>;",
+    cast="{T}({0})",
+    select="select({2}, {1}, {0})",
+    helpers=WGSL_HELPERS,
+    cast_helper=("fn rt_cast_${s}_$d(x: $T) -> $D { if (x != x) { return $D(0); } if (x <= $T($lo)) { return $dmin; } "
+                 "if (x >= $T($hi)) { return $dmax; } return $D(x); }"),
+    # A runtime value, so that no constant expression is infinite or NaN (WGSL rejects those).
+    preamble=("fn rt_inf() -> f32 { var bits = 0x7f800000u; return bitcast<f32>(bits); }\n"
+              "fn rt_nan() -> f32 { var bits = 0x7fc00000u; return bitcast<f32>(bits); }"),
+)
+
+DIALECTS = {d.name: d for d in (C99, CUDA, HIP, OPENCL, MSL, WGSL)}
 
 
 def render_kernel(kernel: k.Kernel, dialect: Dialect) -> str:
@@ -269,7 +390,7 @@ def _helpers(d: Dialect) -> list[tuple[str, str]]:
                       bits_to_float=d.as_float.format(f"({d.types['ui32']})x << 16"),
                       float_to_bits=d.as_uint.format("f"))
         out += [(name, Template(code).substitute(fields)) for name, code in BF16_HELPERS]
-    for name, kinds, body in HELPERS:
+    for name, kinds, body in d.helpers or HELPERS:
         for dt_name, ctype in d.types.items():
             dt = DTYPES[dt_name]
             if dt.kind in kinds:
@@ -282,7 +403,7 @@ def _helpers(d: Dialect) -> list[tuple[str, str]]:
                 lo, hi = (-(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
                 fields = dict(Q=d.qualifier, T=d.types[src], D=dctype, s=src, d=dst, lo=f"{float(lo)!r}",
                               hi=f"{float(hi)!r}", dmin=_int_literal(lo, dt, d), dmax=_int_literal(hi - 1, dt, d))
-                out.append((f"rt_cast_{src}_{dst}", Template(CAST_HELPER).substitute(fields)))
+                out.append((f"rt_cast_{src}_{dst}", Template(d.cast_helper or CAST_HELPER).substitute(fields)))
     return out
 
 
@@ -299,7 +420,7 @@ def _int_literal(v: int, dt: DType, d: Dialect) -> str:
         return f"({-(2 ** 63) + 1}{d.long_suffix} - 1)"
     text = str(v)
     if not -(2 ** 31) <= v < 2 ** 31:
-        text += ("U" if dt.kind == "uint" else "") + d.long_suffix
+        text += (d.unsigned_suffix if dt.kind == "uint" else "") + d.long_suffix
     return f"({text})" if v < 0 else text
 
 
@@ -312,6 +433,7 @@ class _Renderer:
         self.buffers: dict[str, tuple[DType, bool]] = {p.name: (p.dtype, True) for p in kernel.params}  # is param
         self.scopes: list[dict[str, str]] = [{}]  # variable -> C type, innermost last
         self.lines: list[str] = []
+        self.globals: list[str] = []  # module-scope declarations this kernel needs (WGSL)
         self.indent = 1
 
     def fail(self, what: str) -> UnsupportedOpError:
@@ -345,19 +467,21 @@ class _Renderer:
             fields = dict(const="const " if p.access == "read" else "", T=self.storage_type(p.dtype), name=p.name, i=i)
             if d.param:
                 params.append(d.param.format(**fields))
+            if d.global_param:
+                self.globals.append(d.global_param.format(**fields))
             if d.prologue:
                 self.emit(d.prologue.format(**fields))
         index = self.ctype(k.INDEX)
         for n, var in enumerate(kn.workgroup_vars):
-            self.emit(f"const {index} {var} = {d.group_id.format(n=n, x=XYZ[n])};")
+            self.emit(d.declare_const.format(T=index, name=var, value=d.group_id.format(n=n, x=XYZ[n])))
         loops = []
         if d.thread_id is not None:
             for n, (var, _) in enumerate(threads):
-                self.emit(f"const {index} {var} = {d.thread_id.format(n=n, x=XYZ[n])};")
+                self.emit(d.declare_const.format(T=index, name=var, value=d.thread_id.format(n=n, x=XYZ[n])))
         else:  # no threads in the language: each workgroup loops over its threads
             loops = threads
         for var, extent in reversed(loops):
-            self.emit(f"for ({index} {var} = 0; {var} < {extent}; {var}++) {{")
+            self.emit(d.loop.format(T=index, var=var, start=0, end=extent) + " {")
             self.indent += 1
         self.stmts(kn.body)
         for _ in loops:
@@ -366,7 +490,7 @@ class _Renderer:
         wx, wy, wz = kn.workgroup_size
         head = d.kernel.format(name=kn.name, params=", ".join([*params, *d.extra_params]), threads=wx * wy * wz,
                                wx=wx, wy=wy, wz=wz)
-        return "\n".join([head + " {", *self.lines, "}"])
+        return "\n".join([*self.globals, head + " {", *self.lines, "}"])
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.indent + line)
@@ -398,7 +522,7 @@ class _Renderer:
         if s.kind == "unroll" and self.d.unroll:
             self.emit(self.d.unroll.format(n=min(s.extent, 65534)))
         index = self.ctype(k.INDEX)
-        self.block(f"for ({index} {s.var} = {s.start}; {s.var} < {s.start + s.extent}; {s.var}++)", s.body)
+        self.block(self.d.loop.format(T=index, var=s.var, start=s.start, end=s.start + s.extent), s.body)
 
     def stmt_if(self, s: k.If) -> None:
         self.block(f"if ({self.expr(s.cond)})", s.body)
@@ -413,23 +537,26 @@ class _Renderer:
             raise self.fail(f"variable %{s.var} changes type from {declared} to {ctype}")
         else:
             self.scopes[-1][s.var] = ctype
-            self.emit(f"{ctype} {s.var} = {value};")
+            self.emit(self.d.declare.format(T=ctype, name=s.var, value=value))
 
     def stmt_store(self, s: k.Store) -> None:
         dt, is_param = self.buffer(s.buffer)
         value = self.convert(self.expr(s.value), s.value.dtype, dt)
         if is_param and dt.name in self.d.to_storage:
             value = self.d.to_storage[dt.name].format(value)
-        self.emit(f"{s.buffer}[{self.expr(s.index)}] = {value};")
+        self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {value};")
 
     def stmt_local(self, s: k.Local) -> None:
-        prefix = ""
-        if s.shared:
-            if self.d.shared is None:
-                raise self.fail("shared (workgroup) arrays are not supported")
-            prefix = self.d.shared + " "
+        fields = dict(T=self.ctype(s.dtype), name=s.name, size=s.size, shared=self.d.shared)
         self.buffers[s.name] = (s.dtype, False)
-        self.emit(f"{prefix}{self.ctype(s.dtype)} {s.name}[{s.size}];")
+        if not s.shared:
+            self.emit(self.d.array.format(**fields))
+        elif self.d.shared is None:
+            raise self.fail("shared (workgroup) arrays are not supported")
+        elif self.d.shared_global:
+            self.globals.append(self.d.shared_array.format(**fields))
+        else:
+            self.emit(self.d.shared_array.format(**fields))
 
     def stmt_barrier(self, s: k.Barrier) -> None:
         if self.d.barrier is None:  # no threads: a workgroup is one invocation, nothing to wait for
@@ -441,6 +568,12 @@ class _Renderer:
         if name not in self.buffers:
             raise self.fail(f"buffer %{name} is not a parameter or a local array")
         return self.buffers[name]
+
+    def element(self, name: str, index: str) -> str:
+        dt, is_param = self.buffer(name)
+        if not is_param:
+            return f"{name}[{index}]"
+        return self.d.element.format(name=name, index=index, T=self.storage_type(dt))
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self, e: k.Expr) -> str:
@@ -457,9 +590,9 @@ class _Renderer:
         if dt.is_float:
             v = float(np.array(e.value, dtype=e.dtype.np_dtype))  # a half constant is rounded to its type once
             if math.isnan(v):
-                return f"(({ctype}){self.d.nan})"
+                return self.d.special_float.format(self.d.nan, T=ctype, sign="")
             if math.isinf(v):
-                return f"({'-' if v < 0 else ''}({ctype}){self.d.inf})"
+                return self.d.special_float.format(self.d.inf, T=ctype, sign="-" if v < 0 else "")
             text = repr(v) + ("f" if dt.name == "f32" else "")  # repr round-trips: the nearest float is v
             return f"({text})" if v < 0 or text.startswith("-") else text
         return _int_literal(int(e.value), dt, self.d)
@@ -469,7 +602,7 @@ class _Renderer:
 
     def expr_load(self, e: k.Load) -> str:
         dt, is_param = self.buffer(e.buffer)
-        text = f"{e.buffer}[{self.expr(e.index)}]"
+        text = self.element(e.buffer, self.expr(e.index))
         if is_param and dt.name in self.d.from_storage:
             text = self.d.from_storage[dt.name].format(text)
         return self.convert(text, dt, e.dtype)
@@ -486,7 +619,7 @@ class _Renderer:
         c = self.compute(dt)
         text = template.format(*args, T=self.ctype(c), s=c.name, f=_suffix(c, self.d))
         if c.kind in ("int", "uint") and c.bits < 32:  # C computes these in int: wrap back, as numpy does
-            text = f"(({self.ctype(c)}){text})"
+            text = self.d.cast.format(text, T=self.ctype(c))
         return text
 
     def expr_unary(self, e: k.Unary) -> str:
@@ -504,7 +637,7 @@ class _Renderer:
         return f"({self.expr(e.a)} {CMP[e.op]} {self.expr(e.b)})"
 
     def expr_select(self, e: k.Select) -> str:
-        return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        return self.d.select.format(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
 
     def expr_cast(self, e: k.Cast) -> str:
         return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
@@ -525,7 +658,7 @@ class _Renderer:
         if cs.is_float and cd.kind in ("int", "uint"):
             self.ctype(cd)
             return f"rt_cast_{cs.name}_{cd.name}({text})"
-        return f"(({self.ctype(cd)}){text})"
+        return self.d.cast.format(text, T=self.ctype(cd))
 
 
 def _has(stmts, types, shared: bool = False) -> bool:

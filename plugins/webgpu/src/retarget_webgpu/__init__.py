@@ -1,0 +1,54 @@
+"""retarget's `webgpu-spirv` target and `webgpu` driver: kernel IR rendered to WGSL by the core's
+shared renderer (`targets.py`, `compile.py`), run through wgpu-py (`driver.py`), or exported for a
+browser (`export.py`). The name follows IREE's target; the output is WGSL, not SPIR-V."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+FORMAT = "wgsl"
+
+
+class WebGpuTarget:
+    name = "webgpu-spirv"
+    drivers = ("webgpu",)
+
+    def names(self):
+        from . import targets
+
+        return targets.names()
+
+    def parse(self, spec: str):
+        from . import targets
+
+        return targets.parse(spec)
+
+    def default(self):
+        from . import targets
+
+        return targets.default()
+
+    def describe(self, device):
+        from . import targets
+
+        return targets.describe_device(device.info)
+
+    def compile(self, dispatches, desc):
+        """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> one WGSL module each."""
+        from retarget.kernel.lower import lower_dispatch
+        from retarget.protocols import Binding
+
+        from .compile import compile_kernels
+
+        kernels = [lower_dispatch(fn, desc) for fn in dispatches]
+        bindings = [
+            tuple([Binding(a.type, "read") for a in fn.args] + [Binding(r.type, "write") for r in fn.returns])
+            for fn in dispatches
+        ]
+        return compile_kernels(kernels, desc, bindings)
+
+
+def export(artifact, folder, target: str | None = None):
+    """Write a module's WGSL executable as one .wgsl per kernel plus `manifest.json` (see export.py)."""
+    from .export import export as _export
+
+    return _export(artifact, folder, target)

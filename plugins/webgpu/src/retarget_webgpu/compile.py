@@ -1,0 +1,180 @@
+"""Kernels -> ExecutableBinary: one WGSL module per kernel, in a JSON container (never pickle).
+
+Binding model. WebGPU binds storage buffers at offsets that are multiples of
+minStorageBufferOffsetAlignment (256 bytes by default), and the core's host program places
+tensors at 64-byte boundaries. So the code does not assume where a binding starts: each
+buffer parameter reads and writes `p[p_base + i]`, and `p_base` (elements) comes from a small
+uniform, `rt_base`. The driver binds each tensor's range rounded down to the alignment and
+puts the remainder in `rt_base`, so any 64-byte-aligned (indeed itemsize-aligned) tensor works,
+and a binding never needs to exceed the tensor by more than the alignment.
+
+Packing. A kernel with more buffer parameters than the target's
+max-storage-buffers-per-shader-stage (8 by default) is *packed*: it declares one binding per
+element type (`rt_mem_f32`), and each parameter is a window of it at `p_base`. The driver binds
+one range that covers all of a group's tensors when they share a buffer (the runtime's case:
+one arena, one constant pool), and copies them into a scratch buffer when they do not.
+
+Grid. More than max-compute-workgroups-per-dimension workgroups become a 2-D grid; the kernel
+folds (x, y) back into its 1-D workgroup index and skips the few extra workgroups.
+
+Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. i64 is the kernel IR's
+index type and computes as i32 (every zoo buffer is far below 2^31 elements; a larger one is
+refused); i64, f64, bf16, bool and 8/16-bit integer *buffers* are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from retarget.errors import RetargetError, UnsupportedOpError
+from retarget.ir.core import TensorType
+from retarget.kernel import ir as k
+from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+
+from . import FORMAT
+
+MAGIC = "retarget-wgsl"
+VERSION = 1
+STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2)}
+INDEX_LIMIT = 2**31
+
+
+def _dialect(packed: bool):
+    from retarget.kernel.c_renderer import WGSL
+
+    prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
+    if packed:
+        return replace(WGSL, global_param="", element="rt_mem_{T}[{name}_base + {index}]", prologue=prologue)
+    return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue)
+
+
+def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
+    for p in kn.params:
+        if p.dtype.name not in STORAGE_TYPES:
+            why = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
+                   "f64": "WGSL has no f64; use f32",
+                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}.get(
+                p.dtype.name, "WGSL buffers hold f32, i32, u32 and (with shader-f16) f16")
+            raise UnsupportedOpError(f"webgpu-spirv: kernel {kn.name} has a {p.dtype} buffer (%{p.name}): {why}",
+                                     hint="cast the model to f32/i32, or use another target")
+        if p.dtype.name == "f16" and "shader-f16" not in desc.features:
+            raise UnsupportedOpError(
+                f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and f16 needs the shader-f16 "
+                "feature, which this target does not assume",
+                hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
+        if p.size >= INDEX_LIMIT:
+            raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "
+                                     "WGSL indices are i32, so at most 2^31 - 1")
+
+
+def _shared_bytes(stmts) -> int:
+    total = 0
+    for s in stmts:
+        if isinstance(s, k.Local) and s.shared:
+            total += s.size * 4  # WGSL's workgroup arrays here are of 32-bit types
+        elif isinstance(s, (k.Loop, k.If)):
+            total += _shared_bytes(s.body)
+    return total
+
+
+def _check_limits(kn: k.Kernel, desc: TargetDesc) -> None:
+    limits = desc.extra["limits"]
+    wx, wy, wz = kn.workgroup_size
+    if wx * wy * wz > limits["max-compute-invocations-per-workgroup"] or \
+            any(a > b for a, b in zip(kn.workgroup_size, desc.max_workgroup_dims)):
+        raise UnsupportedOpError(f"kernel {kn.name} wants a {wx}x{wy}x{wz} workgroup; webgpu-spirv:{desc.arch} "
+                                 f"allows {limits['max-compute-invocations-per-workgroup']} invocations, "
+                                 f"at most {desc.max_workgroup_dims}")
+    shared = _shared_bytes(kn.body)
+    if shared > limits["max-compute-workgroup-storage-size"]:
+        raise UnsupportedOpError(f"kernel {kn.name} needs {shared} bytes of workgroup memory; webgpu-spirv:"
+                                 f"{desc.arch} allows {limits['max-compute-workgroup-storage-size']}")
+
+
+def _grid(kn: k.Kernel, desc: TargetDesc) -> k.Kernel:
+    """A 1-D grid over the per-dimension limit as a 2-D grid; the body sees the same 1-D index."""
+    per_dim = desc.extra["limits"]["max-compute-workgroups-per-dimension"]
+    count = kn.workgroup_count
+    if all(c <= per_dim for c in count):
+        return kn
+    if count[1] != 1 or count[2] != 1 or len(kn.workgroup_vars) != 1:
+        raise UnsupportedOpError(f"kernel {kn.name}: a {count} grid exceeds {per_dim} workgroups per dimension")
+    y = -(-count[0] // per_dim)
+    x = -(-count[0] // y)
+    if y > per_dim:
+        raise UnsupportedOpError(f"kernel {kn.name} needs {count[0]} workgroups, more than {per_dim}^2")
+    wg = kn.workgroup_vars[0]
+    index = k.Binary("add", k.Binary("mul", k.Var("rt_wgy"), k.const(x)), k.Var("rt_wgx"))
+    # The guard is uniform in the workgroup (it reads only the workgroup id), so barriers inside stay legal.
+    body = [k.Assign(wg, index), k.If(k.Compare("lt", k.Var(wg), k.const(count[0])), kn.body)]
+    return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
+                   schedule={**kn.schedule, "grid": f"{x}x{y}"})
+
+
+def render(kn: k.Kernel, desc: TargetDesc) -> dict:
+    """One kernel -> {"name", "wgsl", "groups", ...}: the WGSL module and how its bindings are laid out."""
+    from retarget.kernel.c_renderer import render_module
+
+    _check_types(kn, desc)
+    _check_limits(kn, desc)
+    kn = _grid(kn, desc)
+    limit = desc.extra["limits"]["max-storage-buffers-per-shader-stage"]
+    packed = len(kn.params) > limit
+    if packed:
+        order = list(dict.fromkeys(STORAGE_TYPES[p.dtype.name][0] for p in kn.params))
+        groups = [[i for i, p in enumerate(kn.params) if STORAGE_TYPES[p.dtype.name][0] == t] for t in order]
+        if len(groups) > limit:
+            raise UnsupportedOpError(f"kernel {kn.name} has buffers of {len(groups)} element types; "
+                                     f"webgpu-spirv:{desc.arch} binds at most {limit} storage buffers")
+        decls = [f"@group(0) @binding({g}) var<storage, read_write> rt_mem_{t}: array<{t}>;"
+                 for g, t in enumerate(order)]
+    else:
+        groups = [[i] for i in range(len(kn.params))]
+        decls = []
+    source = render_module([kn], _dialect(packed))
+    uniform = (f"@group(0) @binding({len(groups)}) var<uniform> rt_base: "
+               f"array<vec4<i32>, {max(1, -(-len(kn.params) // 4))}>;")
+    enable = ["enable f16;"] if any(p.dtype.name == "f16" for p in kn.params) else []
+    wgsl = "\n".join([*enable, *decls, uniform, "", source])
+    return {
+        "name": kn.name,
+        "wgsl": wgsl,
+        "packed": packed,
+        "groups": groups,  # binding g holds params groups[g]; binding len(groups) is the uniform rt_base
+        "storage_types": [STORAGE_TYPES[p.dtype.name][0] for p in kn.params],
+        "itemsizes": [STORAGE_TYPES[p.dtype.name][1] for p in kn.params],
+        "workgroup_size": list(kn.workgroup_size),
+        "workgroup_count": list(kn.workgroup_count),
+    }
+
+
+def pack(kernels: list[dict], desc: TargetDesc) -> bytes:
+    return json.dumps({"magic": MAGIC, "version": VERSION, "profile": desc.arch, "kernels": kernels},
+                      indent=1).encode()
+
+
+def unpack(data: bytes) -> list[dict]:
+    try:
+        doc = json.loads(data)
+        ok = doc.get("magic") == MAGIC and isinstance(doc.get("kernels"), list)
+    except (ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise RetargetError("this is not a retarget WGSL executable", hint="recompile with --target webgpu-spirv")
+    if doc["version"] != VERSION:
+        raise RetargetError(f"WGSL executable version {doc['version']}; this plugin reads {VERSION}",
+                            hint="recompile with --target webgpu-spirv")
+    return doc["kernels"]
+
+
+def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...]] | None = None) -> ExecutableBinary:
+    """Kernel IR -> one WGSL module per kernel -> one executable. `bindings[i]` describes kernel i's params as
+    tensors; without it each param is a flat 1-D tensor."""
+    rendered = [render(kn, desc) for kn in kernels]
+    if bindings is None:
+        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
+    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), tuple(r["workgroup_count"]))
+               for r, b in zip(rendered, bindings)]
+    listing = "\n\n".join(f"// ---- {r['name']}{' (packed)' if r['packed'] else ''}\n{r['wgsl']}" for r in rendered)
+    return ExecutableBinary(FORMAT, desc, pack(rendered, desc), entries, listing=listing)
