@@ -15,6 +15,8 @@ queue and makes each one's writes visible to the next, so `barrier` records noth
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 
 import numpy as np
@@ -33,6 +35,10 @@ class WebGpuError(RetargetError):
 
 
 def _wgpu():
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # Mesa's window-system probes print "error: XDG_RUNTIME_DIR is invalid" once per adapter when it
+        # is unset (CI, containers); compute never needs it, so give them a private empty one.
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="retarget-xdg-")
     import wgpu
 
     return wgpu
