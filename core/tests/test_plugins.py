@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 import textwrap
@@ -104,3 +105,71 @@ def test_builtin_wins_a_name_clash_unless_the_plugin_says_tryfirst(plugin_dir):
     pm.load_entry_points()
     assert type(pm.by_name("retarget_targets")["vmvx"]).__name__ == "VmvxTarget"
     assert any("shadowed" in n for n in pm.records["shadow"].notes)
+
+
+def test_a_misspelled_hook_marks_the_plugin_broken_and_names_the_right_one(plugin_dir):
+    _install_plugin(plugin_dir, "typo_hook", """
+        from retarget.hookspecs import hookimpl
+        RETARGET_PLUGIN_API = 1
+
+        @hookimpl
+        def retarget_target():
+            return []
+    """)
+    pm = PluginManager()
+    pm.load_entry_points()
+    record = pm.records["typo_hook"]
+    assert not record.ok and "retarget_target," in record.error and "did you mean retarget_targets?" in record.error
+
+
+def test_a_hook_of_a_newer_api_marked_optional_is_ignored(plugin_dir):
+    _install_plugin(plugin_dir, "newer_hook", """
+        from retarget.hookspecs import hookimpl
+        RETARGET_PLUGIN_API = 1
+
+        @hookimpl(optionalhook=True)
+        def retarget_something_new():
+            return []
+
+        @hookimpl
+        def retarget_drivers():
+            return []
+    """)
+    pm = PluginManager()
+    pm.load_entry_points()
+    assert pm.records["newer_hook"].ok and pm.records["newer_hook"].hooks == ["retarget_drivers"]
+
+
+def test_a_plugin_whose_hook_raises_is_listed_as_broken_before_anything_calls_it(plugin_dir):
+    _install_plugin(plugin_dir, "hook_boom", """
+        from retarget.hookspecs import hookimpl
+        RETARGET_PLUGIN_API = 1
+
+        @hookimpl
+        def retarget_targets():
+            raise ValueError("target table exploded")
+    """)
+    listed = _cli(plugin_dir, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    record = next(r for r in json.loads(listed.stdout) if r["name"] == "hook_boom")
+    assert record["status"] == "broken" and "target table exploded" in record["error"]
+    assert "ValueError: target table exploded" in record["traceback"]
+
+
+def test_a_tryfirst_plugin_overrides_a_builtin(plugin_dir):
+    _install_plugin(plugin_dir, "override", """
+        from retarget.hookspecs import hookimpl
+        from retarget.vmvx import VmvxTarget
+        RETARGET_PLUGIN_API = 1
+
+        class Faster(VmvxTarget):
+            pass
+
+        @hookimpl(tryfirst=True)
+        def retarget_targets():
+            return [Faster()]
+    """)
+    pm = PluginManager()
+    pm.load_entry_points()
+    assert type(pm.by_name("retarget_targets")["vmvx"]).__name__ == "Faster"
+    assert any("shadowed" in n for n in pm.records["builtin"].notes)

@@ -15,10 +15,14 @@ from .runtime import LoadedModule, load  # noqa: E402
 
 
 def plugins() -> list[dict]:
-    """Every plugin found, working or broken, with its version, hooks and error."""
+    """Every plugin found, working or broken, with its version, hooks and error.
+
+    Every hook is called first, so a plugin whose hook raises is listed as broken."""
     from .plugin_manager import manager
 
-    return [r.as_dict() for r in manager().records.values()]
+    pm = manager()
+    pm.call_every_hook()
+    return [r.as_dict() for r in pm.records.values()]
 
 
 def targets() -> dict:

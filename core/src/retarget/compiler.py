@@ -32,10 +32,16 @@ GRAPH_PASSES: list[tuple[str, Callable[[Module], Module]]] = [
 ]
 
 
-def resolve_target(spec: str) -> tuple[object, TargetDesc, str | None]:
+def resolve_target(spec: str | TargetDesc) -> tuple[object, TargetDesc, str | None]:
     """`backend[:arch]` -> (backend, TargetDesc, note). A missing arch uses the
-    backend's default, with a one-line note saying which."""
+    backend's default, with a one-line note saying which. A TargetDesc (from a
+    backend's `parse`, `default` or `describe`) is used as it is."""
     backends = manager().by_name("retarget_targets")
+    if isinstance(spec, TargetDesc):
+        if spec.backend not in backends:
+            raise UnknownTargetError(f"no installed target backend '{spec.backend}' for {spec.name}",
+                                     hint=suggestion(spec.backend, backends))
+        return backends[spec.backend], spec, None
     name, _, arch = spec.partition(":")
     backend = backends.get(name)
     if backend is None:
@@ -65,13 +71,13 @@ def import_model(source, **options) -> Module:
 
 def compile(  # noqa: A001 - the public verb
     source,
-    target: str | list[str] = "vmvx",
+    target: str | TargetDesc | list = "vmvx",
     *,
     dump_dir: str | Path | None = None,
     notes: Callable[[str], None] | None = None,
     **import_options,
 ) -> Artifact:
-    targets = [target] if isinstance(target, str) else list(target)
+    targets = [target] if isinstance(target, (str, TargetDesc)) else list(target)
     if not targets:
         raise UnknownTargetError("no target given", hint="pass --target, e.g. --target vmvx")
     resolved = [resolve_target(t) for t in targets]  # fail on a bad name before any work

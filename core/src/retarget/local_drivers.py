@@ -59,7 +59,7 @@ class LocalCommandBuffer:
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
         views = []
         for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset + nbytes > buf.nbytes:
+            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
             views.append(buf.view(offset, b.type))
         run = executable.kernels[entry](views)
@@ -68,14 +68,19 @@ class LocalCommandBuffer:
             self._add(lambda g=g: run(g))
 
     def copy(self, src: HostBuffer, src_offset: int, dst: HostBuffer, dst_offset: int, nbytes: int) -> None:
+        _check_range(src, src_offset, nbytes, "copying from")
+        _check_range(dst, dst_offset, nbytes, "copying to")
+
         def run():
             dst.data[dst_offset:dst_offset + nbytes] = src.data[src_offset:src_offset + nbytes]
 
         self._add(run)
 
     def fill(self, buffer: HostBuffer, offset: int, nbytes: int, value: int) -> None:
+        _check_range(buffer, offset, nbytes, "filling")
+
         def run():
-            buffer.data[offset:offset + nbytes] = value
+            buffer.data[offset:offset + nbytes] = value & 0xFF
 
         self._add(run)
 
@@ -108,9 +113,11 @@ class LocalDevice:
 
     def write(self, buffer: HostBuffer, offset: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        _check_range(buffer, offset, raw.size, "writing")
         buffer.data[offset:offset + raw.size] = raw
 
     def read(self, buffer: HostBuffer, offset: int, nbytes: int) -> np.ndarray:
+        _check_range(buffer, offset, nbytes, "reading")
         return buffer.data[offset:offset + nbytes].copy()
 
     def load_executable(self, binary: ExecutableBinary) -> LocalExecutable:
@@ -147,6 +154,11 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "host CPU"
+
+
+def _check_range(buffer: HostBuffer, offset: int, nbytes: int, what: str) -> None:
+    if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
+        raise ValueError(f"{what} {nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
 
 
 def _run_all(works) -> None:

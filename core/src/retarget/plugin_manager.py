@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pluggy
 
 from . import hookspecs
-from .errors import PluginError
+from .errors import PluginError, closest
 
 GROUP = "retarget.plugins"
 HOOKS = ("retarget_targets", "retarget_drivers", "retarget_importers", "retarget_executable_loaders")
@@ -45,6 +45,7 @@ class PluginRecord:
             "hooks": self.hooks,
             "status": "ok" if self.ok else "broken",
             "error": self.error,
+            "traceback": self.traceback,
             "notes": self.notes,
         }
 
@@ -94,10 +95,21 @@ class PluginManager:
             return
         try:
             self.pm.register(plugin, name=record.name)
-        except Exception as e:  # pluggy rejects unknown hook names, bad signatures
+        except Exception as e:  # pluggy rejects bad signatures of known hooks
             self._broken(record, f"rejected by the plugin manager: {e}", e)
             return
-        record.hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
+        callers = self.pm.get_hookcallers(plugin) or []
+        # pluggy accepts a hook name that no spec declares and never calls it; a typo would go unnoticed.
+        unknown = [c.name for c in callers if not c.has_spec()
+                   and not all(i.optionalhook for i in c.get_hookimpls() if i.plugin is plugin)]
+        if unknown:
+            self.pm.unregister(plugin)
+            guesses = [hit for name in unknown for hit in closest(name, HOOKS, n=1)]
+            hint = f"did you mean {', '.join(guesses)}? " if guesses else ""
+            record.error = (f"implements {', '.join(unknown)}, which plugin API {hookspecs.API_VERSION} does not "
+                            f"have ({hint}a hook of a newer API is marked @hookimpl(optionalhook=True))")
+            return
+        record.hooks = sorted(c.name for c in callers if c.has_spec())
 
     def _broken(self, record: PluginRecord, message: str, exc: BaseException) -> None:
         line = message.splitlines()[0] if message else type(exc).__name__
@@ -105,6 +117,11 @@ class PluginManager:
         record.traceback = "".join(traceback.format_exception(exc))
 
     # -- calling hooks --------------------------------------------------------------------------
+    def call_every_hook(self) -> None:
+        """Call each hook once (results are cached), so that a plugin whose hook raises shows as broken."""
+        for hook in HOOKS:
+            self.by_name(hook)
+
     def collect(self, hook: str) -> list[tuple[str, object]]:
         """(plugin name, contribution) for every contribution to `hook`, in hook order.
 

@@ -24,6 +24,13 @@ class TargetDesc:
     `arch` is the canonical name (`sm_90`, `gfx942`, `x86-64-v3`); `spec` is what the
     user wrote. `format` names the executable format that `compile` produces; a
     device advertises the formats it can load.
+
+    `extra` holds what codegen reads beyond these fields, among them `extra["fragments"]`:
+    the matrix-multiply-accumulate shapes the target runs, a list of
+    `{"m": 16, "n": 16, "k": 16, "a": "f16", "b": "f16", "acc": "f32", "width": 32}`
+    (A is m x k of type a, B k x n of type b, the accumulator of type acc, each fragment
+    held by `width` threads); the GPU lowering's tiled fragment matmul uses them (see
+    `retarget.kernel.lower`). A target without it never gets fragment statements.
     """
 
     backend: str
@@ -144,7 +151,8 @@ class Executable(Protocol):
 @runtime_checkable
 class CommandBuffer(Protocol):
     """Recorded work. Commands between two barriers may run in any order or at once.
-    A command buffer is recorded once and may be submitted many times."""
+    A command buffer is recorded once and may be submitted many times. A range outside
+    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError."""
 
     def dispatch(self, executable: Executable, entry: int, bindings: Sequence[tuple[Buffer, int, int]]) -> None: ...
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None: ...
@@ -159,8 +167,12 @@ class Device(Protocol):
 
     `formats` lists the executable formats it loads; `can_load(binary_meta)`
     returns None, or the reason an executable for another arch cannot run here.
-    `write`/`read` move host bytes; `submit` runs a command buffer and `wait`
-    blocks until all submitted work is done.
+    `write`/`read` move host bytes (a range outside the buffer raises ValueError);
+    `submit` runs a command buffer and `wait` blocks until all submitted work is done.
+
+    Optional: a device that can run command buffers in several ways lists them in
+    `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
+    `command_buffer(mode=...)`. A device without `modes` has one way.
     """
 
     info: DeviceInfo

@@ -102,15 +102,19 @@ class Function:
         )
         device = module.device
         self.arena = device.allocate(max(plan["arena_bytes"], 1))
-        self.command_buffer = self._record()
+        self.command_buffer = self.record()
         self._lock = threading.Lock()
 
     def _buffer(self, kind: str):
         return self.arena if kind == "arena" else self.module.constants
 
-    def _record(self):
-        cb = self.module.device.command_buffer()
-        for cmd in self.plan["program"]:
+    def record(self, commands: list[dict] | None = None, mode: str | None = None):
+        """Record `commands` (default: the whole host program) into a new, ended command buffer over
+        this function's buffers, in `mode` (one of the device's `modes`; None: its default).
+        `retarget.bench` records one dispatch at a time, and each mode in turn."""
+        device = self.module.device
+        cb = device.command_buffer() if mode is None else device.command_buffer(mode=mode)
+        for cmd in self.plan["program"] if commands is None else commands:
             if cmd["op"] == "barrier":
                 cb.barrier()
             else:

@@ -71,6 +71,17 @@ def test_a_launch_computes_with_bindings_at_offsets(cuda_device, graphs):
     assert (cb.graph_exec is not None) == graphs
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["direct", "graph"])
+def test_timed_submit_runs_the_work_and_returns_the_gpu_time_in_seconds(cuda_device, graphs):
+    _, buf, cb = _add_program(cuda_device, graphs)
+    a, b = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    cuda_device.write(buf, 0, a)
+    cuda_device.write(buf, N * 4, b)
+    seconds = cuda_device.timed_submit(cb)
+    assert isinstance(seconds, float) and seconds > 0  # an event pair, not a speed claim
+    np.testing.assert_allclose(cuda_device.read(buf, 2 * N * 4 + 128, N * 4).view(np.float32), a + b)
+
+
 def test_ptx_of_an_older_arch_is_jit_compiled_when_no_cubin_fits(cuda_device):
     major, _ = cuda_device.compute_capability
     older = [r for r in targets.TABLE if r.compute_capability[0] < major and not r.arch_specific
@@ -116,3 +127,22 @@ def test_device_dump_describes_the_gpu(cuda_device):
     dump = CUDA.dump(cuda_device.info.id)
     assert dump["available"] and dump["multiprocessors"] > 0 and dump["memory_bytes"] > 0
     assert dump["max_threads_per_block"] == 1024 and dump["subgroup_size"] == 32
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_half_matmuls_on_wmma_fragments_match_numpy(cuda_device, dt):
+    """cuda:host lists wmma shapes (sm_70 on; bf16 from sm_80), so these take the core's tiled fragment matmul."""
+    from retarget.ir import Builder, Function, Module, Value
+
+    dtype = dtypes.DTYPES[dt]
+    a, b = (rng.standard_normal(s).astype(dtype.np_dtype) for s in ((100, 72), (72, 90)))
+    bias = rng.standard_normal(90).astype(dtype.np_dtype)
+    args = [Value(TensorType(a.shape, dtype)), Value(TensorType(b.shape, dtype))]
+    fn = Function("main", args)
+    bld = Builder(fn)
+    y = bld.op("rt.add", [bld.op("rt.matmul", args), bld.constant(bias)])
+    fn.returns = [bld.op("rt.max", [y, bld.constant(np.zeros((), dtype.np_dtype))])]
+    out = retarget.load(retarget.compile(Module({"main": fn}), "cuda:host"), device="cuda").main(a, b)
+    product = (a.astype(np.float32) @ b.astype(np.float32)).astype(dtype.np_dtype).astype(np.float32)
+    expected = np.maximum((product + bias.astype(np.float32)).astype(dtype.np_dtype).astype(np.float32), 0)
+    np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-2, atol=2e-2)

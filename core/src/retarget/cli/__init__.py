@@ -308,6 +308,16 @@ def check(
         raise typer.Exit(1)
 
 
+from .benchmark import HELP as _BENCHMARK_HELP  # noqa: E402
+from .benchmark import benchmark  # noqa: E402
+
+app.command(help=_BENCHMARK_HELP)(benchmark)
+
+from .new_plugin import new_plugin  # noqa: E402
+
+app.command(name="new-plugin")(new_plugin)
+
+
 def main() -> None:
     try:
         app()  # exits itself; usage errors exit with 2, as click does

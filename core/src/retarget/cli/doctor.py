@@ -14,6 +14,7 @@ def diagnose() -> dict:
     from ..runtime import LoadedModule, all_devices
 
     pm = manager()
+    pm.call_every_hook()  # a hook that raises marks its plugin broken before the plugins are listed
     lines, ok = [], True
     lines.append("[bold]plugins[/]")
     for r in pm.records.values():
@@ -22,7 +23,8 @@ def diagnose() -> dict:
         else:
             ok = False
             lines.append(f"  [red]broken[/] {r.name}: {r.error}")
-            lines.append(f"         fix: reinstall or upgrade {r.distribution or r.name}; `retarget -v plugins` has more")
+            lines.append(f"         fix: reinstall or upgrade {r.distribution or r.name}; "
+                         "`retarget plugins --json` shows the traceback")
     devices = all_devices()
     lines.append("[bold]devices[/]")
     for d in devices:

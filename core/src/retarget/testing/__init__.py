@@ -1,1 +1,8 @@
-"""Test helpers shared by the core, the plugins and third parties."""
+"""Test helpers shared by the core, the plugins and third parties.
+
+- `graphs`: tiny graph-IR modules built in code (the conformance suite's reference graphs);
+- `zoo`: reference models in torch, with seeded weights;
+- `numerics`: how results are compared with a reference;
+- `conformance`: the conformance suite, run with
+  `pytest --pyargs retarget.testing --retarget-plugin NAME` (options from `pytest_plugin`).
+"""

@@ -22,3 +22,49 @@ def mlp_module(batch: int = 2, features: int = 8, hidden: int = 4, seed: int = 0
     y = b.op("rt.add", [b.op("rt.matmul", [arg, b.constant(w)]), b.constant(bias)])
     fn.returns = [b.op("rt.max", [y, b.constant(np.float32(0))])]
     return Module({"predict": fn}), x, np.maximum(x @ w + bias, 0)
+
+
+def add_module(n: int = 1000, dtype: str = "f32", seed: int = 0):
+    """z = x + y over `n` elements: one elementwise dispatch with three bindings. `n` is not a
+    multiple of a typical workgroup, so the tail is exercised.
+
+    Returns (module, (x, y), expected z)."""
+    dt = dtypes.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    if dt.is_float:
+        x, y = (rng.standard_normal(n).astype(dt.np_dtype) for _ in range(2))
+    else:
+        x, y = (rng.integers(-1000, 1000, n).astype(dt.np_dtype) for _ in range(2))
+    args = [Value(TensorType((n,), dt)) for _ in range(2)]
+    fn = Function("main", args, arg_names=["x", "y"])
+    fn.returns = [Builder(fn).op("rt.add", args)]
+    return Module({"main": fn}), (x, y), x + y
+
+
+def chain_module(batch: int = 4, features: int = 16, hidden: int = 8, outputs: int = 4, seed: int = 0):
+    """y = (x @ w1) @ w2, every operand an argument: two dispatches, the second reading what the
+    first wrote, so it is wrong unless the barrier between them is honoured.
+
+    Returns (module, (x, w1, w2), expected y)."""
+    rng = np.random.default_rng(seed)
+    shapes = [(batch, features), (features, hidden), (hidden, outputs)]
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    args = [Value(TensorType(s, dtypes.f32)) for s in shapes]
+    fn = Function("main", args, arg_names=["x", "w1", "w2"])
+    b = Builder(fn)
+    fn.returns = [b.op("rt.matmul", [b.op("rt.matmul", args[:2]), args[2]])]
+    return Module({"main": fn}), (x, w1, w2), (x.astype(np.float64) @ w1 @ w2).astype(np.float32)
+
+
+def _mlp():
+    module, x, expected = mlp_module()
+    return module, (x,), expected
+
+
+# The reference graphs of the conformance suite: name -> () -> (module, inputs, expected outputs).
+REFERENCE_GRAPHS = {
+    "add_f32": add_module,
+    "add_i32": lambda: add_module(dtype="i32"),
+    "chain": chain_module,
+    "mlp": _mlp,
+}

@@ -6,7 +6,7 @@ obviously right over being fast.
 
 from __future__ import annotations
 
-from ..errors import UnknownTargetError
+from ..errors import UnknownTargetError, suggestion
 from ..ir.core import Function, Module
 from ..ir.parser import parse_module
 from ..ir.printer import print_module
@@ -28,7 +28,8 @@ class VmvxTarget:
     def parse(self, spec: str) -> TargetDesc:
         if spec in ("",) + SPELLINGS:
             return REFERENCE
-        raise UnknownTargetError(f"vmvx has no architecture '{spec}'", hint="vmvx has one: use --target vmvx")
+        raise UnknownTargetError(f"vmvx has no architecture '{spec}'", hint=f"{suggestion(spec, SPELLINGS)}; "
+                                 "vmvx has one architecture, so --target vmvx is enough")
 
     def default(self):
         return REFERENCE, None  # one architecture: nothing to announce

@@ -8,8 +8,9 @@ A command buffer records launches, copies and fills. `submit` runs them in one o
 - graph (the default): the first submit captures the commands into a CUDA graph,
   later submits replay it with one cuGraphLaunch.
 
-`RETARGET_CUDA_GRAPHS=0` or `device.graphs = False` picks direct mode. Every CUresult is
-checked; a failure raises `CudaError` naming the call and the error.
+`RETARGET_CUDA_GRAPHS=0` or `device.graphs = False` picks direct mode; `command_buffer(mode=...)`
+picks a mode for one command buffer. Every CUresult is checked; a failure raises `CudaError`
+naming the call and the error.
 """
 
 from __future__ import annotations
@@ -207,13 +208,20 @@ class CudaExecutable:
         self.loaded_as = loaded_as  # "cubin" or "ptx"
 
 
+def _check_range(buffer: CudaBuffer, offset: int, nbytes: int, what: str) -> None:
+    if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
+        raise ValueError(f"{what} {nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
+
+
 class CudaCommandBuffer:
     """Recorded commands, each a callable issuing one driver call on a stream.
 
-    The stream orders everything, so a barrier needs no command of its own."""
+    The stream orders everything, so a barrier needs no command of its own. `mode` is
+    "graph", "direct", or None: the device's `graphs` setting when it is submitted."""
 
-    def __init__(self, device: CudaDevice):
+    def __init__(self, device: CudaDevice, mode: str | None = None):
         self.device = device
+        self.mode = mode
         self.commands: list = []
         self.keep: list = []  # kernel-parameter arrays the launches point into
         self.ended = False
@@ -230,7 +238,7 @@ class CudaCommandBuffer:
         if len(bindings) != len(ep.bindings):
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
         for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset + nbytes > buf.nbytes:
+            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
         values = np.array([buf.address + offset for buf, offset, _ in bindings], dtype=np.uint64)
         pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
@@ -245,12 +253,15 @@ class CudaCommandBuffer:
         self._add(launch)
 
     def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
+        _check_range(src, src_offset, nbytes, "copying from")
+        _check_range(dst, dst_offset, nbytes, "copying to")
         cu = _cu()
         self.keep.append((src, dst))
         s, d = cu.CUdeviceptr(src.address + src_offset), cu.CUdeviceptr(dst.address + dst_offset)
         self._add(lambda stream: check(cu.cuMemcpyDtoDAsync(d, s, nbytes, stream), "cuMemcpyDtoDAsync"))
 
     def fill(self, buffer: CudaBuffer, offset: int, nbytes: int, value: int) -> None:
+        _check_range(buffer, offset, nbytes, "filling")
         cu = _cu()
         self.keep.append(buffer)
         d = cu.CUdeviceptr(buffer.address + offset)
@@ -309,6 +320,7 @@ class CudaDevice:
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
         self.pending: list = []  # host arrays of copies still in flight, kept alive until wait()
         self._lock = threading.Lock()
+        self._events = None  # (start, end) for timed_submit, made on first use
 
     def _current(self) -> None:
         check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -363,15 +375,22 @@ class CudaDevice:
                      for e in binary.entry_points]
         return CudaExecutable(list(binary.entry_points), module, functions, "cubin" if use_cubin else "ptx")
 
-    def command_buffer(self) -> CudaCommandBuffer:
-        return CudaCommandBuffer(self)
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return ("graph", "direct") if self.graphs else ("direct", "graph")
+
+    def command_buffer(self, mode: str | None = None) -> CudaCommandBuffer:
+        if mode is not None and mode not in ("graph", "direct"):
+            raise ValueError(f"cuda command buffers run as 'graph' or 'direct', not '{mode}'")
+        return CudaCommandBuffer(self, mode)
 
     def submit(self, command_buffer: CudaCommandBuffer) -> None:
         with self._lock:
             self._current()
             if not command_buffer.commands:
                 return
-            if self.graphs and command_buffer.ended:
+            graph = command_buffer.mode == "graph" if command_buffer.mode else self.graphs
+            if graph and command_buffer.ended:
                 if command_buffer.graph_exec is None:
                     command_buffer.capture(self.stream)
                 check(_cu().cuGraphLaunch(command_buffer.graph_exec, self.stream), "cuGraphLaunch")
@@ -383,10 +402,28 @@ class CudaDevice:
         check(_cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         self.pending.clear()
 
+    def timed_submit(self, command_buffer: CudaCommandBuffer) -> float:
+        """Submit, wait, and return the seconds between two events recorded on the stream around the
+        work: the GPU's own time, without host copies or Python (`retarget.bench` uses it)."""
+        cu = _cu()
+        self._current()
+        if self._events is None:
+            flags = cu.CUevent_flags.CU_EVENT_DEFAULT.value
+            self._events = tuple(check(cu.cuEventCreate(flags), "cuEventCreate") for _ in range(2))
+        start, end = self._events
+        check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+        self.submit(command_buffer)
+        check(cu.cuEventRecord(end, self.stream), "cuEventRecord")
+        self.wait()
+        return check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
+
     def close(self) -> None:
         cu = _cu()
         if self.stream is not None:
             self.wait()
+            for event in self._events or ():
+                check(cu.cuEventDestroy(event), "cuEventDestroy")
+            self._events = None
             check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")
             self.stream = None
             check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")

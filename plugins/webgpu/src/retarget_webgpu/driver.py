@@ -207,15 +207,20 @@ class WebGpuCommandBuffer:
         if src_offset % 4 or dst_offset % 4 or nbytes % 4:
             raise ValueError(f"WebGPU copies whole 4-byte words: offsets {src_offset}, {dst_offset} and size {nbytes} "
                              "must be multiples of 4")
-        if src_offset + nbytes > src.size or dst_offset + nbytes > dst.size:
+        if src_offset < 0 or dst_offset < 0 or src_offset + nbytes > src.size or dst_offset + nbytes > dst.size:
             raise ValueError(f"copying {nbytes} bytes overflows a buffer")
+        if src is dst and nbytes:  # WebGPU refuses a copy within one buffer: go through a scratch buffer
+            scratch = self.device.allocate(nbytes)
+            self._add(("copy", src, src_offset, scratch, 0, nbytes))
+            self._add(("copy", scratch, 0, dst, dst_offset, nbytes))
+            return
         self._add(("copy", src, src_offset, dst, dst_offset, nbytes))
 
     def fill(self, buffer: WebGpuBuffer, offset: int, nbytes: int, value: int) -> None:
         if offset % 4 or nbytes % 4:
             raise ValueError(f"WebGPU fills whole 4-byte words: offset {offset} and size {nbytes} must be "
                              "multiples of 4")
-        if offset + nbytes > buffer.size:
+        if offset < 0 or offset + nbytes > buffer.size:
             raise ValueError(f"filling {nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
         if value & 0xFF == 0:
             self._add(("clear", buffer, offset, nbytes))

@@ -1,0 +1,175 @@
+"""A target backend: its architecture table, its codegen of the reference graphs and the zoo, and
+its numerics against vmvx on every driver it names that has a device here."""
+
+from dataclasses import replace
+
+import pytest
+
+import retarget
+from retarget.errors import UnknownTargetError
+from retarget.protocols import ExecutableBinary, TargetDesc
+from retarget.testing.conformance import kit
+from retarget.testing.conformance.fixtures import *  # noqa: F403
+from retarget.testing.conformance.fixtures import RUN
+
+
+def _has_device(target) -> bool:
+    drivers = kit.registry("drivers")
+    return any(d.available for name in target.drivers if name in drivers for d in drivers[name].enumerate())
+
+
+def _check_desc(desc, target, spelling: str) -> None:
+    where = f"{target.name}.parse({spelling!r})"
+    assert isinstance(desc, TargetDesc), f"{where} returned {type(desc).__name__}, not a TargetDesc"
+    assert desc.backend == target.name, f"{where} describes backend '{desc.backend}'"
+    assert desc.arch and isinstance(desc.arch, str), f"{where} has no canonical arch"
+    assert desc.format and isinstance(desc.format, str), f"{where} names no executable format"
+    assert desc.max_workgroup_size >= 1 and all(d >= 1 for d in desc.max_workgroup_dims), f"{where}: workgroup limits"
+    assert desc.shared_memory_bytes >= 0, f"{where}: negative shared memory"
+    if desc.subgroup_size is not None and desc.subgroup_sizes:
+        assert desc.subgroup_size in desc.subgroup_sizes, f"{where}: subgroup size not among subgroup_sizes"
+    hash(desc)  # descs key caches
+
+
+def _parse_all(target, host: bool = True):
+    """(spelling, desc) for every name; the host spellings only when `host` and a device is here."""
+    out = []
+    for spelling in target.names():
+        if spelling in kit.HOST_SPELLINGS and not (host and _has_device(target)):
+            continue
+        out.append((spelling, target.parse(spelling)))
+    return out
+
+
+def test_the_target_names_itself_and_its_drivers(target, target_name):
+    assert target.name == target_name
+    assert isinstance(target.drivers, tuple) and target.drivers, "drivers: a non-empty tuple of driver names"
+    assert all(isinstance(d, str) for d in target.drivers)
+
+
+def test_the_names_are_unique_and_the_default_arch_parses(target):
+    names = list(target.names())
+    assert names, "names() is empty"
+    assert len(names) == len(set(names)), f"names() repeats {sorted({n for n in names if names.count(n) > 1})}"
+    default, _ = target.default()
+    assert default.arch in names or target.parse(default.arch).arch == default.arch
+
+
+def test_every_name_parses_to_a_desc_of_this_target(target):
+    for spelling, desc in _parse_all(target):
+        _check_desc(desc, target, spelling)
+
+
+def test_the_host_spellings_need_a_device_or_say_why_not(target):
+    """`host` describes the device here. Its arch names the closest row of the table, which parses,
+    but it need not round-trip: the row may assume more than the device has (a VM hides CPU features)."""
+    spellings = [n for n in target.names() if n in kit.HOST_SPELLINGS]
+    if not spellings:
+        pytest.skip(f"{target.name} has no host spelling")
+    for spelling in spellings:
+        if _has_device(target):
+            desc = target.parse(spelling)
+            _check_desc(desc, target, spelling)
+            _check_desc(target.parse(desc.arch), target, desc.arch)
+        else:
+            with pytest.raises(UnknownTargetError):
+                target.parse(spelling)
+
+
+def test_every_name_round_trips_through_its_canonical_arch(target):
+    for spelling, desc in _parse_all(target, host=False):
+        again = target.parse(desc.arch)
+        assert replace(again, spec="") == replace(desc, spec=""), \
+            f"parse({spelling!r}) gives arch {desc.arch!r}, and parse({desc.arch!r}) gives a different desc"
+
+
+def test_an_unknown_name_raises_and_suggests_known_names(target):
+    known = [n for n in target.names() if n not in kit.HOST_SPELLINGS] or list(target.names())
+    near_miss = max(known, key=len) + "zz"
+    for spelling in ("no-such-arch-anywhere", near_miss):
+        with pytest.raises(UnknownTargetError) as error:
+            target.parse(spelling)
+        message = str(error.value)
+        assert any(n in message for n in known), f"parse({spelling!r}) suggests no known name: {message}"
+    assert max(known, key=len) in str(error.value), f"the near miss {near_miss!r} does not suggest its original"
+
+
+def test_the_default_is_an_architecture_of_this_target_with_a_one_line_note(target):
+    result = target.default()
+    assert isinstance(result, tuple) and len(result) == 2, "default() returns (TargetDesc, note or None)"
+    desc, note = result
+    _check_desc(desc, target, "<default>")
+    assert note is None or (isinstance(note, str) and note and "\n" not in note), f"note: {note!r}"
+
+
+def _check_binary(binary, desc, kernels) -> None:
+    assert isinstance(binary, ExecutableBinary), f"compile returned {type(binary).__name__}"
+    assert binary.format == desc.format, f"binary format {binary.format!r}, desc format {desc.format!r}"
+    assert binary.target.backend == desc.backend and binary.target.arch == desc.arch
+    assert isinstance(binary.data, bytes) and binary.data, "the executable has no bytes"
+    assert binary.listing is None or isinstance(binary.listing, str)
+    assert [e.name for e in binary.entry_points] == [k.name for k in kernels], "entry points != dispatches"
+    for entry, kernel in zip(binary.entry_points, kernels):
+        expected = [(a.type, "read") for a in kernel.args] + [(r.type, "write") for r in kernel.returns]
+        assert [(b.type, b.access) for b in entry.bindings] == expected, f"{entry.name}: bindings"
+        assert all(n >= 1 for n in entry.workgroup_count) and all(n >= 1 for n in entry.workgroup_size)
+        wx, wy, wz = entry.workgroup_size
+        assert wx * wy * wz <= desc.max_workgroup_size, f"{entry.name}: workgroup {entry.workgroup_size} too large"
+        assert all(n <= m for n, m in zip(entry.workgroup_size, desc.max_workgroup_dims)), f"{entry.name}: dims"
+
+
+def test_reference_graphs_compile_to_matching_entry_points(target, reference_graph):
+    module, _, _ = reference_graph
+    desc, _ = target.default()
+    kernels = [d.function for d in kit.dispatches(module)]
+    _check_binary(target.compile(kernels, desc), desc, kernels)
+
+
+def test_zoo_models_compile_to_matching_entry_points(target, zoo_graph):
+    module, _ = zoo_graph
+    desc, _ = target.default()
+    kernels = [d.function for d in kit.dispatches(module)]
+    _check_binary(target.compile(kernels, desc), desc, kernels)
+
+
+def _target_on(run_on):
+    target_name, driver_name = run_on
+    target = kit.registry("targets")[target_name]
+    if driver_name not in kit.registry("drivers"):
+        pytest.skip(f"{target_name} names driver '{driver_name}', which is not installed")
+    device = RUN.device(driver_name)
+    return target, device
+
+
+def test_describe_gives_an_architecture_the_device_loads(run_on):
+    target, device = _target_on(run_on)
+    desc = target.describe(device)
+    _check_desc(desc, target, f"<describe {device.info.uri}>")
+    assert device.can_load(desc.format, desc) is None, f"{device.info.uri} refuses {desc.name}"
+
+
+def _compiled_for(target, device, module):
+    """`module` compiled for `describe(device)`, and loaded on that device through the runtime."""
+    return retarget.load(retarget.compile(module, target.describe(device)), device=device.info.uri)
+
+
+def test_reference_graphs_match_vmvx(run_on, graph_name, reference_graph):
+    target, device = _target_on(run_on)
+    module, inputs, expected = reference_graph
+    reference = RUN.reference(f"graph:{graph_name}", module)
+    for got, want in zip(reference(*inputs), [expected]):
+        kit.assert_matches(got, want.astype(got.dtype), "vmvx against numpy")  # the reference itself
+    loaded = _compiled_for(target, device, module)
+    fn = loaded.function(kit.only_function(module).name)
+    for round in range(2):  # the recorded command buffer is submitted again with new inputs
+        inputs_now = kit.varied(inputs, round)
+        got = fn(*inputs_now)
+        kit.assert_matches(got, reference(*inputs_now)[0], f"{graph_name} on {device.info.uri}, call {round + 1}")
+
+
+def test_zoo_models_match_vmvx(run_on, zoo_model, zoo_graph):
+    target, device = _target_on(run_on)
+    module, inputs = zoo_graph
+    reference = RUN.reference(f"zoo:{zoo_model}", module)
+    got = _compiled_for(target, device, module).function(kit.only_function(module).name)(*inputs)
+    kit.assert_matches(got, reference(*inputs)[0], f"{zoo_model} on {device.info.uri}")

@@ -1,0 +1,142 @@
+"""The conformance suite catches what it claims to: it is run, as a third party runs it, against a
+plugin of deliberately broken targets and drivers, and each defect fails its own test."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from retarget.plugin_manager import PluginManager
+
+MUTANTS = """
+    from dataclasses import replace
+
+    from retarget.errors import UnknownTargetError
+    from retarget.hookspecs import hookimpl
+    from retarget.local_drivers import LocalCommandBuffer, LocalDevice, LocalDriver, _run_all
+    from retarget.vmvx import REFERENCE, VmvxTarget
+
+    RETARGET_PLUGIN_API = 1
+
+
+    class NoSuggestions(VmvxTarget):
+        name = "no-suggestions"
+
+        def parse(self, spec):
+            if spec in ("", "reference", "host", "default"):
+                return replace(REFERENCE, backend=self.name)
+            raise UnknownTargetError(f"no architecture '{spec}'")
+
+        def default(self):
+            return self.parse(""), None
+
+        def describe(self, device):
+            return self.parse("")
+
+
+    class NoBounds(LocalDevice):
+        def read(self, buffer, offset, nbytes):
+            return buffer.data[offset:offset + nbytes].copy()
+
+
+    class OneShot(LocalDevice):
+        def submit(self, command_buffer):
+            super().submit(command_buffer)
+            command_buffer.stages = [[]]
+
+
+    class Unordered(LocalCommandBuffer):
+        def barrier(self):
+            pass
+
+
+    class NoBarriers(LocalDevice):
+        def command_buffer(self):
+            return Unordered()
+
+        def submit(self, command_buffer):
+            for stage in command_buffer.stages:
+                _run_all(reversed(stage))
+
+
+    class Mutant(LocalDriver):
+        def __init__(self, name, device_class):
+            super().__init__(name, workers=1)
+            self.device_class = device_class
+
+        def create(self, device_id):
+            return self.device_class(self.enumerate()[0], 1)
+
+
+    @hookimpl
+    def retarget_targets():
+        return [NoSuggestions()]
+
+
+    @hookimpl
+    def retarget_drivers():
+        return [Mutant("no-bounds", NoBounds), Mutant("one-shot", OneShot), Mutant("no-barriers", NoBarriers)]
+"""
+
+
+def _install(folder, name: str, source: str) -> None:
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    info = folder / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[retarget.plugins]\n{name} = {name}\n")
+
+
+def _suite(folder, *args) -> dict[str, str]:
+    """Run the suite in a subprocess with `folder` on the path; {test id: PASSED/FAILED/SKIPPED}."""
+    env = dict(os.environ, PYTHONPATH=str(folder))
+    run = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "retarget.testing", "-p", "no:cacheprovider",
+                          "-q", "--tb=no", "-rA", *args], capture_output=True, text=True, env=env, cwd=folder)
+    outcomes = {}
+    for status, test in re.findall(r"^(PASSED|FAILED|ERROR) \S+::(\S+)", run.stdout, re.M):
+        outcomes[test] = status
+    assert outcomes, run.stdout + run.stderr
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def mutants(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mutants")
+    _install(folder, "mutants", MUTANTS)
+    return _suite(folder, "--retarget-plugin", "mutants", "-k", "not zoo")
+
+
+@pytest.mark.parametrize("failing, passing", [
+    ("test_an_unknown_name_raises_and_suggests_known_names[no-suggestions]",
+     "test_reference_graphs_match_vmvx[no-suggestions-on-local-sync-chain]"),
+    ("test_write_and_read_outside_a_buffer_raise_value_error[no-bounds]",
+     "test_copy_moves_bytes_between_and_within_buffers[no-bounds]"),
+    ("test_a_barrier_orders_commands_and_a_command_buffer_replays[one-shot]",
+     "test_fill_writes_a_byte_pattern[one-shot]"),
+    ("test_reference_graphs_dispatch_and_match_vmvx[one-shot-mlp]",
+     "test_reference_graphs_dispatch_and_match_vmvx[no-bounds-mlp]"),
+    ("test_a_barrier_orders_commands_and_a_command_buffer_replays[no-barriers]",
+     "test_write_then_read_round_trips_at_any_byte_offset[no-barriers]"),
+    ("test_reference_graphs_dispatch_and_match_vmvx[no-barriers-chain]",
+     "test_reference_graphs_dispatch_and_match_vmvx[no-barriers-add_f32]"),
+], ids=["suggestions", "bounds", "replay", "replayed-dispatch", "barrier", "dependent-dispatches"])
+def test_each_defect_fails_its_test_while_sound_behaviour_passes(mutants, failing, passing):
+    assert mutants.get(failing) == "FAILED", f"{failing}: {mutants.get(failing)}"
+    assert mutants.get(passing) == "PASSED", f"{passing}: {mutants.get(passing)}"
+
+
+def test_a_plugin_that_fails_to_import_fails_the_first_test_with_its_error(monkeypatch, tmp_path):
+    from retarget import plugin_manager
+    from retarget.testing.conformance.test_plugin import test_the_plugin_is_installed_and_loads
+
+    _install(tmp_path, "boom_kit", "raise RuntimeError('boom at import')")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pm = PluginManager()
+    pm.load_entry_points()
+    monkeypatch.setattr(plugin_manager, "_manager", pm)
+    with pytest.raises(AssertionError, match="boom at import"):
+        test_the_plugin_is_installed_and_loads("boom_kit")
+    with pytest.raises(AssertionError, match="no plugin 'nothing-here' is installed"):
+        test_the_plugin_is_installed_and_loads("nothing-here")
