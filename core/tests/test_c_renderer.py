@@ -31,8 +31,8 @@ from retarget.kernel.lower import lower_dispatch
 from retarget.passes.dispatch import form_dispatches
 from retarget.protocols import TargetDesc
 from retarget.testing.graphs import mlp_module
+from retarget.testing.op_cases import elementwise, op_cases
 from retarget.vmvx.interpreter import run_function
-from retarget.vmvx.kernels import evaluate
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
 
@@ -196,83 +196,7 @@ def test_rendered_c99_kernels_match_the_vmvx_interpreter_for_cpu_and_gpu_schedul
 
 # -- every scalar op, against the reference ---------------------------------------------------------
 
-F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 1e-3, -1e-4, 0.75, 3.0, -7.25,
-                      20.0, -20.0, 1e30, 0.3], dtype=np.float32)
-# pairs for binary ops: NaN on either side and both, infinities, equal values, signs
-F32_A = np.array([np.nan, 1.0, np.nan, np.inf, -np.inf, 2.0, -3.5, 7.0, -7.0, 0.5, 3.0, 1e-3, 4.0], dtype=np.float32)
-F32_B = np.array([1.0, np.nan, np.nan, 3.0, 2.0, 2.0, 1.5, -2.0, 2.0, 0.25, -2.0, 5.0, 0.5], dtype=np.float32)
-I32_X = np.array([0, 1, -1, 7, -7, 100, -128, 2147483647, -2147483647], dtype=np.int32)
-I32_A = np.array([7, -7, 7, -7, 5, 0, -8, 9, 3, -2147483647 - 1, 12, -3], dtype=np.int32)
-I32_B = np.array([2, 2, -2, -2, 0, 3, 3, 4, 3, -1, 5, 0], dtype=np.int32)
-INT_UNARY = ("neg", "abs", "sign", "not")
-INT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor")
-FLOAT_UNARY = [op for op in k.UNARY_OPS if op != "not"]
-FLOAT_BINARY = [op for op in k.BINARY_OPS if op not in ("and", "or", "xor")]
-
-
-def _elementwise(name: str, body, in_dtypes, out_dtype, n: int) -> k.Kernel:
-    """out0[i] = body(in0[i], in1[i], ...)"""
-    i = k.Var("i")
-    loads = [k.Load(f"in{j}", i, dt) for j, dt in enumerate(in_dtypes)]
-    params = [k.Param(f"in{j}", dt, n, "read") for j, dt in enumerate(in_dtypes)]
-    params.append(k.Param("out0", out_dtype, n, "write"))
-    return k.Kernel(name, params, [k.Loop("i", n, [k.Store("out0", i, body(*loads))])])
-
-
-def _op_cases():
-    """name -> (kernel, inputs, expected)."""
-    f32, i32, i1 = dtypes.f32, dtypes.i32, dtypes.i1
-    cases = {}
-
-    def add(name, body, inputs, out_dtype, expected):
-        kern = _elementwise("op_" + name, body, [dtypes.from_numpy(x.dtype) for x in inputs], out_dtype, len(inputs[0]))
-        cases[name] = (kern, inputs, expected)
-
-    def ref(op, inputs, out_dtype, attrs=None):
-        return evaluate(op, attrs or {}, inputs, TensorType((len(inputs[0]),), out_dtype))
-
-    for op in FLOAT_UNARY:
-        add(f"f32_{op}", lambda a, op=op: k.Unary(op, a), [F32_EDGES], f32, ref(f"rt.{op}", [F32_EDGES], f32))
-    for op in FLOAT_BINARY:
-        add(f"f32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [F32_A, F32_B], f32,
-            ref(f"rt.{op}", [F32_A, F32_B], f32))
-    for op in INT_UNARY:
-        add(f"i32_{op}", lambda a, op=op: k.Unary(op, a), [I32_X], i32, ref(f"rt.{op}", [I32_X], i32))
-    for op in INT_BINARY:
-        add(f"i32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [I32_A, I32_B], i32,
-            ref(f"rt.{op}", [I32_A, I32_B], i32))
-    base, exponent = np.array([2, -3, 5, 0, 1, -1, 7], np.int32), np.array([10, 3, 0, 4, 9, 5, 2], np.int32)
-    add("i32_pow", lambda a, b: k.Binary("pow", a, b), [base, exponent], i32, ref("rt.pow", [base, exponent], i32))
-    for pred in k.COMPARE_OPS:
-        for dt, a, b in (("f32", F32_A, F32_B), ("i32", I32_A, I32_B)):
-            add(f"{dt}_cmp_{pred}", lambda x, y, pred=pred: k.Compare(pred, x, y), [a, b], i1,
-                ref("rt.cmp", [a, b], i1, {"predicate": pred}))
-    p, q = np.array([True, True, False, False]), np.array([True, False, True, False])
-    for op in ("and", "or", "xor"):
-        add(f"i1_{op}", lambda a, b, op=op: k.Binary(op, a, b), [p, q], i1, ref(f"rt.{op}", [p, q], i1))
-    add("i1_not", lambda a: k.Unary("not", a), [p], i1, ref("rt.not", [p], i1))
-    add("select", lambda c, a, b: k.Select(c, a, b), [p, F32_A[:4], F32_B[:4]], f32, np.where(p, F32_A[:4], F32_B[:4]))
-    # half types are stored as such and computed in f32, rounded once on the way out
-    for half in (np.float16, ml_dtypes.bfloat16):
-        a, b = F32_A.astype(half), F32_B.astype(half)
-        out = dtypes.from_numpy(half)
-        add(f"{out}_mul_add", lambda x, y: k.Binary("add", k.Binary("mul", x, y), y), [a, b], out,
-            ((a.astype(np.float32) * b.astype(np.float32)) + b.astype(np.float32)).astype(half))
-        with np.errstate(over="ignore"):  # 1e30 is inf in f16
-            add(f"{out}_cast_from_f32", lambda x, out=out: k.Cast(x, out), [F32_EDGES], out, F32_EDGES.astype(half))
-    # float -> int casts saturate, and NaN becomes 0 (as llvm-cpu's fptosi.sat)
-    wide = np.array([np.nan, 1e10, -1e10, 2.9, -2.9, 127.5, 0.0], dtype=np.float32)
-    i8 = dtypes.i8
-    add("f32_to_i32", lambda x: k.Cast(x, i32), [wide], i32, np.array([0, 2**31 - 1, -2**31, 2, -2, 127, 0], np.int32))
-    add("f32_to_i8", lambda x: k.Cast(x, i8), [wide], i8, np.array([0, 127, -128, 2, -2, 127, 0], np.int8))
-    # i8 arithmetic wraps after each op, although C computes it in int
-    x8 = np.array([100, -100, 127, 5], np.int8)
-    add("i8_add_wraps", lambda a: k.Binary("div", k.Binary("add", a, a), k.const(2, dtypes.i8)), [x8], dtypes.i8,
-        ((x8 + x8) // 2).astype(np.int8) + (((x8 + x8) % 2 != 0) & ((x8 + x8) < 0)))
-    return cases
-
-
-OP_CASES = _op_cases()
+OP_CASES = op_cases()
 
 
 @pytest.fixture(scope="module")
@@ -369,33 +293,37 @@ def test_cuda_output_compiles_with_nvcc(tmp_path):
 
 
 def test_an_unknown_op_is_refused_naming_the_op_and_the_dialect():
-    kern = _elementwise("bad", lambda a: k.Unary("frobnicate", a), [dtypes.f32], dtypes.f32, 4)
+    kern = elementwise("bad", lambda a: k.Unary("frobnicate", a), [dtypes.f32], dtypes.f32, 4)
     with pytest.raises(UnsupportedOpError, match=r"frobnicate.*c99|c99.*frobnicate"):
         render_kernel(kern, C99)
 
 
 def test_an_op_outside_its_types_is_refused():
-    kern = _elementwise("bad", lambda a, b: k.Binary("xor", a, b), [dtypes.f32, dtypes.f32], dtypes.f32, 4)
+    kern = elementwise("bad", lambda a, b: k.Binary("xor", a, b), [dtypes.f32, dtypes.f32], dtypes.f32, 4)
     with pytest.raises(UnsupportedOpError, match="'xor' on f32"):
         render_kernel(kern, CUDA)
 
 
 def test_a_type_the_language_lacks_is_refused():
-    kern = _elementwise("bad", lambda a: k.Unary("exp", a), [dtypes.DTYPES["f64"]], dtypes.DTYPES["f64"], 4)
+    kern = elementwise("bad", lambda a: k.Unary("exp", a), [dtypes.DTYPES["f64"]], dtypes.DTYPES["f64"], 4)
     with pytest.raises(UnsupportedOpError, match="f64 is not supported by dialect msl"):
         render_kernel(kern, MSL)
-    kern = _elementwise("bad", lambda a: a, [dtypes.DTYPES["i4"]], dtypes.DTYPES["i4"], 4)
+    kern = elementwise("bad", lambda a: a, [dtypes.DTYPES["i4"]], dtypes.DTYPES["i4"], 4)
     with pytest.raises(UnsupportedOpError, match="i4"):
         render_kernel(kern, C99)
 
 
-def test_c99_refuses_barriers_and_shared_memory_in_threaded_kernels():
-    kern = k.Kernel("bad", [k.Param("out0", dtypes.f32, 4, "write")],
-                    [k.Local("tile", 4, dtypes.f32, shared=True), k.Barrier()],
-                    workgroup_vars=("wg",), workgroup_size=(4, 1, 1), thread_vars=("tid",))
-    with pytest.raises(UnsupportedOpError, match="c99.*barriers and shared memory"):
-        render_kernel(kern, C99)
-    assert "__syncthreads();" in render_kernel(kern, CUDA) and "__shared__ float tile[4];" in render_kernel(kern, CUDA)
+def test_c99_runs_a_workgroup_s_threads_as_loops_cut_at_its_barriers(tmp_path):
+    """Each thread writes its element to workgroup memory, and after the barrier reads its mirror's: C99 has
+    no threads, so every thread finishes the first phase before any starts the second."""
+    from retarget.testing.kernels import THREADS, shared_kernel
+
+    kern = shared_kernel("mirror", THREADS)
+    source = render_kernel(kern, C99)
+    assert "barrier" not in source and source.count("for (int64_t tid = 0; tid < 64; tid++)") == 2
+    x = rng.standard_normal(THREADS).astype(np.float32)
+    np.testing.assert_array_equal(_call(_compile(render_module([kern], C99), tmp_path), kern, [x]), x[::-1])
+    assert "__syncthreads();" in render_kernel(kern, CUDA) and "__shared__ float part[64];" in render_kernel(kern, CUDA)
 
 
 def test_a_variable_first_assigned_in_a_loop_is_declared_in_that_loop():

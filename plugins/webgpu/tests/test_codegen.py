@@ -2,19 +2,15 @@
 code, and what WGSL cannot hold is refused by name. Validation needs an adapter (lavapipe will do)."""
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 import retarget
 from retarget.errors import UnsupportedOpError
 from retarget.ir import dtypes
 from retarget.testing.graphs import mlp_module
+from retarget.testing.kernels import shared_kernel, sum_kernel
 from retarget_webgpu import targets
 from retarget_webgpu.compile import compile_kernels, render, unpack
-
-sys.path.insert(0, str(Path(__file__).parent))
-from kernels import shared_kernel, sum_kernel  # noqa: E402
 
 DEFAULT = targets.parse("webgpu")
 

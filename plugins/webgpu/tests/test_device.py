@@ -8,12 +8,12 @@ import pytest
 import retarget
 from retarget.errors import UnknownDeviceError
 from retarget.testing.graphs import mlp_module
+from retarget.testing.kernels import shared_kernel, sum_kernel
 from retarget_webgpu import targets
 from retarget_webgpu.compile import compile_kernels
 from retarget_webgpu.driver import WEBGPU
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import shared_kernel, sum_kernel  # noqa: E402
 from test_codegen import _with_limits  # noqa: E402
 
 rng = np.random.default_rng(3)

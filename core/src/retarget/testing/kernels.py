@@ -1,7 +1,8 @@
-"""Small hand-written kernel-IR kernels for the codegen and device tests."""
+"""Small hand-written kernel-IR kernels for backend codegen and device tests: one thread per element, and
+workgroup memory with a barrier."""
 
-from retarget.ir import dtypes
-from retarget.kernel import ir as k
+from ..ir import dtypes
+from ..kernel import ir as k
 
 THREADS = 64
 

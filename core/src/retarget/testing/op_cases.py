@@ -1,0 +1,90 @@
+"""Scalar-op test cases shared by every backend's tests: one small kernel per op and dtype, with inputs
+that hit NaN, infinities, signed zeros, wrap-around and saturation, and the reference's answer
+(`retarget.vmvx.kernels.evaluate`). A kernel is one serial loop over its elements (no threads), so any
+backend runs it as one workgroup of one invocation."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..ir import TensorType, dtypes
+from ..kernel import ir as k
+from ..vmvx.kernels import evaluate
+
+F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 1e-3, -1e-4, 0.75, 3.0, -7.25,
+                      20.0, -20.0, 1e30, 0.3], dtype=np.float32)
+# pairs for binary ops: NaN on either side and both, infinities, equal values, signs
+F32_A = np.array([np.nan, 1.0, np.nan, np.inf, -np.inf, 2.0, -3.5, 7.0, -7.0, 0.5, 3.0, 1e-3, 4.0], dtype=np.float32)
+F32_B = np.array([1.0, np.nan, np.nan, 3.0, 2.0, 2.0, 1.5, -2.0, 2.0, 0.25, -2.0, 5.0, 0.5], dtype=np.float32)
+I32_X = np.array([0, 1, -1, 7, -7, 100, -128, 2147483647, -2147483647], dtype=np.int32)
+I32_A = np.array([7, -7, 7, -7, 5, 0, -8, 9, 3, -2147483647 - 1, 12, -3], dtype=np.int32)
+I32_B = np.array([2, 2, -2, -2, 0, 3, 3, 4, 3, -1, 5, 0], dtype=np.int32)
+INT_UNARY = ("neg", "abs", "sign", "not")
+INT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor")
+FLOAT_UNARY = [op for op in k.UNARY_OPS if op != "not"]
+FLOAT_BINARY = [op for op in k.BINARY_OPS if op not in ("and", "or", "xor")]
+
+
+def elementwise(name: str, body, in_dtypes, out_dtype, n: int) -> k.Kernel:
+    """out0[i] = body(in0[i], in1[i], ...)"""
+    i = k.Var("i")
+    loads = [k.Load(f"in{j}", i, dt) for j, dt in enumerate(in_dtypes)]
+    params = [k.Param(f"in{j}", dt, n, "read") for j, dt in enumerate(in_dtypes)]
+    params.append(k.Param("out0", out_dtype, n, "write"))
+    return k.Kernel(name, params, [k.Loop("i", n, [k.Store("out0", i, body(*loads))])])
+
+
+def op_cases() -> dict:
+    """name -> (kernel, inputs, expected)."""
+    f32, i32, i1 = dtypes.f32, dtypes.i32, dtypes.i1
+    cases = {}
+
+    def add(name, body, inputs, out_dtype, expected):
+        kern = elementwise("op_" + name, body, [dtypes.from_numpy(x.dtype) for x in inputs], out_dtype, len(inputs[0]))
+        cases[name] = (kern, inputs, expected)
+
+    def ref(op, inputs, out_dtype, attrs=None):
+        return evaluate(op, attrs or {}, inputs, TensorType((len(inputs[0]),), out_dtype))
+
+    for op in FLOAT_UNARY:
+        add(f"f32_{op}", lambda a, op=op: k.Unary(op, a), [F32_EDGES], f32, ref(f"rt.{op}", [F32_EDGES], f32))
+    for op in FLOAT_BINARY:
+        add(f"f32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [F32_A, F32_B], f32,
+            ref(f"rt.{op}", [F32_A, F32_B], f32))
+    for op in INT_UNARY:
+        add(f"i32_{op}", lambda a, op=op: k.Unary(op, a), [I32_X], i32, ref(f"rt.{op}", [I32_X], i32))
+    for op in INT_BINARY:
+        add(f"i32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [I32_A, I32_B], i32,
+            ref(f"rt.{op}", [I32_A, I32_B], i32))
+    base, exponent = np.array([2, -3, 5, 0, 1, -1, 7], np.int32), np.array([10, 3, 0, 4, 9, 5, 2], np.int32)
+    add("i32_pow", lambda a, b: k.Binary("pow", a, b), [base, exponent], i32, ref("rt.pow", [base, exponent], i32))
+    for pred in k.COMPARE_OPS:
+        for dt, a, b in (("f32", F32_A, F32_B), ("i32", I32_A, I32_B)):
+            add(f"{dt}_cmp_{pred}", lambda x, y, pred=pred: k.Compare(pred, x, y), [a, b], i1,
+                ref("rt.cmp", [a, b], i1, {"predicate": pred}))
+    p, q = np.array([True, True, False, False]), np.array([True, False, True, False])
+    for op in ("and", "or", "xor"):
+        add(f"i1_{op}", lambda a, b, op=op: k.Binary(op, a, b), [p, q], i1, ref(f"rt.{op}", [p, q], i1))
+    add("i1_not", lambda a: k.Unary("not", a), [p], i1, ref("rt.not", [p], i1))
+    add("select", lambda c, a, b: k.Select(c, a, b), [p, F32_A[:4], F32_B[:4]], f32, np.where(p, F32_A[:4], F32_B[:4]))
+    # half types are stored as such and computed in f32, rounded once on the way out
+    for half in (np.float16, ml_dtypes.bfloat16):
+        a, b = F32_A.astype(half), F32_B.astype(half)
+        out = dtypes.from_numpy(half)
+        add(f"{out}_mul_add", lambda x, y: k.Binary("add", k.Binary("mul", x, y), y), [a, b], out,
+            ((a.astype(np.float32) * b.astype(np.float32)) + b.astype(np.float32)).astype(half))
+        with np.errstate(over="ignore"):  # 1e30 is inf in f16
+            add(f"{out}_cast_from_f32", lambda x, out=out: k.Cast(x, out), [F32_EDGES], out, F32_EDGES.astype(half))
+    # float -> int casts saturate, and NaN becomes 0 (as llvm-cpu's fptosi.sat)
+    wide = np.array([np.nan, 1e10, -1e10, 2.9, -2.9, 127.5, 0.0], dtype=np.float32)
+    i8 = dtypes.i8
+    add("f32_to_i32", lambda x: k.Cast(x, i32), [wide], i32, np.array([0, 2**31 - 1, -2**31, 2, -2, 127, 0], np.int32))
+    add("f32_to_i8", lambda x: k.Cast(x, i8), [wide], i8, np.array([0, 127, -128, 2, -2, 127, 0], np.int8))
+    # i8 arithmetic wraps after each op, although C computes it in int
+    x8 = np.array([100, -100, 127, 5], np.int8)
+    add("i8_add_wraps", lambda a: k.Binary("div", k.Binary("add", a, a), k.const(2, dtypes.i8)), [x8], dtypes.i8,
+        ((x8 + x8) // 2).astype(np.int8) + (((x8 + x8) % 2 != 0) & ((x8 + x8) < 0)))
+    return cases
+
+
