@@ -1,0 +1,869 @@
+"""Kernel IR -> one SPIR-V compute module (Vulkan, SPIR-V 1.3, GLSL.std.450).
+
+The semantics are those of `retarget.kernel.c_renderer` (and so of vmvx): f16/bf16 are stored
+as such and computed in f32; float max/min propagate NaN; integer div/rem truncate, x/0 is x,
+x%0 is 0, MIN/-1 is MIN; float to int casts saturate (NaN -> 0); integers narrower than 32
+bits wrap after each op. GLSL.std.450 leaves some inputs undefined (Pow of a negative base,
+Tanh's overflow, FSign of NaN); those ops are composed here so that every input has the
+reference's answer on every driver.
+
+Shape of the code. Every scalar variable and private array is a Function variable (the
+driver's compiler promotes them to registers); loops are structured (OpLoopMerge) and `unroll`
+loops are unrolled here, so a register tile's indices are constants. Index arithmetic (i64 in
+the kernel IR) is computed in 32 bits, as on every GPU: each buffer must hold fewer than 2^31
+elements. i64 tensors are stored as 64-bit integers (the Int64 capability) and computed in 32
+bits, which is exact for indices and counts, the i64 tensors models carry.
+
+Nothing here depends on the subgroup size: workgroups combine partial results through
+workgroup memory and barriers, never subgroup operations. So a module runs on any subgroup
+size a driver picks (IREE's Vulkan MobileNetV2 computed wrong numbers when it did not).
+
+Binding model: see container.py (binding i = param i; push constant i = its element base).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from retarget.errors import UnsupportedOpError
+from retarget.ir.dtypes import DTYPES, DType
+from retarget.kernel import ir as k
+
+from . import spirv
+from .spirv import GLSL, Module
+
+F32 = DTYPES["f32"]
+I32 = DTYPES["i32"]
+UNROLL_LIMIT = 64  # `unroll` loops up to this many iterations are unrolled here; longer ones get the hint
+# (storage bits, capability) of each buffer element type other than the 32-bit ones.
+STORAGE_CAPABILITY = {
+    "f16": (16, "StorageBuffer16BitAccess"), "bf16": (16, "StorageBuffer16BitAccess"),
+    "i16": (16, "StorageBuffer16BitAccess"), "ui16": (16, "StorageBuffer16BitAccess"),
+    "i8": (8, "StorageBuffer8BitAccess"), "ui8": (8, "StorageBuffer8BitAccess"), "i1": (8, "StorageBuffer8BitAccess"),
+    "i64": (64, "Int64"), "ui64": (64, "Int64"), "f64": (64, "Float64"),
+}
+INDEX_LIMIT = 2**31
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+@dataclass(frozen=True)
+class SpirvKernel:
+    name: str
+    binary: bytes
+    capabilities: tuple[str, ...]
+    shared_bytes: int
+    slots: tuple[int, ...]  # the binding of each param (see container.py)
+
+
+def compute_dtype(dt: DType) -> DType:
+    """The type a value of `dt` is computed in: f32 for halves, i32 for every integer kind."""
+    if dt.name in ("f16", "bf16"):
+        return F32
+    if dt.kind in ("int", "uint"):
+        return I32
+    return dt
+
+
+def binding_slots(kernel: k.Kernel, max_bindings: int) -> tuple[int, ...]:
+    """Binding i for param i, or, past the device's storage buffers per stage, one binding per element type
+    that all params of that type share (each still finds its tensor through its element base)."""
+    if len(kernel.params) <= max_bindings:
+        return tuple(range(len(kernel.params)))
+    order = list(dict.fromkeys(p.dtype.name for p in kernel.params))
+    if len(order) > max_bindings:
+        raise UnsupportedOpError(f"vulkan-spirv: kernel {kernel.name} has buffers of {len(order)} element types; "
+                                 f"the target binds at most {max_bindings} storage buffers per stage",
+                                 hint="compile for a target with more (vulkan-spirv:host), or split the dispatch")
+    return tuple(order.index(p.dtype.name) for p in kernel.params)
+
+
+def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKernel:
+    """`kernel` as a SPIR-V module; `features` are the SPIR-V capabilities the target allows."""
+    slots = binding_slots(kernel, max_bindings)
+    gen = _Codegen(kernel, set(features), slots)
+    return SpirvKernel(kernel.name, gen.run(), tuple(sorted(gen.m.capabilities)), gen.shared_bytes, slots)
+
+
+class _Codegen:
+    def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...]):
+        self.k, self.features, self.slots = kernel, features, slots
+        self.m = m = Module((1, 3))
+        m.capability("Shader")
+        self.glsl = m.op("import", "ExtInstImport", None, spirv.string_words("GLSL.std.450"))
+        m.emit("memory_model", "MemoryModel", spirv.ADDRESSING_LOGICAL, spirv.MEMORY_MODEL_GLSL450)
+        self.void = m.type("TypeVoid")
+        self.t_bool = m.type_bool()
+        self.t_i32 = m.type_int(32)
+        self.t_u32 = m.type_int(32, signed=False)
+        self.t_f32 = m.type_float(32)
+        self.buffers: dict[str, tuple[DType, int, str]] = {}  # name -> (dtype, variable, storage class)
+        self.param_index: dict[str, int] = {}
+        self.variables: dict[tuple[str, int], int] = {}  # (name, type id) -> Function variable
+        self.constants: dict[str, int] = {}  # unrolled loop variables -> their constant id
+        self.builtins: dict[str, int] = {}  # workgroup and thread variables -> their i32 value
+        self.bases: dict[str, int] = {}  # param -> its element base (push constant), as an i32 value
+        self.shared_bytes = 0
+        self.interface: list[int] = []
+
+    def fail(self, what: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"vulkan-spirv: {what} (kernel {self.k.name})",
+                                  hint="lower it differently, or use another target")
+
+    def need(self, capability: str, why: str) -> None:
+        if capability not in self.features:
+            raise UnsupportedOpError(
+                f"vulkan-spirv: kernel {self.k.name} needs the SPIR-V capability {capability} ({why}), which the "
+                "target does not have", hint="compile for vulkan-spirv:host on a device that has it, or cast the "
+                                              "model to f32/i32")
+        self.m.capability(capability)
+
+    # -- types ------------------------------------------------------------------------------------
+    def type_of(self, dt: DType) -> int:
+        """The SPIR-V type of a value computed in `compute_dtype(dt)`."""
+        c = compute_dtype(dt)
+        if c.kind == "bool":
+            return self.t_bool
+        if c.name == "f64":
+            self.need("Float64", "an f64 value")
+            return self.m.type_float(64)
+        if c.kind == "float":
+            return self.t_f32
+        return self.t_i32
+
+    def storage_type(self, dt: DType) -> int:
+        """The SPIR-V type of one buffer element of `dt`."""
+        if dt.name in ("f32",):
+            return self.t_f32
+        if dt.name in ("i32", "ui32"):
+            return self.t_i32
+        bits, capability = STORAGE_CAPABILITY.get(dt.name, (None, None))
+        if bits is None:
+            raise self.fail(f"buffers of {dt} are not supported")
+        self.need(capability, f"a {dt} buffer")
+        if dt.name == "f16":
+            return self.m.type_float(16)
+        if dt.name == "f64":
+            return self.m.type_float(64)
+        return self.m.type_int(bits)
+
+    def const(self, value, dt: DType) -> int:
+        c = compute_dtype(dt)
+        if c.kind == "bool":
+            return self.m.constant(self.t_bool, bool(value), 1, "bool")
+        if c.kind == "float":
+            v = float(np.array(value, dtype=dt.np_dtype)) if dt.name in ("f16", "bf16") else float(value)
+            return self.m.constant(self.type_of(dt), v, c.bits, "float")
+        v = int(value)
+        if dt.bits == 64:  # computed in 32 bits: the identities of i64 reductions saturate to i32's
+            v = max(-(2**31), min(2**31 - 1, v))
+        elif dt.kind == "uint" and dt.bits == 32:
+            v &= 0xFFFFFFFF
+        return self.m.constant(self.t_i32, v, 32, "int")
+
+    def i32(self, value: int) -> int:
+        return self.m.constant(self.t_i32, value, 32, "int")
+
+    def u32(self, value: int) -> int:
+        return self.m.constant(self.t_u32, value, 32, "int")
+
+    def f32(self, value: float) -> int:
+        return self.m.constant(self.t_f32, value, 32, "float")
+
+    # -- instructions in the function body --------------------------------------------------------
+    def op(self, opcode: str, result_type: int, *operands) -> int:
+        return self.m.op("function", opcode, result_type, *operands)
+
+    def ext(self, name: str, result_type: int, *operands) -> int:
+        return self.op("ExtInst", result_type, self.glsl, GLSL[name], *operands)
+
+    def emit(self, opcode: str, *operands) -> None:
+        self.m.emit("function", opcode, *operands)
+
+    def label(self, lid: int) -> None:
+        self.emit("Label", lid)
+
+    def select(self, cond: int, a: int, b: int, type_id: int) -> int:
+        if cond in self.m.constant_values:
+            return a if self.m.constant_values[cond] else b
+        return self.op("Select", type_id, cond, a, b)
+
+    # -- the module -------------------------------------------------------------------------------
+    def run(self) -> bytes:
+        m, kn = self.m, self.k
+        if len(kn.workgroup_vars) > 3 or len(kn.thread_vars) > 3:
+            raise self.fail("more than three grid axes")
+        for p in kn.params:
+            if p.size >= INDEX_LIMIT:
+                raise self.fail(f"buffer %{p.name} has {p.size} elements; indices are 32-bit, so at most 2^31 - 1")
+        self.declare_params()
+        fn_type = m.type("TypeFunction", self.void)
+        main = m.id()
+        m.emit("function_head", "Function", self.void, main, 0, fn_type)
+        m.emit("function_head", "Label", m.id())
+        self.load_builtins()
+        self.stmts(kn.body)
+        self.emit("Return")
+        self.emit("FunctionEnd")
+        m.emit("entry_point", "EntryPoint", spirv.EXECUTION_MODEL_GLCOMPUTE, main, spirv.string_words(kn.name),
+               *self.interface)
+        m.emit("execution_mode", "ExecutionMode", main, spirv.EXECUTION_MODE_LOCAL_SIZE, *kn.workgroup_size)
+        m.name(main, kn.name)
+        return m.assemble()
+
+    def declare_params(self) -> None:
+        m = self.m
+        variables: dict[int, int] = {}
+        for i, (p, slot) in enumerate(zip(self.k.params, self.slots)):
+            if slot not in variables:
+                element = self.storage_type(p.dtype)
+                array = m.type("TypeRuntimeArray", element, unique=False)
+                m.decorate(array, "ArrayStride", p.dtype.itemsize if p.dtype.name != "i1" else 1)
+                block = m.type("TypeStruct", array, unique=False)
+                m.decorate(block, "Block")
+                m.member_decorate(block, 0, "Offset", 0)
+                var = m.op("global", "Variable", m.pointer("StorageBuffer", block), spirv.STORAGE["StorageBuffer"])
+                m.decorate(var, "DescriptorSet", 0)
+                m.decorate(var, "Binding", slot)
+                sharing = [q for q, s in zip(self.k.params, self.slots) if s == slot]
+                if all(q.access == "read" for q in sharing):
+                    m.decorate(var, "NonWritable")
+                m.name(var, p.name if len(sharing) == 1 else f"rt_mem_{p.dtype.name}")
+                variables[slot] = var
+            self.buffers[p.name] = (p.dtype, variables[slot], "StorageBuffer")
+            self.param_index[p.name] = i
+        if not self.k.params:
+            return
+        block = m.type("TypeStruct", *[self.t_i32] * len(self.k.params), unique=False)
+        m.decorate(block, "Block")
+        for i in range(len(self.k.params)):
+            m.member_decorate(block, i, "Offset", 4 * i)
+        pointer = m.pointer("PushConstant", block)
+        self.push_constants = m.op("global", "Variable", pointer, spirv.STORAGE["PushConstant"])
+        m.name(self.push_constants, "rt_bases")
+
+    def load_builtins(self) -> None:
+        m, kn = self.m, self.k
+        uvec3 = m.type("TypeVector", self.t_u32, 3)
+        for builtin, names in (("WorkgroupId", kn.workgroup_vars), ("LocalInvocationId", kn.thread_vars)):
+            if not names:
+                continue
+            var = m.op("global", "Variable", m.pointer("Input", uvec3), spirv.STORAGE["Input"])
+            m.decorate(var, "BuiltIn", spirv.BUILTIN[builtin])
+            self.interface.append(var)
+            vector = self.op("Load", uvec3, var)
+            for axis, name in enumerate(names):
+                component = self.op("CompositeExtract", self.t_u32, vector, axis)
+                self.builtins[name] = self.op("Bitcast", self.t_i32, component)
+        ptr = m.pointer("PushConstant", self.t_i32)
+        for name, i in self.param_index.items():
+            member = self.op("AccessChain", ptr, self.push_constants, self.i32(i))
+            self.bases[name] = self.op("Load", self.t_i32, member)
+
+    def variable(self, name: str, type_id: int) -> int:
+        key = (name, type_id)
+        if key not in self.variables:
+            var = self.m.op("function_vars", "Variable", self.m.pointer("Function", type_id), spirv.STORAGE["Function"])
+            self.m.name(var, name)
+            self.variables[key] = var
+        return self.variables[key]
+
+    # -- statements -------------------------------------------------------------------------------
+    def stmts(self, body: list) -> None:
+        for s in body:
+            method = getattr(self, "stmt_" + type(s).__name__.lower(), None)
+            if method is None:
+                raise self.fail(f"statement {type(s).__name__} is not supported")
+            method(s)
+
+    def stmt_assign(self, s: k.Assign) -> None:
+        value = self.expr(s.value)
+        self.emit("Store", self.variable(s.var, self.type_of(s.value.dtype)), value)
+
+    def stmt_store(self, s: k.Store) -> None:
+        dt, _, _ = self.buffer(s.buffer)
+        value = self.convert(self.expr(s.value), s.value.dtype, dt)
+        self.emit("Store", self.element(s.buffer, s.index), self.to_storage(value, dt, s.buffer))
+
+    def stmt_local(self, s: k.Local) -> None:
+        m = self.m
+        element = self.type_of(s.dtype)
+        array = m.type("TypeArray", element, self.i32(s.size))
+        if s.shared:
+            var = m.op("global", "Variable", m.pointer("Workgroup", array), spirv.STORAGE["Workgroup"])
+            self.shared_bytes += s.size * max(4, compute_dtype(s.dtype).itemsize)
+            self.buffers[s.name] = (s.dtype, var, "Workgroup")
+        else:
+            var = self.variable(s.name, array)
+            self.buffers[s.name] = (s.dtype, var, "Function")
+        m.name(var, s.name)
+
+    def stmt_barrier(self, s: k.Barrier) -> None:
+        scope = self.u32(spirv.SCOPE_WORKGROUP)
+        self.emit("ControlBarrier", scope, scope, self.u32(spirv.SEMANTICS_ACQUIRE_RELEASE_WORKGROUP))
+
+    def stmt_if(self, s: k.If) -> None:
+        cond = self.expr(s.cond)
+        if cond in self.m.constant_values:  # decided while unrolling
+            if self.m.constant_values[cond]:
+                self.stmts(s.body)
+            return
+        then, merge = self.m.id(), self.m.id()
+        self.emit("SelectionMerge", merge, 0)
+        self.emit("BranchConditional", cond, then, merge)
+        self.label(then)
+        self.stmts(s.body)
+        self.emit("Branch", merge)
+        self.label(merge)
+
+    def stmt_loop(self, s: k.Loop) -> None:
+        if s.kind not in ("serial", "unroll", "vector"):
+            raise self.fail(f"loops of kind '{s.kind}' are not supported; bind threads with Kernel.thread_vars")
+        if s.extent <= 0:
+            return
+        if s.kind == "unroll" and s.extent <= UNROLL_LIMIT:
+            outer = self.constants.get(s.var)
+            for i in range(s.start, s.start + s.extent):
+                self.constants[s.var] = self.i32(i)
+                self.stmts(s.body)
+            if outer is None:
+                del self.constants[s.var]
+            else:
+                self.constants[s.var] = outer
+            return
+        m = self.m
+        var = self.variable(s.var, self.t_i32)
+        self.emit("Store", var, self.i32(s.start))
+        header, body, cont, merge = m.id(), m.id(), m.id(), m.id()
+        self.emit("Branch", header)
+        self.label(header)
+        i = self.op("Load", self.t_i32, var)
+        more = self.op("SLessThan", self.t_bool, i, self.i32(s.start + s.extent))
+        self.emit("LoopMerge", merge, cont, spirv.LOOP_CONTROL["unroll" if s.kind == "unroll" else "none"])
+        self.emit("BranchConditional", more, body, merge)
+        self.label(body)
+        shadowed = self.constants.pop(s.var, None)
+        self.stmts(s.body)
+        if shadowed is not None:
+            self.constants[s.var] = shadowed
+        self.emit("Branch", cont)
+        self.label(cont)
+        i = self.op("Load", self.t_i32, var)
+        self.emit("Store", var, self.op("IAdd", self.t_i32, i, self.i32(1)))
+        self.emit("Branch", header)
+        self.label(merge)
+
+    # -- memory -----------------------------------------------------------------------------------
+    def buffer(self, name: str) -> tuple[DType, int, str]:
+        if name not in self.buffers:
+            raise self.fail(f"buffer %{name} is not a parameter or a local array")
+        return self.buffers[name]
+
+    def element(self, name: str, index: k.Expr) -> int:
+        """A pointer to element `index` of buffer or local array `name`."""
+        dt, var, storage = self.buffer(name)
+        i = self.expr(index)
+        if storage == "StorageBuffer":
+            i = self.int_op("IAdd", self.bases[name], i)
+            return self.op("AccessChain", self.m.pointer(storage, self.storage_type(dt)), var, self.i32(0), i)
+        return self.op("AccessChain", self.m.pointer(storage, self.type_of(dt)), var, i)
+
+    def from_storage(self, raw: int, dt: DType) -> int:
+        """A loaded buffer element of `dt` as a value of its compute type."""
+        name = dt.name
+        if name in ("f32", "i32", "ui32", "f64"):
+            return raw
+        if name == "f16":
+            return self.op("FConvert", self.t_f32, raw)
+        wide = self.op("SConvert", self.t_i32, raw)
+        if name == "bf16":
+            bits = self.op("ShiftLeftLogical", self.t_i32, wide, self.i32(16))
+            return self.op("Bitcast", self.t_f32, bits)
+        if name == "i1":
+            return self.op("INotEqual", self.t_bool, wide, self.i32(0))
+        if dt.kind == "uint" and dt.bits < 32:
+            return self.op("BitwiseAnd", self.t_i32, wide, self.i32((1 << dt.bits) - 1))
+        return wide  # i8, i16 sign-extend; i64 and ui64 truncate to the 32 bits they compute in
+
+    def to_storage(self, value: int, dt: DType, buffer: str) -> int:
+        """A compute value of `dt` as one element of a buffer (or local array) of `dt`."""
+        if self.buffers[buffer][2] != "StorageBuffer":
+            return value
+        name = dt.name
+        if name in ("f32", "i32", "ui32", "f64"):
+            return value
+        target = self.storage_type(dt)
+        if name == "f16":
+            return self.op("FConvert", target, value)
+        if name == "bf16":
+            value = self.bf16_bits(value)
+        elif name == "i1":
+            value = self.select(value, self.i32(1), self.i32(0), self.t_i32)
+        return self.op("SConvert", target, value)
+
+    def bf16_bits(self, value: int) -> int:
+        """f32 -> its bf16 bits (in an i32), rounded to nearest even; NaN stays a quiet NaN."""
+        bits = self.op("Bitcast", self.t_i32, value)
+        high = self.op("ShiftRightLogical", self.t_i32, bits, self.i32(16))
+        odd = self.op("BitwiseAnd", self.t_i32, high, self.i32(1))
+        rounded = self.op("IAdd", self.t_i32, self.op("IAdd", self.t_i32, bits, self.i32(0x7FFF)), odd)
+        rounded = self.op("ShiftRightLogical", self.t_i32, rounded, self.i32(16))
+        quiet = self.op("BitwiseOr", self.t_i32, high, self.i32(0x40))
+        return self.select(self.op("IsNan", self.t_bool, value), quiet, rounded, self.t_i32)
+
+    # -- expressions ------------------------------------------------------------------------------
+    def expr(self, e: k.Expr) -> int:
+        method = getattr(self, "expr_" + type(e).__name__.lower(), None)
+        if method is None:
+            raise self.fail(f"expression {type(e).__name__} is not supported")
+        return method(e)
+
+    def expr_const(self, e: k.Const) -> int:
+        return self.const(e.value, e.dtype)
+
+    def expr_var(self, e: k.Var) -> int:
+        if e.name in self.constants:
+            return self.constants[e.name]
+        if e.name in self.builtins:
+            return self.builtins[e.name]
+        type_id = self.type_of(e.dtype)
+        if (e.name, type_id) not in self.variables:
+            raise self.fail(f"variable %{e.name} is read before it is assigned")
+        return self.op("Load", type_id, self.variables[(e.name, type_id)])
+
+    def expr_load(self, e: k.Load) -> int:
+        dt, _, storage = self.buffer(e.buffer)
+        pointer = self.element(e.buffer, e.index)
+        if storage == "StorageBuffer":
+            value = self.from_storage(self.op("Load", self.storage_type(dt), pointer), dt)
+        else:
+            value = self.op("Load", self.type_of(dt), pointer)
+        return self.convert(value, dt, e.dtype)
+
+    def expr_select(self, e: k.Select) -> int:
+        # Both sides are computed: the lowering clamps every index, so no load of either side is out of bounds.
+        return self.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b), self.type_of(e.dtype))
+
+    def expr_cast(self, e: k.Cast) -> int:
+        return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
+
+    def expr_compare(self, e: k.Compare) -> int:
+        dt = compute_dtype(e.a.dtype)
+        a, b = self.expr(e.a), self.expr(e.b)
+        if dt.kind == "bool":
+            if e.op in ("eq", "ne"):
+                return self.op("LogicalEqual" if e.op == "eq" else "LogicalNotEqual", self.t_bool, a, b)
+            a, b = (self.select(x, self.i32(1), self.i32(0), self.t_i32) for x in (a, b))
+            dt = DTYPES["ui32"]
+        if dt.kind == "float":
+            opcode = {"eq": "FOrdEqual", "ne": "FUnordNotEqual", "lt": "FOrdLessThan", "le": "FOrdLessThanEqual",
+                      "gt": "FOrdGreaterThan", "ge": "FOrdGreaterThanEqual"}[e.op]
+            return self.op(opcode, self.t_bool, a, b)
+        known = self.m.constant_values
+        if a in known and b in known and e.a.dtype.kind == "int":
+            x, y = known[a], known[b]
+            x, y = (v - (1 << 32) if v >= 1 << 31 else v for v in (x, y))
+            result = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[e.op]
+            return self.m.constant(self.t_bool, result, 1, "bool")
+        sign = "U" if e.a.dtype.kind in ("uint", "bool") else "S"
+        opcode = {"eq": "IEqual", "ne": "INotEqual", "lt": f"{sign}LessThan", "le": f"{sign}LessThanEqual",
+                  "gt": f"{sign}GreaterThan", "ge": f"{sign}GreaterThanEqual"}[e.op]
+        return self.op(opcode, self.t_bool, a, b)
+
+    # -- integer helpers --------------------------------------------------------------------------
+    def int_op(self, opcode: str, a: int, b: int) -> int:
+        """An i32 op, folded when both sides are constants (unrolled loops make many)."""
+        known = self.m.constant_values
+        if a in known and b in known:
+            x, y = (v - (1 << 32) if v >= 1 << 31 else v for v in (known[a], known[b]))
+            folded = {"IAdd": lambda: x + y, "ISub": lambda: x - y, "IMul": lambda: x * y}.get(opcode)
+            if folded is not None:
+                return self.i32(folded())
+        if opcode == "IAdd" and known.get(b) == 0:
+            return a
+        if opcode == "IAdd" and known.get(a) == 0:
+            return b
+        return self.op(opcode, self.t_i32, a, b)
+
+    def wrap(self, value: int, dt: DType) -> int:
+        """An i32 holding a result of the narrower integer type `dt`, wrapped as numpy does."""
+        if dt.kind not in ("int", "uint") or dt.bits >= 32:
+            return value
+        if dt.kind == "uint":
+            return self.op("BitwiseAnd", self.t_i32, value, self.i32((1 << dt.bits) - 1))
+        shift = self.i32(32 - dt.bits)
+        return self.op("ShiftRightArithmetic", self.t_i32, self.op("ShiftLeftLogical", self.t_i32, value, shift), shift)
+
+    # -- unary ops --------------------------------------------------------------------------------
+    def expr_unary(self, e: k.Unary) -> int:
+        dt = e.dtype
+        c = compute_dtype(dt)
+        x = self.expr(e.a)
+        t = self.type_of(dt)
+        kind = c.kind
+        if e.op == "neg":
+            if kind == "float":
+                return self.op("FNegate", t, x)
+            if kind == "int":
+                return self.wrap(self.op("SNegate", t, x), dt)
+        elif e.op == "abs":
+            if kind == "float":
+                return self.ext("FAbs", t, x)
+            if kind == "int":
+                return x if dt.kind == "uint" else self.wrap(self.ext("SAbs", t, x), dt)
+            return x
+        elif e.op == "not":
+            if kind == "bool":
+                return self.op("LogicalNot", t, x)
+            if kind == "int":
+                return self.wrap(self.op("Not", t, x), dt)
+        elif e.op == "sign":
+            if kind == "bool":
+                return x
+            if kind == "int" and dt.kind == "uint":
+                return self.select(self.op("INotEqual", self.t_bool, x, self.i32(0)), self.i32(1), self.i32(0), t)
+            zero, one = self.const(0, c), self.const(1, c)
+            lt, gt = ("FOrdLessThan", "FOrdGreaterThan") if kind == "float" else ("SLessThan", "SGreaterThan")
+            minus = self.const(-1, c)
+            below = self.select(self.op(lt, self.t_bool, x, zero), minus, x, t)  # NaN and zeros stay
+            return self.select(self.op(gt, self.t_bool, x, zero), one, below, t)
+        elif kind == "float":
+            return self.float_unary(e.op, x, t, c)
+        raise self.fail(f"unary op '{e.op}' on {dt} is not supported")
+
+    def float_unary(self, op: str, x: int, t: int, c: DType) -> int:
+        if c.bits == 64 and op not in ("floor", "ceil", "round", "sqrt", "reciprocal"):
+            raise self.fail(f"{op} on f64: GLSL.std.450 computes it in 32 bits only; cast the model to f32")
+        # Vulkan lets Sin, Cos, Tan be off by 2^-11 and Atan by 4096 ulp, and Tanh inherits exp's overflow and
+        # cancellation: those are computed here (Cephes' single-precision algorithms), the same on every driver.
+        direct = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "InverseSqrt", "floor": "Floor",
+                  "ceil": "Ceil", "round": "RoundEven"}
+        one = self.const(1, c)
+        if op in direct:
+            return self.ext(direct[op], t, x)
+        if op in ("sin", "cos"):
+            return self.sin_cos(x, op)
+        if op == "tan":
+            return self.op("FDiv", t, self.sin_cos(x, "sin"), self.sin_cos(x, "cos"))
+        if op == "atan":
+            return self.atan(x)
+        if op == "reciprocal":
+            return self.op("FDiv", t, one, x)
+        if op == "sigmoid":  # exp(-x) overflows to inf for x < -88: 1 / inf is the right 0
+            return self.op("FDiv", t, one, self.op("FAdd", t, one, self.ext("Exp", t, self.op("FNegate", t, x))))
+        if op == "tanh":
+            return self.tanh(x)
+        if op == "erf":
+            return self.erf(x, t, c)
+        if op == "log1p":  # Goldberg: exact where 1 + x rounds
+            u = self.op("FAdd", t, one, x)
+            ratio = self.op("FDiv", t, x, self.op("FSub", t, u, one))
+            general = self.op("FMul", t, self.ext("Log", t, u), ratio)
+            near = self.select(self.op("FOrdEqual", self.t_bool, u, one), x, general, t)
+            return self.select(self.special(u), self.ext("Log", t, u), near, t)
+        if op == "expm1":
+            u = self.ext("Exp", t, x)
+            um1 = self.op("FSub", t, u, one)
+            general = self.op("FDiv", t, self.op("FMul", t, um1, x), self.ext("Log", t, u))
+            out = self.select(self.op("FOrdEqual", self.t_bool, um1, self.const(-1, c)), self.const(-1, c), general, t)
+            out = self.select(self.special(u), u, out, t)
+            return self.select(self.op("FOrdEqual", self.t_bool, u, one), x, out, t)
+        raise self.fail(f"unary op '{op}' on {c} is not supported")
+
+    # f32 arithmetic helpers for the math below
+    def fadd(self, a: int, b: int) -> int:
+        return self.op("FAdd", self.t_f32, a, b)
+
+    def fmul(self, a: int, b: int) -> int:
+        return self.op("FMul", self.t_f32, a, b)
+
+    def fpoly(self, z: int, coefficients) -> int:
+        """c0 * z^n + c1 * z^(n-1) + ... + cn, by Horner."""
+        acc = self.f32(coefficients[0])
+        for coefficient in coefficients[1:]:
+            acc = self.fadd(self.fmul(acc, z), self.f32(coefficient))
+        return acc
+
+    def fless(self, a: int, b: int) -> int:
+        return self.op("FOrdLessThan", self.t_bool, a, b)
+
+    def sin_cos(self, x: int, which: str) -> int:
+        """Cephes sinf/cosf: reduce by pi/4 in three parts (exact for |x| < 8192), then a polynomial on
+        [-pi/4, pi/4]. Beyond 8192 this would lose digits: there the driver's Sin/Cos answers (within [-1, 1],
+        but not to 1e-5: a Payne-Hanek reduction is not written yet)."""
+        t, tb = self.t_f32, self.t_bool
+        ax = self.ext("FAbs", t, x)
+        j = self.op("ConvertFToS", self.t_i32, self.fmul(ax, self.f32(4 / math.pi)))
+        j = self.op("IAdd", self.t_i32, j, self.op("BitwiseAnd", self.t_i32, j, self.i32(1)))  # to even
+        y = self.op("ConvertSToF", t, j)
+        octant = self.op("BitwiseAnd", self.t_i32, j, self.i32(7))
+        r = ax
+        for part in (0.78515625, 2.4187564849853515625e-4, 3.77489497744594108e-8):
+            r = self.op("FSub", t, r, self.fmul(y, self.f32(part)))
+        z = self.fmul(r, r)
+        sin_r = self.fadd(r, self.fmul(self.fmul(r, z), self.fpoly(z, (-1.9515295891e-4, 8.3321608736e-3,
+                                                                      -1.6666654611e-1))))
+        cos_r = self.fadd(self.op("FSub", t, self.f32(1), self.fmul(self.f32(0.5), z)),
+                          self.fmul(self.fmul(z, z), self.fpoly(z, (2.443315711809948e-5, -1.388731625493765e-3,
+                                                                     4.166664568298827e-2))))
+        quadrant = self.op("BitwiseAnd", self.t_i32, octant, self.i32(3))  # 0 or 2 after rounding j to even
+        swap = self.op("IEqual", tb, quadrant, self.i32(2))
+        upper = self.op("SGreaterThan", tb, octant, self.i32(3))
+        if which == "sin":
+            value = self.select(swap, cos_r, sin_r, t)
+            negative = self.op("LogicalNotEqual", tb, upper, self.fless(x, self.f32(0)))
+        else:
+            value = self.select(swap, sin_r, cos_r, t)
+            negative = self.op("LogicalNotEqual", tb, upper, swap)
+        value = self.select(negative, self.op("FNegate", t, value), value, t)
+        far = self.fless(self.f32(8192), ax)  # past exact reduction (and past i32 octants): the driver's own
+        value = self.select(far, self.ext("Sin" if which == "sin" else "Cos", t, x), value, t)
+        return self.select(self.special(x), self.f32(math.nan), value, t)
+
+    def atan(self, x: int) -> int:
+        """Cephes atanf: reduce to |x| <= tan(pi/8), then an odd polynomial; within 2 ulp, NaN stays NaN."""
+        t, tb = self.t_f32, self.t_bool
+        ax = self.ext("FAbs", t, x)
+        big = self.fless(self.f32(2.414213562373095), ax)
+        mid = self.fless(self.f32(0.4142135623730950), ax)
+        reduced = self.select(mid, self.op("FDiv", t, self.op("FSub", t, ax, self.f32(1)), self.fadd(ax, self.f32(1))),
+                              ax, t)
+        reduced = self.select(big, self.op("FDiv", t, self.f32(-1), ax), reduced, t)
+        offset = self.select(big, self.f32(math.pi / 2), self.select(mid, self.f32(math.pi / 4), self.f32(0), t), t)
+        z = self.fmul(reduced, reduced)
+        poly = self.fpoly(z, (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1))
+        value = self.fadd(offset, self.fadd(self.fmul(self.fmul(poly, z), reduced), reduced))
+        value = self.select(self.fless(x, self.f32(0)), self.op("FNegate", t, value), value, t)
+        return self.select(self.op("IsNan", tb, x), x, value, t)
+
+    def atan2(self, y: int, x: int) -> int:
+        """numpy's arctan2, quadrants, signed zeros, infinities and NaN included."""
+        t, tb = self.t_f32, self.t_bool
+        pi = self.f32(math.pi)
+        y_negative = self.op("SLessThan", tb, self.op("Bitcast", self.t_i32, y), self.i32(0))  # -0 too
+        x_negative = self.op("SLessThan", tb, self.op("Bitcast", self.t_i32, x), self.i32(0))
+        signed_pi = self.select(y_negative, self.op("FNegate", t, pi), pi, t)
+        value = self.atan(self.op("FDiv", t, y, x))
+        value = self.select(self.fless(x, self.f32(0)), self.fadd(value, signed_pi), value, t)
+        half_pi = self.select(y_negative, self.f32(-math.pi / 2), self.f32(math.pi / 2), t)
+        value = self.select(self.op("FOrdEqual", tb, x, self.f32(0)), half_pi, value, t)  # y / -0 has the wrong sign
+        # both zero: +-0 for x = +0, +-pi for x = -0; both infinite: +-pi/4 or +-3pi/4
+        zeros = self.op("LogicalAnd", tb, self.op("FOrdEqual", tb, x, self.f32(0)),
+                        self.op("FOrdEqual", tb, y, self.f32(0)))
+        value = self.select(zeros, self.select(x_negative, signed_pi, y, t), value, t)
+        infinite = self.op("LogicalAnd", tb, self.op("IsInf", tb, x), self.op("IsInf", tb, y))
+        corner = self.select(x_negative, self.f32(3 * math.pi / 4), self.f32(math.pi / 4), t)
+        corner = self.select(y_negative, self.op("FNegate", t, corner), corner, t)
+        value = self.select(infinite, corner, value, t)
+        nan = self.op("LogicalOr", tb, self.op("IsNan", tb, x), self.op("IsNan", tb, y))
+        return self.select(nan, self.f32(math.nan), value, t)
+
+    def tanh(self, x: int) -> int:
+        """Cephes tanhf: an odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above (1 once exp overflows)."""
+        t, tb = self.t_f32, self.t_bool
+        ax = self.ext("FAbs", t, x)
+        z = self.fmul(x, x)
+        poly = self.fpoly(z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+                              -3.33332819422e-1))
+        small = self.fadd(x, self.fmul(self.fmul(x, z), poly))
+        e = self.ext("Exp", t, self.fadd(ax, ax))
+        large = self.op("FSub", t, self.f32(1), self.op("FDiv", t, self.f32(2), self.fadd(e, self.f32(1))))
+        large = self.select(self.fless(x, self.f32(0)), self.op("FNegate", t, large), large, t)
+        value = self.select(self.fless(ax, self.f32(0.625)), small, large, t)
+        return self.select(self.op("IsNan", tb, x), x, value, t)
+
+    def special(self, x: int) -> int:
+        """x is inf or NaN."""
+        return self.op("LogicalOr", self.t_bool, self.op("IsNan", self.t_bool, x), self.op("IsInf", self.t_bool, x))
+
+    def erf(self, x: int, t: int, c: DType) -> int:
+        """Eigen's and XLA's rational erf on [-4, 4], within 5e-7 of erf."""
+        clamped = self.ext("FClamp", t, x, self.const(-4, c), self.const(4, c))
+        x2 = self.op("FMul", t, clamped, clamped)
+
+        def horner(coefficients):
+            acc = self.const(coefficients[0], c)
+            for coefficient in coefficients[1:]:
+                acc = self.op("FAdd", t, self.op("FMul", t, acc, x2), self.const(coefficient, c))
+            return acc
+
+        value = self.op("FDiv", t, self.op("FMul", t, clamped, horner(_ERF_P)), horner(_ERF_Q))
+        return self.select(self.op("IsNan", self.t_bool, x), x, value, t)
+
+    # -- binary ops -------------------------------------------------------------------------------
+    def expr_binary(self, e: k.Binary) -> int:
+        dt = e.dtype
+        c = compute_dtype(dt)
+        if c.kind == "float" and e.op == "pow" and isinstance(e.b, k.Const):
+            special = self.pow_const(e.a, float(e.b.value), c)
+            if special is not None:
+                return special
+        a, b = self.expr(e.a), self.expr(e.b)
+        t = self.type_of(dt)
+        if c.kind == "float":
+            return self.float_binary(e.op, a, b, t, c)
+        if c.kind == "bool":
+            logical = {"and": "LogicalAnd", "or": "LogicalOr", "xor": "LogicalNotEqual", "max": "LogicalOr",
+                       "min": "LogicalAnd", "add": "LogicalOr", "mul": "LogicalAnd"}.get(e.op)
+            if logical is None:
+                raise self.fail(f"binary op '{e.op}' on {dt} is not supported")
+            return self.op(logical, t, a, b)
+        return self.int_binary(e, a, b, dt)
+
+    def float_binary(self, op: str, a: int, b: int, t: int, c: DType) -> int:
+        plain = {"add": "FAdd", "sub": "FSub", "mul": "FMul", "div": "FDiv", "rem": "FRem"}
+        if op in plain:  # FRem takes the dividend's sign, as C's fmod
+            return self.op(plain[op], t, a, b)
+        if op in ("max", "min"):  # NaN wins, as numpy's maximum
+            picked = self.ext("FMax" if op == "max" else "FMin", t, a, b)
+            picked = self.select(self.op("IsNan", self.t_bool, b), b, picked, t)
+            return self.select(self.op("IsNan", self.t_bool, a), a, picked, t)
+        if op == "atan2":
+            if c.bits == 64:
+                raise self.fail("atan2 on f64 is not supported; cast the model to f32")
+            return self.atan2(a, b)
+        if op == "pow":
+            return self.pow(a, b, t, c)
+        raise self.fail(f"binary op '{op}' on {c} is not supported")
+
+    def pow_const(self, base: k.Expr, exponent: float, c: DType) -> int | None:
+        """x ** 1, 2, 3, 0.5 and -1 exactly, as models write them (variance, RMS norm)."""
+        if exponent not in (1.0, 2.0, 3.0, 0.5, -1.0):
+            return None
+        x = self.expr(base)
+        t = self.type_of(base.dtype)
+        if exponent == 1.0:
+            return x
+        if exponent == 0.5:  # pow(-0, 0.5) is +0 and pow(-inf, 0.5) is inf; Sqrt gives -0 and NaN
+            root = self.ext("Sqrt", t, x)
+            inf = self.const(math.inf, c)
+            root = self.select(self.op("FOrdEqual", self.t_bool, x, self.const(-math.inf, c)), inf, root, t)
+            return self.select(self.op("FOrdEqual", self.t_bool, x, self.const(0, c)), self.const(0, c), root, t)
+        if exponent == -1.0:
+            return self.op("FDiv", t, self.const(1, c), x)
+        square = self.op("FMul", t, x, x)
+        return square if exponent == 2.0 else self.op("FMul", t, square, x)
+
+    def pow(self, x: int, y: int, t: int, c: DType) -> int:
+        """C's pow: GLSL's Pow is undefined for x < 0 and for x = 0, y <= 0; those cases are built here."""
+        zero, one = self.const(0, c), self.const(1, c)
+        magnitude = self.ext("Pow", t, self.ext("FAbs", t, x), y)
+        integral = self.op("FOrdEqual", self.t_bool, self.ext("Floor", t, y), y)
+        odd = self.op("FOrdEqual", self.t_bool, self.op("FRem", t, self.ext("FAbs", t, y), self.const(2, c)), one)
+        negative = self.select(odd, self.op("FNegate", t, magnitude), magnitude, t)
+        negative = self.select(integral, negative, self.const(math.nan, c), t)
+        out = self.select(self.op("FOrdLessThan", self.t_bool, x, zero), negative, magnitude, t)
+        at_zero = self.select(self.op("FOrdLessThan", self.t_bool, y, zero), self.const(math.inf, c), zero, t)
+        out = self.select(self.op("FOrdEqual", self.t_bool, x, zero), at_zero, out, t)
+        nan = self.op("LogicalOr", self.t_bool, self.op("IsNan", self.t_bool, x), self.op("IsNan", self.t_bool, y))
+        out = self.select(nan, self.const(math.nan, c), out, t)  # some drivers' Pow drops NaN
+        unit = self.op("LogicalOr", self.t_bool, self.op("FOrdEqual", self.t_bool, y, zero),
+                       self.op("FOrdEqual", self.t_bool, x, one))
+        return self.select(unit, one, out, t)
+
+    def int_binary(self, e: k.Binary, a: int, b: int, dt: DType) -> int:
+        t = self.t_i32
+        op, unsigned = e.op, dt.kind == "uint"
+        if op in ("add", "sub", "mul"):
+            return self.wrap(self.int_op({"add": "IAdd", "sub": "ISub", "mul": "IMul"}[op], a, b), dt)
+        if op in ("and", "or", "xor"):
+            return self.op({"and": "BitwiseAnd", "or": "BitwiseOr", "xor": "BitwiseXor"}[op], t, a, b)
+        if op in ("max", "min"):
+            return self.ext(("U" if unsigned else "S") + ("Max" if op == "max" else "Min"), t, a, b)
+        if op in ("div", "rem"):
+            known = self.m.constant_values.get(b)
+            if known is not None and known not in (0, 0xFFFFFFFF):  # a constant divisor cannot trap
+                opcode = ("UDiv" if unsigned else "SDiv") if op == "div" else ("UMod" if unsigned else "SRem")
+                return self.op(opcode, t, a, b)
+            zero = self.op("IEqual", self.t_bool, b, self.i32(0))
+            if unsigned:
+                safe = self.select(zero, self.i32(1), b, t)
+                if op == "div":
+                    return self.select(zero, a, self.op("UDiv", t, a, safe), t)
+                return self.select(zero, self.i32(0), self.op("UMod", t, a, safe), t)
+            minus_one = self.op("IEqual", self.t_bool, b, self.i32(-1))
+            trivial = self.op("LogicalOr", self.t_bool, zero, minus_one)
+            safe = self.select(trivial, self.i32(1), b, t)
+            if op == "div":  # x / -1 is -x, and MIN / -1 wraps to MIN
+                quotient = self.op("SDiv", t, a, safe)
+                quotient = self.select(minus_one, self.wrap(self.op("SNegate", t, a), dt), quotient, t)
+                return self.select(zero, a, quotient, t)
+            return self.select(trivial, self.i32(0), self.op("SRem", t, a, safe), t)
+        if op == "pow":
+            return self.int_pow(a, b, dt)
+        raise self.fail(f"binary op '{op}' on {dt} is not supported")
+
+    def int_pow(self, a: int, b: int, dt: DType) -> int:
+        """Square and multiply over the exponent's bits, straight-line; wraps as numpy's power."""
+        t, one, zero = self.t_i32, self.i32(1), self.i32(0)
+        result, base, exponent = one, a, b
+        for _ in range(min(dt.bits, 32) - (dt.kind == "int")):
+            odd = self.op("INotEqual", self.t_bool, self.op("BitwiseAnd", t, exponent, one), zero)
+            result = self.select(odd, self.wrap(self.op("IMul", t, result, base), dt), result, t)
+            base = self.wrap(self.op("IMul", t, base, base), dt)
+            exponent = self.op("ShiftRightLogical", t, exponent, one)
+        if dt.kind == "uint":
+            return result
+        # a negative exponent: 1 for a == 1, +-1 for a == -1, else 0 (integer 1 / a**|b|)
+        parity = self.select(self.op("INotEqual", self.t_bool, self.op("BitwiseAnd", t, b, one), zero),
+                             self.i32(-1), one, t)
+        negative = self.select(self.op("IEqual", self.t_bool, a, self.i32(-1)), parity, zero, t)
+        negative = self.select(self.op("IEqual", self.t_bool, a, one), one, negative, t)
+        return self.select(self.op("SLessThan", self.t_bool, b, zero), negative, result, t)
+
+    # -- conversions ------------------------------------------------------------------------------
+    def convert(self, value: int, src: DType, dst: DType) -> int:
+        """`value` (computed in `src`'s compute type) as a value of `dst`."""
+        if src == dst:
+            return value
+        cs, cd = compute_dtype(src), compute_dtype(dst)
+        if dst.name in ("f16", "bf16"):  # round to the half type once, then compute in f32 again
+            wide = self.convert(value, src, F32)
+            if dst.name == "bf16":
+                bits = self.op("ShiftLeftLogical", self.t_i32, self.bf16_bits(wide), self.i32(16))
+                return self.op("Bitcast", self.t_f32, bits)
+            half = self.m.type_float(16)
+            self.need("StorageBuffer16BitAccess", "rounding to f16")
+            return self.op("FConvert", self.t_f32, self.op("FConvert", half, wide))
+        if cd.kind == "bool":
+            if cs.kind == "float":
+                return self.op("FUnordNotEqual", self.t_bool, value, self.const(0, cs))
+            return self.op("INotEqual", self.t_bool, value, self.i32(0))
+        if cs.kind == "bool":
+            return self.select(value, self.const(1, dst), self.const(0, dst), self.type_of(dst))
+        if cs.kind == "float" and cd.kind == "float":
+            return value if cs == cd else self.op("FConvert", self.type_of(dst), value)
+        if cs.kind == "float":
+            return self.float_to_int(value, cs, dst)
+        if cd.kind == "float":
+            return self.op("ConvertUToF" if src.kind == "uint" else "ConvertSToF", self.type_of(dst), value)
+        return self.wrap(value, dst)  # both i32: narrow types wrap, wider ones are already there
+
+    def float_to_int(self, x: int, src: DType, dst: DType) -> int:
+        """Saturating, NaN -> 0, as llvm's fptosi.sat; bounds are powers of two, exact in floats."""
+        bits = min(dst.bits, 32)
+        t, tf = self.t_i32, self.type_of(src)
+        if dst.kind == "uint":
+            lo, hi = 0, 2**bits
+        else:
+            lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1)
+        below_hi = float(np.nextafter(np.array(hi, dtype=src.np_dtype), np.array(0, dtype=src.np_dtype)))
+        inside = self.ext("FClamp", tf, x, self.const(lo, src), self.const(below_hi, src))
+        if dst.kind == "uint":
+            converted = self.op("Bitcast", t, self.op("ConvertFToU", self.t_u32, inside))
+        else:
+            converted = self.op("ConvertFToS", t, inside)
+        top = (hi - 1) if hi - 1 < 2**31 else (hi - 1) - 2**32  # as i32 bits
+        out = self.select(self.op("FOrdGreaterThanEqual", self.t_bool, x, self.const(hi, src)), self.i32(top),
+                          converted, t)
+        out = self.select(self.op("FOrdLessThanEqual", self.t_bool, x, self.const(lo, src)), self.i32(lo), out, t)
+        return self.select(self.op("IsNan", self.t_bool, x), self.i32(0), out, t)
+
+
+def words_of(binary: bytes) -> list[int]:
+    return list(struct.unpack(f"<{len(binary) // 4}I", binary))

@@ -1,0 +1,160 @@
+"""SPIR-V from kernel IR: every module passes spirv-val (scalar ops, every zoo dispatch), the code does
+not depend on the subgroup size, limits and capabilities shape or refuse the code by name, and the
+binary is well formed without any tool."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+
+import pytest
+import retarget
+from retarget.errors import UnsupportedOpError
+from retarget.ir import dtypes
+from retarget.kernel import ir as k
+from retarget.protocols import TargetDesc
+from retarget.testing.kernels import shared_kernel, sum_kernel
+from retarget.testing.op_cases import elementwise, op_cases
+from retarget_vulkan_spirv import container, spirv
+from retarget_vulkan_spirv.codegen import generate
+from retarget_vulkan_spirv.compile import compile_kernels
+
+ALL_CAPABILITIES = ("Float16", "Float64", "Int8", "Int16", "Int64", "StorageBuffer16BitAccess",
+                    "StorageBuffer8BitAccess")
+needs_spirv_val = pytest.mark.skipif(shutil.which("spirv-val") is None,
+                                     reason="spirv-val is not installed (apt-get install spirv-tools)")
+
+
+def desc(features=ALL_CAPABILITIES, **limits) -> TargetDesc:
+    base = {"maxComputeWorkGroupCount": [65535, 65535, 65535], "maxPerStageDescriptorStorageBuffers": 16,
+            "maxPushConstantsSize": 128}
+    return TargetDesc("vulkan-spirv", "test", "spirv", features=tuple(features), max_workgroup_size=1024,
+                      max_workgroup_dims=(1024, 1024, 64), shared_memory_bytes=32768,
+                      extra={"limits": {**base, **limits}})
+
+
+def spirv_val(binary: bytes, tmp_path, name: str = "kernel") -> None:
+    path = tmp_path / f"{name}.spv"
+    path.write_bytes(binary)
+    done = subprocess.run(["spirv-val", "--target-env", "vulkan1.1", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+
+
+def test_the_header_and_every_instruction_are_well_formed():
+    binary = generate(sum_kernel("add3", 3, 100), ()).binary
+    words = struct.unpack(f"<{len(binary) // 4}I", binary)
+    assert words[0] == spirv.MAGIC and words[1] == 0x00010300 and words[4] == 0
+    at = 5
+    while at < len(words):  # every instruction's word count steps exactly onto the next one
+        count = words[at] >> 16
+        assert count >= 1
+        at += count
+    assert at == len(words)
+    assert words[3] > 10  # the id bound covers every id used
+
+
+@needs_spirv_val
+@pytest.mark.parametrize("case", list(op_cases()))
+def test_each_scalar_op_validates(case, tmp_path):
+    kern, _, _ = op_cases()[case]
+    spirv_val(generate(kern, ALL_CAPABILITIES).binary, tmp_path, case)
+
+
+@needs_spirv_val
+def test_threads_shared_memory_and_barriers_validate(tmp_path):
+    spirv_val(generate(shared_kernel("shared", 64), ()).binary, tmp_path)
+
+
+@needs_spirv_val
+@pytest.mark.parametrize("name", ["mlp", "small_cnn", "mobilenet_v2", "resnet18", "transformer_block"])
+def test_every_zoo_dispatch_validates(name, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from retarget.testing import zoo
+
+    model, inputs = zoo.make(name)
+    art = retarget.compile(model, "vulkan-spirv:vulkan-1.1", example_inputs=inputs)
+    (exe,) = art.manifest["executables"]
+    kernels = container.unpack(bytes(art.entries[exe["path"]]))
+    assert len(kernels) == len(exe["entry_points"]) > 0
+    for meta in kernels:
+        assert meta["required_subgroup_size"] is None
+        spirv_val(container.words(meta), tmp_path, meta["name"])
+
+
+def test_no_module_uses_subgroup_operations():
+    """The code never depends on the subgroup size, so no driver's choice of it can change the numbers."""
+    for kern, _, _ in op_cases().values():
+        assert not any(c.startswith("GroupNonUniform") for c in generate(kern, ALL_CAPABILITIES).capabilities)
+    assert generate(shared_kernel("shared", 64), ()).capabilities == ("Shader",)
+
+
+def test_capabilities_follow_the_buffers_and_are_refused_when_the_target_lacks_them():
+    f16 = elementwise("halves", lambda a: k.Binary("add", a, a), [dtypes.f16], dtypes.f16, 8)
+    assert "StorageBuffer16BitAccess" in generate(f16, ALL_CAPABILITIES).capabilities
+    with pytest.raises(UnsupportedOpError, match="StorageBuffer16BitAccess.*f16 buffer"):
+        generate(f16, ())
+    i64 = elementwise("longs", lambda a: k.Binary("add", a, a), [dtypes.DTYPES["i64"]], dtypes.DTYPES["i64"], 8)
+    with pytest.raises(UnsupportedOpError, match="Int64"):
+        generate(i64, ("Float16",))
+    f32 = elementwise("floats", lambda a: k.Unary("exp", a), [dtypes.f32], dtypes.f32, 8)
+    assert generate(f32, ()).capabilities == ("Shader",)
+
+
+def test_more_params_than_storage_buffers_share_one_binding_per_element_type(tmp_path):
+    binary = compile_kernels([sum_kernel("sum4", 4, 100)], desc(maxPerStageDescriptorStorageBuffers=4))
+    (meta,) = container.unpack(binary.data)
+    assert meta["slots"] == [0, 0, 0, 0, 0]
+    if shutil.which("spirv-val"):
+        spirv_val(container.words(meta), tmp_path)
+    mixed = elementwise("mixed", lambda a, b: k.Binary("add", a, k.Cast(b, dtypes.f32)), [dtypes.f32, dtypes.i32],
+                        dtypes.f32, 8)
+    (meta,) = container.unpack(compile_kernels([mixed], desc(maxPerStageDescriptorStorageBuffers=2)).data)
+    assert meta["slots"] == [0, 1, 0]
+    with pytest.raises(UnsupportedOpError, match="2 element types.*at most 1 storage buffers"):
+        compile_kernels([mixed], desc(maxPerStageDescriptorStorageBuffers=1))
+
+
+def test_limits_refuse_by_name():
+    with pytest.raises(UnsupportedOpError, match="bytes of workgroup memory"):
+        compile_kernels([shared_kernel("big", 64)], TargetDesc(
+            "vulkan-spirv", "tiny", "spirv", max_workgroup_size=1024, max_workgroup_dims=(1024, 1024, 64),
+            shared_memory_bytes=128, extra={"limits": {}}))
+    with pytest.raises(UnsupportedOpError, match="64x1x1 workgroup"):
+        compile_kernels([sum_kernel("wide", 2, 100)], TargetDesc(
+            "vulkan-spirv", "narrow", "spirv", max_workgroup_size=32, max_workgroup_dims=(32, 32, 32),
+            shared_memory_bytes=16384, extra={"limits": {}}))
+
+
+def test_a_grid_over_the_per_dimension_limit_becomes_two_dimensional():
+    n = 64 * 70000
+    binary = compile_kernels([sum_kernel("long", 2, n)], desc())
+    (meta,) = container.unpack(binary.data)
+    x, y, z = meta["workgroup_count"]
+    assert x <= 65535 and y > 1 and z == 1 and x * y * 64 >= n
+
+
+def test_the_container_records_the_binding_model():
+    binary = compile_kernels([sum_kernel("add2", 2, 100)], desc())
+    (meta,) = container.unpack(binary.data)
+    assert [p["access"] for p in meta["params"]] == ["read", "read", "write"]
+    assert meta["push_constant_bytes"] == 12 and meta["workgroup_size"] == [64, 1, 1]
+    assert container.words(meta)[:4] == struct.pack("<I", spirv.MAGIC)
+    assert binary.entry_points[0].name == "add2" and "kernel.func @add2" in binary.listing
+
+
+def test_unrolled_register_tiles_index_private_arrays_with_constants():
+    acc = k.Var("r")
+    body = [k.Local("acc", 4, dtypes.f32),
+            k.Loop("r", 4, [k.Store("acc", acc, k.Load("in0", acc, dtypes.f32))], "unroll"),
+            k.Loop("r", 4, [k.Store("out0", acc, k.Load("acc", acc, dtypes.f32))], "unroll")]
+    kern = k.Kernel("tile", [k.Param("in0", dtypes.f32, 4, "read"), k.Param("out0", dtypes.f32, 4, "write")], body)
+    binary = generate(kern, ()).binary
+    words = struct.unpack(f"<{len(binary) // 4}I", binary)
+    opcodes = []
+    at = 5
+    while at < len(words):
+        opcodes.append(words[at] & 0xFFFF)
+        at += words[at] >> 16
+    assert spirv.OP["LoopMerge"] not in opcodes  # unrolled: no loop is left
+    assert opcodes.count(spirv.OP["Store"]) == 8
