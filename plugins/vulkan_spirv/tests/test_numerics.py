@@ -83,3 +83,74 @@ def test_zoo_model_on_vulkan_matches_torch(vulkan_device, name):
     assert out.shape == expected.shape
     assert relative_error(out, expected) <= 1e-4, name
 
+
+
+@pytest.mark.parametrize("spread", [False, True], ids=["one-buffer", "two-buffers"])
+def test_params_sharing_a_binding_find_their_tensors_in_one_or_several_buffers(vulkan_device, spread):
+    """Past the target's storage buffers per stage, params of one element type share a binding: the driver binds
+    one range when they sit in one buffer, and gathers them through a scratch buffer when they do not."""
+    import dataclasses
+
+    from retarget.testing.kernels import sum_kernel
+    from retarget_vulkan_spirv import container, targets
+
+    host = targets.describe_device(vulkan_device.info)
+    narrow = dataclasses.replace(host, extra={**host.extra, "limits": {**host.extra["limits"],
+                                                                        "maxPerStageDescriptorStorageBuffers": 4}})
+    n = 300
+    binary = compile_kernels([sum_kernel("sum4", 4, n)], narrow)
+    assert container.unpack(binary.data)[0]["slots"] == [0, 0, 0, 0, 0]
+    executable = vulkan_device.load_executable(binary)
+    inputs = [np.arange(n, dtype=np.float32) * (j + 1) for j in range(4)]
+    arena, weights = vulkan_device.allocate(8192), vulkan_device.allocate(8192)
+    places = [(weights if spread and j % 2 else arena, 64 + 1280 * j) for j in range(4)] + [(arena, 6400)]
+    for (buf, offset), x in zip(places, inputs):
+        vulkan_device.write(buf, offset, x)
+    cb = vulkan_device.command_buffer()
+    cb.dispatch(executable, 0, [(buf, offset, 4 * n) for buf, offset in places])
+    cb.end()
+    for _ in range(2):  # replays gather again
+        vulkan_device.submit(cb)
+        vulkan_device.wait()
+    np.testing.assert_array_equal(vulkan_device.read(arena, 6400, 4 * n).view(np.float32), sum(inputs))
+
+
+ZOO_UNDER_VALIDATION = """
+import json
+import retarget
+from retarget.compiler import import_model
+from retarget.testing import zoo
+from retarget.testing.numerics import relative_error
+from retarget_vulkan_spirv.driver import VULKAN
+import torch
+
+errors = {}
+for name in zoo.MODELS:
+    model, inputs = zoo.make(name)
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    art = retarget.compile(import_model(model, example_inputs=inputs), "vulkan-spirv:host")
+    out = retarget.load(art, device="vulkan").main(*[x.numpy() for x in inputs])
+    errors[name] = float(relative_error(out, expected))
+print(json.dumps({"errors": errors, "messages": VULKAN.validation_messages}))
+"""
+
+
+def test_the_validation_layer_reports_nothing_on_a_zoo_run(vulkan_device):
+    """Every zoo model, compiled and run with VK_LAYER_KHRONOS_validation on: no error and no warning."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    layers = ("/usr/share/vulkan/explicit_layer.d", "/etc/vulkan/explicit_layer.d")
+    if not any(Path(d, "VkLayer_khronos_validation.json").exists() for d in layers):
+        pytest.skip("VK_LAYER_KHRONOS_validation is not installed (apt-get install vulkan-validationlayers)")
+    done = subprocess.run([sys.executable, "-c", ZOO_UNDER_VALIDATION], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "RETARGET_VULKAN_VALIDATION": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(error <= 1e-4 for error in result["errors"].values()), result["errors"]
+    assert result["messages"] == []

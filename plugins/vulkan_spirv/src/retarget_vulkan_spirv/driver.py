@@ -103,6 +103,12 @@ V1_1, V1_2, V1_3 = make_version(1, 1), make_version(1, 2), make_version(1, 3)
 COOPERATIVE_MATRIX_LAYER = make_version(1, 3, 255)  # the first validation layer that knows VK_KHR_cooperative_matrix
 
 
+def binding_count(kernel: dict) -> int:
+    """Descriptor bindings of a container kernel: one per param, unless params share them (container.py)."""
+    slots = kernel.get("slots")
+    return max(slots) + 1 if slots else len(kernel["params"])
+
+
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -720,7 +726,6 @@ class VulkanCommandBuffer:
         ep, kernel = executable.entry_points[entry], executable.kernels[entry]
         if len(bindings) != len(ep.bindings):
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        ranges, bases = [], []
         for i, ((buf, offset, nbytes), b, param) in enumerate(zip(bindings, ep.bindings, kernel["params"])):
             if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding {i} of {nbytes} bytes at {offset} in a buffer of {buf.nbytes} "
@@ -728,13 +733,29 @@ class VulkanCommandBuffer:
             item = int(param["itemsize"])
             if offset % item:
                 raise ValueError(f"{ep.name}: binding {i} at byte {offset} is not aligned to its {item}-byte elements")
-            start = offset - offset % device.offset_alignment
-            size = min(_round_up(max(offset + nbytes - start, 4), 4), buf.size - start)
+        slots = kernel.get("slots") or list(range(len(bindings)))
+        ranges, bases, gather, scatter = [], [0] * len(bindings), [], []
+        for slot in range(binding_count(kernel)):
+            members = [i for i, s in enumerate(slots) if s == slot]
+            if len({id(bindings[i][0]) for i in members}) > 1:  # one binding, several buffers: gather them
+                members_ranges = self._gathered(ep, kernel, bindings, members, gather, scatter)
+            else:
+                members_ranges = [bindings[i] for i in members]
+            buf = members_ranges[0][0]
+            low = min(offset for _, offset, _ in members_ranges)
+            high = max(offset + nbytes for _, offset, nbytes in members_ranges)
+            start = low - low % device.offset_alignment
+            size = min(_round_up(max(high - start, 4), 4), buf.size - start)
             if size > device.max_storage_range:
-                raise VulkanError(f"{ep.name}: binding {i} spans {size} bytes, over this device's "
+                raise VulkanError(f"{ep.name}: binding {slot} spans {size} bytes, over this device's "
                                   f"maxStorageBufferRange ({device.max_storage_range})")
             ranges.append((buf, start, size))
-            bases.append((offset - start) // item)
+            for i, (_, offset, _) in zip(members, members_ranges):
+                bases[i] = (offset - start) // int(kernel["params"][i]["itemsize"])
+        for command in gather:
+            self.copy(*command)
+        if gather:
+            self.barrier()
         counts = tuple(int(c) for c in ep.workgroup_count)
         limit = device.info.properties["limits"]["maxComputeWorkGroupCount"]
         if any(c > m for c, m in zip(counts, limit)):
@@ -756,6 +777,34 @@ class VulkanCommandBuffer:
             lib.vkCmdDispatch(self.handle, *counts)
         self.keep.append((executable, [buf for buf, _, _ in ranges]))
         self.dispatches += 1
+        if scatter:
+            self.barrier()
+            for command in scatter:
+                self.copy(*command)
+
+    def _gathered(self, ep, kernel, bindings, members, gather, scatter) -> list[tuple]:
+        """Params that share one binding but live in different buffers, placed side by side in a new scratch
+        buffer: copies in before the dispatch (`gather`) for the ones it reads, out after (`scatter`) for the
+        ones it writes. Only kernels with more params than the device's storage buffers per stage get here."""
+        starts, size = [], 0
+        for i in members:
+            starts.append(size)
+            size += _round_up(bindings[i][2], 16)
+        scratch = self.device.allocate(size)
+        self.keep.append(scratch)
+        placed = []
+        for i, start in zip(members, starts):
+            buf, offset, nbytes = bindings[i]
+            copy = _round_up(nbytes, 4)
+            if offset % 4 or offset + copy > buf.size:
+                raise ValueError(f"{ep.name}: binding {i} at byte {offset} shares a binding with tensors of other "
+                                 "buffers, and must be 4-byte aligned to be gathered")
+            if kernel["params"][i]["access"] == "write":
+                scatter.append((scratch, start, buf, offset, copy))
+            else:
+                gather.append((buf, offset, scratch, start, copy))
+            placed.append((scratch, start, nbytes))
+        return placed
 
     def _descriptor_set(self, layout, ranges):
         """A descriptor set binding `ranges`, shared by every dispatch that binds the same ranges."""
@@ -1109,8 +1158,8 @@ class VulkanDevice:
         if int(kernel["push_constant_bytes"]) > limits["maxPushConstantsSize"]:
             reasons.append(f"{name}: {kernel['push_constant_bytes']} bytes of push constants exceed "
                            f"maxPushConstantsSize {limits['maxPushConstantsSize']}")
-        if len(kernel["params"]) > limits["maxPerStageDescriptorStorageBuffers"]:
-            reasons.append(f"{name}: {len(kernel['params'])} buffers exceed maxPerStageDescriptorStorageBuffers "
+        if binding_count(kernel) > limits["maxPerStageDescriptorStorageBuffers"]:
+            reasons.append(f"{name}: {binding_count(kernel)} buffers exceed maxPerStageDescriptorStorageBuffers "
                            f"{limits['maxPerStageDescriptorStorageBuffers']}")
         return reasons
 
@@ -1149,10 +1198,10 @@ class VulkanDevice:
                     raise RetargetError(f"kernel {kernel['name']} declares {push_bytes} bytes of push constants; its "
                                         f"{count} element bases need {4 * count}",
                                         hint="recompile with --target vulkan-spirv")
-                layout = self._pipeline_layout(count, push_bytes)
+                layout = self._pipeline_layout(binding_count(kernel), push_bytes)
                 pipelines.append(self._pipeline(kernel, layout))
                 pipeline_layouts.append(layout)
-                set_layouts.append(self._set_layout(count))
+                set_layouts.append(self._set_layout(binding_count(kernel)))
         except BaseException:
             for pipeline in pipelines:
                 _vk().lib.vkDestroyPipeline(self.handle, pipeline, _vk().ffi.NULL)
