@@ -93,3 +93,57 @@ def test_compiling_leaves_python_s_shared_one_byte_objects_alone(nvrtc):
     # NVRTC writes into the buffers it is given: a b" " * 1 log buffer is CPython's shared b" ".
     compile_entries(ADD, [ADD_ENTRY], targets.parse("sm_80"))
     assert bytes([32]) == b"\x20" and chr(32).encode() == b"\x20"
+
+
+def _matmul_dispatch(a_shape, b_shape, dt, bias_relu=False):
+    """The one dispatch of y = a @ b (+ bias, relu)."""
+    import numpy as np
+    from retarget.ir import Builder, Function, Value
+    from retarget.passes.dispatch import form_dispatches
+
+    args = [Value(TensorType(a_shape, dt)), Value(TensorType(b_shape, dt))]
+    fn = Function("main", args)
+    bld = Builder(fn)
+    y = bld.op("rt.matmul", args)
+    if bias_relu:
+        bias = bld.constant(np.linspace(-1, 1, b_shape[-1]).astype(dt.np_dtype))
+        y = bld.op("rt.max", [bld.op("rt.add", [y, bias]), bld.constant(np.zeros((), dt.np_dtype))])
+    fn.returns = [y]
+    (d,) = form_dispatches(fn)
+    return d.function
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_a_half_matmul_for_sm_80_compiles_with_wmma_fragments(nvrtc, dt):
+    from retarget.kernel.lower import lower_dispatch
+    from retarget_cuda.compile import compile_kernels
+
+    desc = targets.parse("sm_80")
+    kernel = lower_dispatch(_matmul_dispatch((100, 72), (72, 90), dtypes.DTYPES[dt], bias_relu=True), desc)
+    assert kernel.schedule["fragments"] == f"16x16x16.{dt}.f32" and kernel.workgroup_size == (128, 1, 1)
+    binary = compile_kernels([kernel], desc)
+    assert "#include <mma.h>" in binary.listing and "nvcuda::wmma::mma_sync(" in binary.listing
+    _, parts = unpack(binary.data)
+    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 80) and "wmma.mma.sync" in parts["ptx"].decode()
+
+
+def test_f32_matmuls_and_archs_without_the_shape_keep_the_plain_gpu_matmul():
+    from retarget.kernel.lower import matmul_fragments
+
+    f16, bf16 = dtypes.DTYPES["f16"], dtypes.DTYPES["bf16"]
+    assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), dtypes.f32), targets.parse("sm_90a")) is None
+    assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), bf16), targets.parse("sm_75")) is None
+    assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), f16), targets.parse("sm_75")) is not None
+    assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), f16), targets.parse("sm_61")) is None
+
+
+def test_without_mma_h_s_headers_fragments_take_the_portable_expansion_and_say_so(nvrtc, monkeypatch, capsys):
+    from retarget.kernel.lower import lower_dispatch
+    from retarget_cuda import compile as cuda_compile
+
+    monkeypatch.setattr(cuda_compile, "wmma_headers", lambda: False)
+    desc = targets.parse("sm_80")
+    kernel = lower_dispatch(_matmul_dispatch((64, 48), (48, 40), dtypes.DTYPES["f16"]), desc)
+    binary = cuda_compile.compile_kernels([kernel], desc)
+    assert "wmma" not in binary.listing and "mma.h" not in binary.listing
+    assert "nvidia-cuda-crt" in capsys.readouterr().err

@@ -105,3 +105,13 @@ def test_the_plugin_contributes_the_target_and_the_driver():
     assert "cuda" in manager().by_name("retarget_drivers")
     _, desc, note = resolve_target("cuda:h100")
     assert desc.arch == "sm_90a" and note is None
+
+
+def test_wmma_fragment_shapes_follow_the_architecture():
+    def shapes(arch):
+        return [(f["m"], f["n"], f["k"], f["a"], f["acc"]) for f in targets.parse(arch).extra["fragments"]]
+
+    assert shapes("sm_61") == []
+    assert shapes("sm_70") == shapes("sm_75") == [(16, 16, 16, "f16", "f32")]
+    for arch in ("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"):
+        assert shapes(arch) == [(16, 16, 16, "f16", "f32"), (16, 16, 16, "bf16", "f32")], arch

@@ -11,6 +11,14 @@ f16/bf16 are stored as such and computed in f32; float max/min propagate NaN;
 integer div/rem truncate, and x/0 is x, x%0 is 0, MIN/-1 is MIN; float to int
 casts saturate (NaN -> 0); integers narrower than 32 bits wrap after each op.
 
+Fragments (the matrix-multiply-accumulate intrinsic, see `ir.Fragment`) are data too: a dialect
+whose hardware has them spells them with a `FragmentSpelling` (MSL: simdgroup_matrix; CUDA:
+nvcuda::wmma), for the shapes and types it lists. A kernel with any other fragment, and every
+kernel in a dialect without a spelling (C99, OpenCL, HIP, WGSL), gets the portable expansion
+(`portable.expand_fragments`: per-thread register arrays and multiply-add loops), never a refusal.
+A dialect without threads (C99) runs a workgroup with barriers as loops over its threads, split
+at the barriers (`portable.serialize_threads`).
+
 Templates: op templates use `str.format` fields `{0}`, `{1}` (operands), `{T}`
 (the C type), `{s}` (the dtype name, for helper names) and `{f}` (the libm
 suffix of f32: `expf` in C and CUDA, `exp` in OpenCL and MSL). Helper bodies
@@ -29,6 +37,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
+from .portable import expand_fragments, serialize_threads
 
 F32 = DTYPES["f32"]
 HALVES = ("f16", "bf16")  # stored as such, computed in f32
@@ -116,6 +125,25 @@ BF16_HELPERS = (  # for languages without a bf16 type: bits, converted with roun
 
 
 @dataclass(frozen=True)
+class FragmentSpelling:
+    """How a language spells the fragment intrinsics natively; data only.
+
+    Templates' fields: {T} the element's storage type, {m} {n} {k} the multiply-accumulate's shape,
+    {name} a fragment, {pointer} the address of a buffer element, {stride} the row stride, {value}
+    a fill value, {d} {a} {b} {c} the operands of d = a x b + c."""
+
+    shapes: tuple  # (m, n, k, A/B type, accumulator type) spelled natively; others are expanded
+    width: int  # threads that hold one fragment together (the SIMD-group, the warp)
+    include: str  # added to the preamble of a module that uses them
+    types: dict  # role -> the fragment's type
+    fill: str
+    load: dict  # role -> template
+    mma: str
+    store: str
+    array: str = ""  # a workgroup array that fragments load or store (alignment); fields of Dialect.shared_array
+
+
+@dataclass(frozen=True)
 class Dialect:
     """Everything that differs between C-like languages; data only."""
 
@@ -157,6 +185,7 @@ class Dialect:
     unsigned_suffix: str = "U"
     helpers: tuple = ()  # (name, kinds, body) replacing `HELPERS`; empty: the C helpers
     cast_helper: str = ""  # replacing `CAST_HELPER`
+    fragments: FragmentSpelling | None = None  # None: the portable expansion
 
 
 C99 = Dialect(
@@ -197,6 +226,22 @@ CUDA = Dialect(
     inf="__int_as_float(0x7f800000)",
     nan="__int_as_float(0x7fffffff)",
     preamble="#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
+    # wmma (sm_70 and newer; bf16 from sm_80): the target advertises only what its arch has.
+    fragments=FragmentSpelling(
+        shapes=((16, 16, 16, "f16", "f32"), (16, 16, 16, "bf16", "f32")),
+        width=32,
+        include="#include <mma.h>",
+        types={"a": "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, {m}, {n}, {k}, {T}, nvcuda::wmma::row_major>",
+               "b": "nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, {m}, {n}, {k}, {T}, nvcuda::wmma::row_major>",
+               "acc": "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, {m}, {n}, {k}, {T}>"},
+        fill="nvcuda::wmma::fill_fragment({name}, {value});",
+        load={"a": "nvcuda::wmma::load_matrix_sync({name}, {pointer}, {stride});",
+              "b": "nvcuda::wmma::load_matrix_sync({name}, {pointer}, {stride});",
+              "acc": "nvcuda::wmma::load_matrix_sync({name}, {pointer}, {stride}, nvcuda::wmma::mem_row_major);"},
+        mma="nvcuda::wmma::mma_sync({d}, {a}, {b}, {c});",
+        store="nvcuda::wmma::store_matrix_sync({pointer}, {name}, {stride}, nvcuda::wmma::mem_row_major);",
+        array="{shared} __align__(32) {T} {name}[{size}];",  # wmma pointers are 256-bit aligned
+    ),
 )
 
 HIP = replace(
@@ -208,6 +253,7 @@ HIP = replace(
     inf="__builtin_huge_valf()",
     nan="__builtin_nanf(\"\")",
     preamble="#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n#include <hip/hip_bf16.h>",
+    fragments=None,  # until HIP spells rocWMMA/MFMA: the portable expansion
 )
 
 _CL_INTS = {"i64": "long", "i32": "int", "i16": "short", "i8": "char", "ui64": "ulong", "ui32": "uint",
@@ -255,6 +301,17 @@ MSL = Dialect(
     unroll="#pragma unroll",
     long_suffix="L",
     preamble="#include <metal_stdlib>\nusing namespace metal;",
+    # SIMD-group matrices (Apple7 and newer): 8x8, f32 or f16 inputs (mixed with an f32 accumulator).
+    fragments=FragmentSpelling(
+        shapes=((8, 8, 8, "f32", "f32"), (8, 8, 8, "f16", "f32")),
+        width=32,
+        include="#include <metal_simdgroup_matrix>",
+        types={"a": "simdgroup_{T}8x8", "b": "simdgroup_{T}8x8", "acc": "simdgroup_{T}8x8"},
+        fill="{name} = make_filled_simdgroup_matrix<{T}, 8, 8>({value});",
+        load={role: "simdgroup_load({name}, {pointer}, {stride});" for role in k.FRAGMENT_ROLES},
+        mma="simdgroup_multiply_accumulate({d}, {a}, {b}, {c});",
+        store="simdgroup_store({name}, {pointer}, {stride});",
+    ),
 )
 
 # WGSL (WebGPU): the same statements with Rust-like declarations, builtins instead of libm, `select`
@@ -372,11 +429,15 @@ def render_kernel(kernel: k.Kernel, dialect: Dialect) -> str:
 
 
 def render_module(kernels, dialect: Dialect) -> str:
-    """The preamble, the helpers the kernels call, and every kernel."""
-    bodies = [render_kernel(kn, dialect) for kn in kernels]
-    text = "\n\n".join(bodies)
+    """The preamble (with the fragment header when a kernel uses native fragments), the helpers the
+    kernels call, and every kernel."""
+    renderers = [_Renderer(kn, dialect) for kn in kernels]
+    text = "\n\n".join(r.render() for r in renderers)
     helpers = [code for name, code in _helpers(dialect) if re.search(rf"\b{name}\(", text)]
-    return "\n\n".join(p for p in [dialect.preamble, "\n".join(helpers), text] if p) + "\n"
+    preamble = dialect.preamble
+    if any(r.native_fragments for r in renderers):
+        preamble = "\n".join(p for p in (preamble, dialect.fragments.include) if p)
+    return "\n\n".join(p for p in [preamble, "\n".join(helpers), text] if p) + "\n"
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -431,6 +492,9 @@ class _Renderer:
     def __init__(self, kernel: k.Kernel, dialect: Dialect):
         self.k, self.d = kernel, dialect
         self.buffers: dict[str, tuple[DType, bool]] = {p.name: (p.dtype, True) for p in kernel.params}  # is param
+        self.stored: set[str] = set()  # arrays in their storage type (those native fragments load and store)
+        self.native_fragments = False
+        self.fragment_decls: dict[str, k.Fragment] = {}
         self.scopes: list[dict[str, str]] = [{}]  # variable -> C type, innermost last
         self.lines: list[str] = []
         self.globals: list[str] = []  # module-scope declarations this kernel needs (WGSL)
@@ -459,9 +523,17 @@ class _Renderer:
     # -- the kernel -------------------------------------------------------------------------------
     def render(self) -> str:
         kn, d = self.k, self.d
+        if k.has_fragments(kn.body):
+            self.native_fragments = self.spells_fragments(kn)
+            if self.native_fragments:
+                moves = (k.FragmentLoad, k.FragmentStore)
+                self.stored = {s.buffer for s in k.walk_stmts(kn.body) if isinstance(s, moves)}
+            else:
+                kn = expand_fragments(kn)
+        if d.thread_id is None and kn.thread_vars and _has(kn.body, (k.Barrier,), shared=True):
+            kn = serialize_threads(kn)  # a workgroup is one call here: its threads become loops, cut at barriers
+        self.k = kn
         threads = list(zip(kn.thread_vars, kn.workgroup_size))
-        if d.thread_id is None and threads and _has(kn.body, (k.Barrier,), shared=True):
-            raise self.fail("barriers and shared memory need threads, and this dialect runs a workgroup as a loop")
         params = []
         for i, p in enumerate(kn.params):
             fields = dict(const="const " if p.access == "read" else "", T=self.storage_type(p.dtype), name=p.name, i=i)
@@ -542,12 +614,14 @@ class _Renderer:
     def stmt_store(self, s: k.Store) -> None:
         dt, is_param = self.buffer(s.buffer)
         value = self.convert(self.expr(s.value), s.value.dtype, dt)
-        if is_param and dt.name in self.d.to_storage:
+        if (is_param or s.buffer in self.stored) and dt.name in self.d.to_storage:
             value = self.d.to_storage[dt.name].format(value)
         self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {value};")
 
     def stmt_local(self, s: k.Local) -> None:
-        fields = dict(T=self.ctype(s.dtype), name=s.name, size=s.size, shared=self.d.shared)
+        stored = s.name in self.stored
+        fields = dict(T=self.storage_type(s.dtype) if stored else self.ctype(s.dtype), name=s.name, size=s.size,
+                      shared=self.d.shared)
         self.buffers[s.name] = (s.dtype, False)
         if not s.shared:
             self.emit(self.d.array.format(**fields))
@@ -556,7 +630,54 @@ class _Renderer:
         elif self.d.shared_global:
             self.globals.append(self.d.shared_array.format(**fields))
         else:
-            self.emit(self.d.shared_array.format(**fields))
+            self.emit(((stored and self.d.fragments.array) or self.d.shared_array).format(**fields))
+
+    # -- native fragments (see FragmentSpelling) ---------------------------------------------------------
+    def spells_fragments(self, kn: k.Kernel) -> bool:
+        """Whether the dialect spells every fragment of `kn`, each loaded from and stored to arrays of its
+        own element type; else the kernel takes the portable expansion."""
+        spelling = self.d.fragments
+        if spelling is None:
+            return False
+        fragments = {s.name: s for s in k.walk_stmts(kn.body) if isinstance(s, k.Fragment)}
+        if any((f.m, f.n, f.k, f.dtype.name, f.acc.name) not in spelling.shapes or f.width != spelling.width
+               or f.role not in spelling.types for f in fragments.values()):
+            return False
+        types = {p.name: p.dtype for p in kn.params}
+        types.update({s.name: s.dtype for s in k.walk_stmts(kn.body) if isinstance(s, k.Local)})
+        stmts = list(k.walk_stmts(kn.body))
+        moves = [s for s in stmts if isinstance(s, (k.FragmentLoad, k.FragmentStore))]
+        if not all(s.name in fragments and types.get(s.buffer) == fragments[s.name].element for s in moves):
+            return False
+        roles = [(s.name, "acc") for s in moves if isinstance(s, k.FragmentStore)]
+        roles += [(name, role) for s in stmts if isinstance(s, k.FragmentMma)
+                  for name, role in ((s.d, "acc"), (s.a, "a"), (s.b, "b"), (s.c, "acc"))]
+        return all(name in fragments and fragments[name].role == role for name, role in roles)
+
+    def fragment_fields(self, f: k.Fragment) -> dict:
+        return dict(T=self.storage_type(f.element), m=f.m, n=f.n, k=f.k)
+
+    def stmt_fragment(self, s: k.Fragment) -> None:
+        spelling, fields = self.d.fragments, self.fragment_fields(s)
+        self.fragment_decls[s.name] = s
+        self.emit(f"{spelling.types[s.role].format(**fields)} {s.name};")
+        if s.fill is not None:
+            self.emit(spelling.fill.format(name=s.name, value=self.expr(k.const(s.fill, s.element)), **fields))
+
+    def pointer(self, buffer: str, index: k.Expr) -> str:
+        return "&" + self.element(buffer, self.expr(index))
+
+    def stmt_fragmentload(self, s: k.FragmentLoad) -> None:
+        role = self.fragment_decls[s.name].role
+        self.emit(self.d.fragments.load[role].format(name=s.name, pointer=self.pointer(s.buffer, s.index),
+                                                     stride=s.stride))
+
+    def stmt_fragmentmma(self, s: k.FragmentMma) -> None:
+        self.emit(self.d.fragments.mma.format(d=s.d, a=s.a, b=s.b, c=s.c))
+
+    def stmt_fragmentstore(self, s: k.FragmentStore) -> None:
+        self.emit(self.d.fragments.store.format(name=s.name, pointer=self.pointer(s.buffer, s.index),
+                                                stride=s.stride))
 
     def stmt_barrier(self, s: k.Barrier) -> None:
         if self.d.barrier is None:  # no threads: a workgroup is one invocation, nothing to wait for
@@ -603,7 +724,7 @@ class _Renderer:
     def expr_load(self, e: k.Load) -> str:
         dt, is_param = self.buffer(e.buffer)
         text = self.element(e.buffer, self.expr(e.index))
-        if is_param and dt.name in self.d.from_storage:
+        if (is_param or e.buffer in self.stored) and dt.name in self.d.from_storage:
             text = self.d.from_storage[dt.name].format(text)
         return self.convert(text, dt, e.dtype)
 

@@ -10,6 +10,17 @@ inside its workgroup; every thread runs the body. Loops carry a
 iteration). `Local` declares a small private array (registers on a CPU, a
 thread's private memory on a GPU); `shared` arrays live in workgroup memory.
 
+Fragments are the portable matrix-multiply-accumulate intrinsic. A `Fragment` is one operand
+of an m x n x k multiply-accumulate (its `role`: "a" is m x k, "b" k x n, "acc" m x n), held
+together by a subgroup of `width` threads: threads t*width .. t*width + width-1 of the workgroup
+(linear thread index) form subgroup t, and how the elements are spread over its threads is the
+backend's business. `FragmentLoad` and `FragmentStore` move a fragment from and to a buffer or
+array whose rows are `stride` elements apart (row-major); `FragmentMma` is d = a x b + c.
+Every thread of a subgroup executes the fragment statements of its subgroup together, with the
+same operands (uniform control flow, as barriers need). Backends spell them natively
+(simdgroup_matrix, wmma, cooperative matrix, MFMA) or take the portable expansion into plain
+statements (`retarget.kernel.portable.expand_fragments`).
+
 Expressions are trees of frozen dataclasses; every one has a `dtype`. Index
 arithmetic is i64. The text form (`print_kernel`) is MLIR-flavoured and records
 the schedule, so that a tuning cache can key on it.
@@ -171,6 +182,73 @@ class Barrier:
     """All threads of the workgroup reach this point before any goes on."""
 
 
+FRAGMENT_ROLES = ("a", "b", "acc")
+
+
+@dataclass
+class Fragment:
+    """Declares fragment `name`: the `role` operand ("a", "b" or "acc") of an `m` x `n` x `k`
+    multiply-accumulate whose A and B elements are `dtype` and whose accumulator is `acc`, held by a
+    subgroup of `width` threads. "a" and "b" fragments hold `dtype`, "acc" fragments `acc`. With
+    `fill`, every element starts as that value."""
+
+    name: str
+    role: str
+    m: int
+    n: int
+    k: int
+    dtype: DType
+    acc: DType
+    width: int = 32
+    fill: float | None = None
+
+    @property
+    def element(self) -> DType:
+        return self.acc if self.role == "acc" else self.dtype
+
+    @property
+    def rows(self) -> int:
+        return self.k if self.role == "b" else self.m
+
+    @property
+    def cols(self) -> int:
+        return self.k if self.role == "a" else self.n
+
+
+@dataclass
+class FragmentLoad:
+    """Fragment `name` = the rows x cols block of `buffer` (a parameter or an array) that starts at element
+    `index`, its rows `stride` elements apart."""
+
+    name: str
+    buffer: str
+    index: Expr
+    stride: int
+
+
+@dataclass
+class FragmentMma:
+    """Fragment `d` = `a` x `b` + `c` (d and c may be the same accumulator)."""
+
+    d: str
+    a: str
+    b: str
+    c: str
+
+
+@dataclass
+class FragmentStore:
+    """The block of `buffer` at element `index` (rows `stride` apart) = accumulator fragment `name`."""
+
+    name: str
+    buffer: str
+    index: Expr
+    stride: int
+
+
+FRAGMENT_STATEMENTS = (Fragment, FragmentLoad, FragmentMma, FragmentStore)
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -249,6 +327,18 @@ def maximum(a: Expr, b) -> Expr:
     return Binary("max", a, _lift(b, a))
 
 
+def walk_stmts(stmts):
+    """Every statement in `stmts`, loop and if bodies included, outermost first."""
+    for s in stmts:
+        yield s
+        if isinstance(s, (Loop, If)):
+            yield from walk_stmts(s.body)
+
+
+def has_fragments(stmts) -> bool:
+    return any(isinstance(s, FRAGMENT_STATEMENTS) for s in walk_stmts(stmts))
+
+
 def walk_exprs(stmts):
     """Every expression in `stmts`, outermost first."""
 
@@ -313,6 +403,16 @@ def _format_stmts(stmts, indent: str) -> list[str]:
             lines.append(f"{indent}%{s.name} = {'shared' if s.shared else 'local'} alloc {s.size}x{s.dtype}")
         elif isinstance(s, Barrier):
             lines.append(f"{indent}barrier")
+        elif isinstance(s, Fragment):
+            fill = "" if s.fill is None else f" fill {format_expr(const(s.fill, s.element))}"
+            lines.append(f"{indent}%{s.name} = fragment<{s.role}, {s.m}x{s.n}x{s.k}, {s.dtype} -> {s.acc}, "
+                         f"width {s.width}>{fill}")
+        elif isinstance(s, FragmentLoad):
+            lines.append(f"{indent}%{s.name} = fragment.load %{s.buffer}[{format_expr(s.index)}] stride {s.stride}")
+        elif isinstance(s, FragmentMma):
+            lines.append(f"{indent}%{s.d} = fragment.mma %{s.a}, %{s.b}, %{s.c}")
+        elif isinstance(s, FragmentStore):
+            lines.append(f"{indent}fragment.store %{s.name}, %{s.buffer}[{format_expr(s.index)}] stride {s.stride}")
         else:
             raise TypeError(s)
     return lines

@@ -10,21 +10,56 @@ arithmetic, never copies.
 The schedules here are for CPUs (one core per workgroup, vector loops inside):
 tiles come from `TargetDesc.extra["vector_bits"]`, not from the target's name.
 A GPU backend brings its own thread mapping on top of the same expressions.
+
+Matrix fragments. A target whose hardware multiplies small matrices (simdgroup_matrix, wmma/mma,
+cooperative matrix, MFMA) says so in `TargetDesc.extra["fragments"]`, a list of shapes, e.g.
+
+    [{"m": 8, "n": 8, "k": 8, "a": "f32", "b": "f32", "acc": "f32", "width": 32}]
+
+an m x n x k multiply-accumulate of A (m x k, element type "a") by B (k x n, type "b") into an
+accumulator of type "acc", each fragment held by a subgroup of "width" threads (default: the
+target's subgroup size). A target lists only what its code can run; the renderer spells what its
+dialect knows natively and expands the rest portably (`portable.expand_fragments`). On the GPU,
+a matmul whose operands convert exactly into a listed shape's A/B type (the same type, or f16/bf16
+into f32), with an f32 accumulator and M, N, K at least the fragment's, takes the tiled fragment
+matmul (`matmul_fragments` picks the shape and sizes the tiles from the shape, the workgroup size
+and the shared memory). Every other matmul, and every matmul on a target without "fragments", is
+lowered exactly as before. f32 inputs never take an f16 or tf32 shape: that would change numerics.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Value
-from ..ir.dtypes import DType
+from ..ir.dtypes import DTYPES, DType
 from ..protocols import TargetDesc
 from . import ir as k
-from .ir import INDEX, Assign, Cast, Compare, Expr, If, Kernel, Load, Local, Loop, Param, Select, Store, Var
+from .ir import (
+    INDEX,
+    Assign,
+    Cast,
+    Compare,
+    Expr,
+    Fragment,
+    FragmentLoad,
+    FragmentMma,
+    FragmentStore,
+    If,
+    Kernel,
+    Load,
+    Local,
+    Loop,
+    Param,
+    Select,
+    Store,
+    Var,
+)
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
@@ -38,6 +73,26 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
         raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
     lowering = _GpuLowering if desc.max_workgroup_size > 1 else _Lowering
     return lowering(fn, desc).kernel()
+
+
+def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
+    """A 1-D grid over a device's per-dimension limit (65535 on many GPUs) as a 2-D grid; the body sees
+    the same 1-D workgroup index, and the few extra workgroups skip it."""
+    count = kn.workgroup_count
+    if all(c <= per_dim for c in count):
+        return kn
+    if count[1] != 1 or count[2] != 1 or len(kn.workgroup_vars) != 1:
+        raise UnsupportedOpError(f"kernel {kn.name}: a {count} grid exceeds {per_dim} workgroups per dimension")
+    y = -(-count[0] // per_dim)
+    x = -(-count[0] // y)
+    if y > per_dim:
+        raise UnsupportedOpError(f"kernel {kn.name} needs {count[0]} workgroups, more than {per_dim}^2")
+    wg = kn.workgroup_vars[0]
+    index = k.Binary("add", k.Binary("mul", Var("rt_wgy"), k.const(x)), Var("rt_wgx"))
+    # The guard is uniform in the workgroup (it reads only the workgroup id), so barriers inside stay legal.
+    body = [Assign(wg, index), If(Compare("lt", Var(wg), k.const(count[0])), kn.body)]
+    return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
+                   schedule={**kn.schedule, "grid": f"{x}x{y}"})
 
 
 def strides(shape) -> list[int]:
@@ -517,6 +572,116 @@ def _identity(kind: str, dt: DType):
     return info.min if kind == "max" else info.max
 
 
+# -- matrix fragments (see the module docstring) --------------------------------------------------------
+
+FRAGMENT_TYPES = ("f32", "f16", "bf16")  # float matmuls only: integer ones wrap in their own type, as vmvx does
+HELD_EXACTLY_BY = {"f32": ("f32",), "f16": ("f16", "f32"), "bf16": ("bf16", "f32")}  # operand -> fragment types
+# (subgroups a workgroup, fragments along each side of a subgroup's block), the first that fits the target wins
+FRAGMENT_PLANS = ((4, 2), (2, 2), (1, 2), (1, 1))
+FRAGMENT_K_STEPS = 2  # fragment k-slices per staged step of the reduction
+
+
+@dataclass(frozen=True)
+class FragmentShape:
+    """One entry of `TargetDesc.extra["fragments"]` (A and B of one type)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: DType  # A and B
+    acc: DType
+    width: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}.{self.dtype}.{self.acc}"
+
+
+def fragment_shapes(desc: TargetDesc) -> list[FragmentShape]:
+    """The shapes `desc` advertises, in its order; entries whose A and B types differ are skipped (the
+    tiled matmul stages both operands in one type)."""
+    out = []
+    for entry in desc.extra.get("fragments") or ():
+        if entry["a"] != entry["b"]:
+            continue
+        width = int(entry.get("width") or desc.subgroup_size or 32)
+        out.append(FragmentShape(int(entry["m"]), int(entry["n"]), int(entry["k"]), DTYPES[entry["a"]],
+                                 DTYPES[entry["acc"]], width))
+    return out
+
+
+@dataclass(frozen=True)
+class FragmentTiles:
+    """The tiled fragment matmul's plan: a workgroup of `sg_rows` x `sg_cols` subgroups computes a
+    `tile_m` x `tile_n` block of the output, each subgroup `frag_rows` x `frag_cols` accumulator
+    fragments of it; the reduction steps by `tile_k`, staging A and B tiles in shared memory."""
+
+    shape: FragmentShape
+    sg_rows: int
+    sg_cols: int
+    frag_rows: int
+    frag_cols: int
+    k_steps: int
+
+    @property
+    def tile_m(self) -> int:
+        return self.sg_rows * self.frag_rows * self.shape.m
+
+    @property
+    def tile_n(self) -> int:
+        return self.sg_cols * self.frag_cols * self.shape.n
+
+    @property
+    def tile_k(self) -> int:
+        return self.k_steps * self.shape.k
+
+    @property
+    def threads(self) -> int:
+        return self.sg_rows * self.sg_cols * self.shape.width
+
+    @property
+    def shared_bytes(self) -> int:
+        """A, B and output tiles; halves counted as 4 bytes, since a dialect without native fragments
+        keeps its arrays in the compute type."""
+        inputs = (self.tile_m + self.tile_n) * self.tile_k * max(4, self.shape.dtype.itemsize)
+        return inputs + self.tile_m * self.tile_n * max(4, self.shape.acc.itemsize)
+
+
+def fragment_tiles(shape: FragmentShape, desc: TargetDesc, rows: int) -> FragmentTiles | None:
+    """The first of `FRAGMENT_PLANS` that fits `desc`'s workgroup size and shared memory, for a matmul of
+    `rows` rows (a short one puts its subgroups side by side); None if none fits."""
+    for subgroups, frags in FRAGMENT_PLANS:
+        sg_rows = 2 if subgroups == 4 and rows > frags * shape.m else 1
+        plan = FragmentTiles(shape, sg_rows, subgroups // sg_rows, frags, frags, FRAGMENT_K_STEPS)
+        if plan.threads <= desc.max_workgroup_size and plan.shared_bytes <= desc.shared_memory_bytes:
+            return plan
+    return None
+
+
+def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
+    """The tiled fragment matmul's plan for dispatch `fn` on `desc`, or None when `fn`'s root is not a
+    matmul that fits one of the target's fragment shapes (then the GPU lowering's own matmul runs). A
+    shape of the operands' own type comes first, then one they widen into exactly, in the target's order."""
+    roots = [op for op in fn.ops if op.name in ROOTS]
+    if desc.max_workgroup_size <= 1 or len(roots) != 1 or roots[0].name != "rt.matmul":
+        return None
+    op = roots[0]
+    a, b = op.operands
+    *_, m, n = op.result.type.shape
+    kk = a.type.shape[-1]
+    if op.result.type.dtype.name not in FRAGMENT_TYPES:
+        return None
+    fits = [s for s in fragment_shapes(desc)
+            if s.acc.name == "f32" and m >= s.m and n >= s.n and kk >= s.k
+            and all(s.dtype.name in HELD_EXACTLY_BY.get(x.type.dtype.name, ()) for x in (a, b))]
+    fits.sort(key=lambda s: s.dtype != a.type.dtype)
+    for shape in fits:
+        plan = fragment_tiles(shape, desc, m)
+        if plan is not None:
+            return plan
+    return None
+
+
 class _GpuLowering(_Lowering):
     """Threads cover the output, consecutive threads on its innermost dim so that loads and stores
     coalesce. Convolutions and matmuls run as reductions with two choices made from the target's
@@ -613,6 +778,9 @@ class _GpuLowering(_Lowering):
                        If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), combine + stores)]
 
     def _matmul(self, op) -> list:
+        plan = matmul_fragments(self.fn, self.desc)
+        if plan is not None:
+            return self._fragment_matmul(op, plan)
         a, b = op.operands
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
@@ -625,6 +793,103 @@ class _GpuLowering(_Lowering):
             return [Store(acc, k.const(0), k.Binary("add", Load(acc, k.const(0), acc_dt), product))]
 
         return self._split_reduction(op, None, 1, a.type.shape[-1], steps)
+
+    def _fragment_matmul(self, op, plan: FragmentTiles) -> list:
+        """The tiled fragment matmul. Each workgroup computes one tile_m x tile_n output tile of one batch
+        element; each subgroup owns frag_rows x frag_cols accumulator fragments of it. Per step of tile_k:
+        the threads stage A (tile_m x tile_k) and B (tile_k x tile_n) in shared memory, each element read
+        through the dispatch's own expression (prologue inlined, clamped, zero past the edges, so any M,
+        N, K work); barrier; each subgroup loads its fragments and multiply-accumulates; barrier. Then the
+        accumulators go to a shared output tile, and after a barrier each thread writes its outputs through
+        the epilogue (bias, activation, cast), guarded by the bounds."""
+        shape = plan.shape
+        a, b = op.operands
+        out = op.result.type
+        *batch, m, n = out.shape
+        kk = a.type.shape[-1]
+        tm, tn, tk, threads = plan.tile_m, plan.tile_n, plan.tile_k, plan.threads
+        tiles_m, tiles_n = -(-m // tm), -(-n // tn)
+        batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        self.threads = threads
+        self.grid = batches * tiles_m * tiles_n
+        self.schedule.update(fragments=shape.name, fragment_width=shape.width, tile_m=tm, tile_n=tn, tile_k=tk,
+                             subgroups=f"{plan.sg_rows}x{plan.sg_cols}",
+                             subgroup_fragments=f"{plan.frag_rows}x{plan.frag_cols}")
+
+        tid, wg = Var("tid"), Var("wg")
+        tile, bi, m0, n0, sg, sr, sc = (self.fresh(p) for p in ("tile", "b", "m0", "n0", "sg", "sr", "sc"))
+        kt, kv, idx = self.fresh("kt"), self.fresh("ks"), self.fresh("e")
+        a_tile, b_tile, c_tile = (self.fresh(p) for p in ("a_tile", "b_tile", "c_tile"))
+        body: list = [Assign(tile, wg % (tiles_m * tiles_n))] if batch else [Assign(tile, wg)]
+        if batch:
+            body.append(Assign(bi, wg // (tiles_m * tiles_n)))
+        body += [
+            Assign(m0, (Var(tile) // tiles_n) * tm),
+            Assign(n0, (Var(tile) % tiles_n) * tn),
+            Assign(sg, tid // shape.width),
+            Assign(sr, (Var(sg) // plan.sg_cols) * (plan.frag_rows * shape.m)),
+            Assign(sc, (Var(sg) % plan.sg_cols) * (plan.frag_cols * shape.n)),
+            Local(a_tile, tm * tk, shape.dtype, shared=True),
+            Local(b_tile, tk * tn, shape.dtype, shared=True),
+            Local(c_tile, tm * tn, shape.acc, shared=True),
+        ]
+        bvars = [Var(name) for name in (self.fresh("bb") for _ in batch)]
+        body += [Assign(v.name, e) for v, e in zip(bvars, _delinearize(Var(bi), batch))]
+
+        def fragment(role: str, fill=None) -> str:
+            name = self.fresh({"a": "fa", "b": "fb", "acc": "acc"}[role])
+            body.append(Fragment(name, role, shape.m, shape.n, shape.k, shape.dtype, shape.acc, shape.width, fill))
+            return name
+
+        acc = [[fragment("acc", 0.0) for _ in range(plan.frag_cols)] for _ in range(plan.frag_rows)]
+        frag_a = [fragment("a") for _ in range(plan.frag_rows)]
+        frag_b = [fragment("b") for _ in range(plan.frag_cols)]
+
+        def staged(value_at, rows: int, cols: int, row0: Expr, col0: Expr, row_limit: int, col_limit: int,
+                   buffer: str) -> Loop:
+            """`buffer`[r * cols + c] = value_at(row0 + r, col0 + c), or 0 past the limits, over the threads."""
+            e = self.fresh("e")
+            flat = Var(e) * threads + tid
+            gr, gc = row0 + flat // cols, col0 + flat % cols
+            inside = k.Binary("and", Compare("lt", gr, k.const(row_limit)), Compare("lt", gc, k.const(col_limit)))
+            value = _widen(value_at(_clamp(gr, row_limit), _clamp(gc, col_limit)), shape.dtype)
+            store = Store(buffer, flat, Select(inside, value, k.const(0, shape.dtype)))
+            if (rows * cols) % threads:
+                store = If(Compare("lt", flat, k.const(rows * cols)), [store])
+            return Loop(e, -(-rows * cols // threads), [store], "unroll")
+
+        def a_at(row, col):
+            return self.value(a, _broadcast_index(bvars + [row, col], a.type.shape, out.shape))
+
+        def b_at(row, col):
+            return self.value(b, _broadcast_index(bvars + [row, col], b.type.shape, out.shape))
+
+        k0 = Var(kt) * tk
+        mma: list = [FragmentLoad(frag_a[i], a_tile, (Var(sr) + i * shape.m) * tk + Var(kv) * shape.k, tk)
+                     for i in range(plan.frag_rows)]
+        mma += [FragmentLoad(frag_b[j], b_tile, Var(kv) * (shape.k * tn) + Var(sc) + j * shape.n, tn)
+                for j in range(plan.frag_cols)]
+        mma += [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
+                for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
+        body.append(Loop(kt, -(-kk // tk), [
+            staged(a_at, tm, tk, Var(m0), k0, m, kk, a_tile),
+            staged(b_at, tk, tn, k0, Var(n0), kk, n, b_tile),
+            k.Barrier(),
+            Loop(kv, plan.k_steps, mma, "unroll"),
+            k.Barrier(),
+        ]))
+        body += [FragmentStore(acc[i][j], c_tile, (Var(sr) + i * shape.m) * tn + Var(sc) + j * shape.n, tn)
+                 for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
+        body.append(k.Barrier())
+
+        flat = Var(idx) * threads + tid
+        gm, gn = Var(m0) + flat // tn, Var(n0) + flat % tn
+        self.override[op.result] = _narrow(Load(c_tile, flat, shape.acc), out.dtype)
+        inside = k.Binary("and", Compare("lt", gm, k.const(m)), Compare("lt", gn, k.const(n)))
+        if (tm * tn) % threads:
+            inside = k.Binary("and", Compare("lt", flat, k.const(tm * tn)), inside)
+        body.append(Loop(idx, -(-tm * tn // threads), [If(inside, [self.store(bvars + [gm, gn])])], "unroll"))
+        return body
 
     def _conv2d(self, op) -> list:
         x, w = op.operands

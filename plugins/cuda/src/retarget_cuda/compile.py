@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
@@ -69,8 +71,12 @@ def _check(nvrtc, result, what: str):
 
 def include_dirs() -> list[str]:
     """Where cuda_fp16.h and cuda_bf16.h are (the renderer includes them): the nvidia-cuda-runtime
-    wheel's headers, else a CUDA toolkit's. NVRTC itself ships no headers."""
+    wheel's headers, else a CUDA toolkit's; and, where that directory lacks it, one that has
+    crt/mma.h, which mma.h (wmma fragments) includes: the nvidia-cuda-crt wheel's, wherever it is on
+    sys.path, else the toolkit's. NVRTC itself ships no headers."""
+    import glob
     import os
+    import sys
 
     found = []
     try:
@@ -81,7 +87,19 @@ def include_dirs() -> list[str]:
         pass
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
     found.append(os.path.join(home, "include"))
-    return [d for d in dict.fromkeys(found) if d and os.path.isfile(os.path.join(d, "cuda_fp16.h"))][:1]
+    found += sorted(d for entry in sys.path for d in glob.glob(os.path.join(entry, "nvidia", "cu*", "include")))
+    found = [d for d in dict.fromkeys(found) if d and os.path.isdir(d)]
+    dirs = [d for d in found if os.path.isfile(os.path.join(d, "cuda_fp16.h"))][:1]
+    if dirs and not os.path.isfile(os.path.join(dirs[0], "crt", "mma.h")):
+        dirs += [d for d in found if os.path.isfile(os.path.join(d, "crt", "mma.h"))][:1]
+    return dirs
+
+
+def wmma_headers() -> bool:
+    """Whether NVRTC will find crt/mma.h, which mma.h (wmma fragments) includes."""
+    import os
+
+    return any(os.path.isfile(os.path.join(d, "crt", "mma.h")) for d in include_dirs())
 
 
 def _compile_once(source: str, arch: str, want: str) -> bytes:
@@ -97,8 +115,11 @@ def _compile_once(source: str, arch: str, want: str) -> bytes:
         log = bytearray(size)
         _check(nvrtc, nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            text = log.decode(errors="replace").rstrip("\0 ")
+            hint = ("wmma fragments need mma.h's crt/mma.h: pip install nvidia-cuda-crt (the version of your "
+                    "NVRTC), or set CUDA_HOME to a CUDA toolkit" if "crt/mma.h" in text else None)
             raise CudaCompileError(f"NVRTC {nvrtc_version()} could not compile the kernels for {arch} ({err.name})",
-                                   log=log.decode(errors="replace").rstrip("\0 "), source=source)
+                                   log=text, source=source, hint=hint)
         get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if want == "cubin"
                          else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
         size = _check(nvrtc, get_size(program), get_size.__name__)
@@ -157,6 +178,7 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
     tensors; without it each param is a flat 1-D tensor."""
     try:
         from retarget.kernel.c_renderer import CUDA, render_module
+        from retarget.kernel.ir import has_fragments
     except ImportError as e:
         raise UnsupportedOpError(f"cuda needs retarget.kernel.c_renderer, which this retarget lacks: {e}",
                                  hint="install a retarget with the C renderer") from e
@@ -165,7 +187,13 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
         if threads > desc.max_workgroup_size:
             raise UnsupportedOpError(f"kernel {kn.name} wants {threads} threads a block; {desc.arch} allows "
                                      f"{desc.max_workgroup_size}")
-    source = render_module(kernels, CUDA)
+    dialect = CUDA
+    if any(has_fragments(kn.body) for kn in kernels) and not wmma_headers():
+        # Without mma.h's crt/mma.h, fragments take the core's portable expansion: right, slower, said once.
+        print("retarget: cuda: crt/mma.h is not installed (pip install nvidia-cuda-crt), so f16/bf16 matmuls use "
+              "plain multiply-add loops instead of wmma", file=sys.stderr, flush=True)
+        dialect = replace(CUDA, fragments=None)
+    source = render_module(kernels, dialect)
     if bindings is None:
         bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
     entries = [

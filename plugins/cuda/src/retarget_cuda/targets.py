@@ -7,6 +7,12 @@ Specifications per Compute Capability"). An `a` row (sm_90a, sm_100a) may use
 architecture-specific instructions (wgmma, tcgen05): its code runs only on that
 exact compute capability, and its PTX cannot be JIT-compiled for newer GPUs.
 `host` is not a row: it is the row of the GPU the driver reports.
+
+Fragments. The core's fragment intrinsics and tiled fragment matmul (retarget.kernel.lower) run
+on the row's wmma shapes: `TargetDesc.extra["fragments"]` lists, from its matrix units, the
+16x16x16 wmma with f16 inputs (sm_70 on) and with bf16 inputs (sm_80 on), both accumulating in
+f32, held by a warp. Only f16 and bf16 matmuls take them: f32 inputs do not convert exactly into
+f16, and wmma's tf32 would change numerics, so f32 matmuls keep the core's own GPU matmul.
 """
 
 from __future__ import annotations
@@ -25,11 +31,16 @@ KB = 1024
 MMA_VOLTA = ("mma.m8n8k4.f16", "wmma.m16n16k16.f16")
 MMA_TURING = ("mma.m16n8k8.f16", "mma.m8n8k16.s8", "wmma.m16n16k16.f16")
 MMA_AMPERE = ("mma.m16n8k16.f16", "mma.m16n8k16.bf16", "mma.m16n8k8.tf32", "mma.m16n8k32.s8",
-              "wmma.m16n16k16.f16")
+              "wmma.m16n16k16.f16", "wmma.m16n16k16.bf16")
 MMA_ADA = MMA_AMPERE + ("mma.m16n8k32.e4m3",)
 WGMMA = ("wgmma.m64nNk16.f16", "wgmma.m64nNk16.bf16", "wgmma.m64nNk8.tf32", "wgmma.m64nNk32.e4m3",
          "wgmma.m64nNk32.s8")
 TCGEN05 = ("tcgen05.mma.f16", "tcgen05.mma.bf16", "tcgen05.mma.tf32", "tcgen05.mma.f8f6f4", "tcgen05.mma.i8")
+# The core's fragment shapes, by the matrix unit that runs them (CUDA C's nvcuda::wmma, rendered by the core).
+FRAGMENTS = {
+    "wmma.m16n16k16.f16": {"m": 16, "n": 16, "k": 16, "a": "f16", "b": "f16", "acc": "f32", "width": 32},
+    "wmma.m16n16k16.bf16": {"m": 16, "n": 16, "k": 16, "a": "bf16", "b": "bf16", "acc": "f32", "width": 32},
+}
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,7 @@ def describe_row(row: Arch, spec: str = "") -> TargetDesc:
             "shared_memory_per_sm_bytes": row.shared_per_sm,
             "registers_per_block": 64 * KB,
             "max_grid": [2**31 - 1, 65535, 65535],
+            "fragments": [dict(FRAGMENTS[u]) for u in row.matrix_units if u in FRAGMENTS],
         },
     )
 

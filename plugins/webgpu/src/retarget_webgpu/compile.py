@@ -30,6 +30,7 @@ from dataclasses import replace
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
 from retarget.kernel import ir as k
+from retarget.kernel.lower import fold_grid
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 
 from . import FORMAT
@@ -92,33 +93,13 @@ def _check_limits(kn: k.Kernel, desc: TargetDesc) -> None:
                                  f"{desc.arch} allows {limits['max-compute-workgroup-storage-size']}")
 
 
-def _grid(kn: k.Kernel, desc: TargetDesc) -> k.Kernel:
-    """A 1-D grid over the per-dimension limit as a 2-D grid; the body sees the same 1-D index."""
-    per_dim = desc.extra["limits"]["max-compute-workgroups-per-dimension"]
-    count = kn.workgroup_count
-    if all(c <= per_dim for c in count):
-        return kn
-    if count[1] != 1 or count[2] != 1 or len(kn.workgroup_vars) != 1:
-        raise UnsupportedOpError(f"kernel {kn.name}: a {count} grid exceeds {per_dim} workgroups per dimension")
-    y = -(-count[0] // per_dim)
-    x = -(-count[0] // y)
-    if y > per_dim:
-        raise UnsupportedOpError(f"kernel {kn.name} needs {count[0]} workgroups, more than {per_dim}^2")
-    wg = kn.workgroup_vars[0]
-    index = k.Binary("add", k.Binary("mul", k.Var("rt_wgy"), k.const(x)), k.Var("rt_wgx"))
-    # The guard is uniform in the workgroup (it reads only the workgroup id), so barriers inside stay legal.
-    body = [k.Assign(wg, index), k.If(k.Compare("lt", k.Var(wg), k.const(count[0])), kn.body)]
-    return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
-                   schedule={**kn.schedule, "grid": f"{x}x{y}"})
-
-
 def render(kn: k.Kernel, desc: TargetDesc) -> dict:
     """One kernel -> {"name", "wgsl", "groups", ...}: the WGSL module and how its bindings are laid out."""
     from retarget.kernel.c_renderer import render_module
 
     _check_types(kn, desc)
     _check_limits(kn, desc)
-    kn = _grid(kn, desc)
+    kn = fold_grid(kn, desc.extra["limits"]["max-compute-workgroups-per-dimension"])
     limit = desc.extra["limits"]["max-storage-buffers-per-shader-stage"]
     packed = len(kn.params) > limit
     if packed:
