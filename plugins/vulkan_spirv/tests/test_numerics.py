@@ -154,3 +154,33 @@ def test_the_validation_layer_reports_nothing_on_a_zoo_run(vulkan_device):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(error <= 1e-4 for error in result["errors"].values()), result["errors"]
     assert result["messages"] == []
+
+
+def test_a_fragment_matmul_without_cooperative_matrices_takes_the_portable_expansion(vulkan_device, tmp_path):
+    """A target that advertises matrix fragments but lacks KHR cooperative matrices (lavapipe here) gets the
+    core's portable expansion: the same tiled schedule, plain multiply-adds, the reference's numbers."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    from retarget_vulkan_spirv import container, targets
+
+    host = targets.describe_device(vulkan_device.info)
+    fragment = {"m": 16, "n": 16, "k": 16, "a": "f16", "b": "f16", "acc": "f32", "width": 32}
+    desc = dataclasses.replace(host, extra={**host.extra, "fragments": [fragment]})
+    assert "CooperativeMatrixKHR" not in desc.features
+
+    class MatmulBiasRelu(torch.nn.Module):
+        def forward(self, a, b, bias):
+            return torch.relu(a @ b + bias)
+
+    rng = np.random.default_rng(5)
+    a, b, bias = (rng.standard_normal(s).astype(np.float16) for s in ((70, 48), (48, 40), (40,)))
+    art = retarget.compile(MatmulBiasRelu(), desc, example_inputs=tuple(map(torch.from_numpy, (a, b, bias))),
+                           dump_dir=tmp_path)
+    (listing,) = [p.read_text() for p in tmp_path.iterdir() if "executable-vulkan-spirv" in p.name]
+    assert "fragment.mma" in listing  # the kernel IR has fragments; the SPIR-V has plain multiply-adds
+    (exe,) = art.manifest["executables"]
+    assert all("CooperativeMatrixKHR" not in m["capabilities"] for m in container.unpack(bytes(art.entries[exe["path"]])))
+    out = retarget.load(art, device=vulkan_device.info.uri).main(a, b, bias)
+    expected = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32), 0).astype(np.float16)
+    np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), rtol=2e-3, atol=2e-3)

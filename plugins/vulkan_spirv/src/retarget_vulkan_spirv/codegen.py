@@ -31,6 +31,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
+from retarget.kernel.portable import expand_fragments
 
 from . import spirv
 from .spirv import GLSL, Module
@@ -59,6 +60,7 @@ class SpirvKernel:
     capabilities: tuple[str, ...]
     shared_bytes: int
     slots: tuple[int, ...]  # the binding of each param (see container.py)
+    required_subgroup_size: int | None = None  # cooperative matrices need their subgroups whole
 
 
 def compute_dtype(dt: DType) -> DType:
@@ -84,19 +86,30 @@ def binding_slots(kernel: k.Kernel, max_bindings: int) -> tuple[int, ...]:
 
 
 def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKernel:
-    """`kernel` as a SPIR-V module; `features` are the SPIR-V capabilities the target allows."""
+    """`kernel` as a SPIR-V module; `features` are the SPIR-V capabilities the target allows. Fragment
+    statements become KHR cooperative matrices where the target has them (SPIR-V 1.6, and the kernel then
+    requires subgroups of the fragments' width), else the core's portable expansion."""
+    native = k.has_fragments(kernel.body) and "CooperativeMatrixKHR" in features
+    if k.has_fragments(kernel.body) and not native:
+        kernel = expand_fragments(kernel)
     slots = binding_slots(kernel, max_bindings)
-    gen = _Codegen(kernel, set(features), slots)
-    return SpirvKernel(kernel.name, gen.run(), tuple(sorted(gen.m.capabilities)), gen.shared_bytes, slots)
+    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3))
+    binary = gen.run()
+    return SpirvKernel(kernel.name, binary, tuple(sorted(gen.m.capabilities)), gen.shared_bytes, slots,
+                       gen.fragment_width)
 
 
 class _Codegen:
-    def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...]):
+    def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...], version=(1, 3)):
         self.k, self.features, self.slots = kernel, features, slots
-        self.m = m = Module((1, 3))
+        self.m = m = Module(version)
         m.capability("Shader")
         self.glsl = m.op("import", "ExtInstImport", None, spirv.string_words("GLSL.std.450"))
-        m.emit("memory_model", "MemoryModel", spirv.ADDRESSING_LOGICAL, spirv.MEMORY_MODEL_GLSL450)
+        if version >= (1, 4) and k.has_fragments(kernel.body):  # cooperative matrices need the Vulkan memory model
+            m.capability("VulkanMemoryModel")
+            m.emit("memory_model", "MemoryModel", spirv.ADDRESSING_LOGICAL, spirv.MEMORY_MODEL_VULKAN)
+        else:
+            m.emit("memory_model", "MemoryModel", spirv.ADDRESSING_LOGICAL, spirv.MEMORY_MODEL_GLSL450)
         self.void = m.type("TypeVoid")
         self.t_bool = m.type_bool()
         self.t_i32 = m.type_int(32)
@@ -109,7 +122,12 @@ class _Codegen:
         self.builtins: dict[str, int] = {}  # workgroup and thread variables -> their i32 value
         self.bases: dict[str, int] = {}  # param -> its element base (push constant), as an i32 value
         self.shared_bytes = 0
-        self.interface: list[int] = []
+        self.interface: list[int] = []  # the entry point's: Input variables, and from SPIR-V 1.4 every global
+        self.fragments: dict[str, tuple[k.Fragment, int, int]] = {}  # name -> (declaration, type, variable)
+        self.fragment_width: int | None = None
+        # With native fragments, f16 workgroup arrays hold f16 (a cooperative matrix loads its own type).
+        self.half_arrays: set[str] = set()
+        self.native_fragments = version >= (1, 4) and k.has_fragments(kernel.body)
 
     def fail(self, what: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"vulkan-spirv: {what} (kernel {self.k.name})",
@@ -228,6 +246,7 @@ class _Codegen:
                 m.decorate(block, "Block")
                 m.member_decorate(block, 0, "Offset", 0)
                 var = m.op("global", "Variable", m.pointer("StorageBuffer", block), spirv.STORAGE["StorageBuffer"])
+                self.global_variable(var)
                 m.decorate(var, "DescriptorSet", 0)
                 m.decorate(var, "Binding", slot)
                 sharing = [q for q, s in zip(self.k.params, self.slots) if s == slot]
@@ -245,6 +264,7 @@ class _Codegen:
             m.member_decorate(block, i, "Offset", 4 * i)
         pointer = m.pointer("PushConstant", block)
         self.push_constants = m.op("global", "Variable", pointer, spirv.STORAGE["PushConstant"])
+        self.global_variable(self.push_constants)
         m.name(self.push_constants, "rt_bases")
 
     def load_builtins(self) -> None:
@@ -264,6 +284,10 @@ class _Codegen:
         for name, i in self.param_index.items():
             member = self.op("AccessChain", ptr, self.push_constants, self.i32(i))
             self.bases[name] = self.op("Load", self.t_i32, member)
+
+    def global_variable(self, var: int) -> None:
+        if self.m.version >= (1, 4):
+            self.interface.append(var)
 
     def variable(self, name: str, type_id: int) -> int:
         key = (name, type_id)
@@ -292,11 +316,16 @@ class _Codegen:
 
     def stmt_local(self, s: k.Local) -> None:
         m = self.m
-        element = self.type_of(s.dtype)
+        half = s.shared and s.dtype.name == "f16" and self.native_fragments
+        if half:
+            self.need("Float16", "f16 workgroup arrays for cooperative matrices")
+            self.half_arrays.add(s.name)
+        element = m.type_float(16) if half else self.type_of(s.dtype)
         array = m.type("TypeArray", element, self.i32(s.size))
         if s.shared:
             var = m.op("global", "Variable", m.pointer("Workgroup", array), spirv.STORAGE["Workgroup"])
-            self.shared_bytes += s.size * max(4, compute_dtype(s.dtype).itemsize)
+            self.global_variable(var)
+            self.shared_bytes += s.size * (2 if half else max(4, compute_dtype(s.dtype).itemsize))
             self.buffers[s.name] = (s.dtype, var, "Workgroup")
         else:
             var = self.variable(s.name, array)
@@ -358,6 +387,54 @@ class _Codegen:
         self.emit("Branch", header)
         self.label(merge)
 
+    # -- fragments: KHR cooperative matrices ------------------------------------------------------
+    def fragment_type(self, f: k.Fragment) -> int:
+        element = f.element
+        if element.name == "f16":
+            self.need("Float16", "f16 cooperative matrices")
+            component = self.m.type_float(16)
+        elif element.name == "f32":
+            component = self.t_f32
+        else:
+            raise self.fail(f"cooperative matrices of {element} are not supported")
+        self.need("CooperativeMatrixKHR", "matrix fragments")
+        return self.m.type("TypeCooperativeMatrixKHR", component, self.u32(spirv.SCOPE_SUBGROUP), self.u32(f.rows),
+                           self.u32(f.cols), self.u32(spirv.COOPERATIVE_MATRIX_USE[f.role]))
+
+    def fragment(self, name: str) -> tuple[k.Fragment, int, int]:
+        if name not in self.fragments:
+            raise self.fail(f"fragment %{name} is used before it is declared")
+        return self.fragments[name]
+
+    def stmt_fragment(self, s: k.Fragment) -> None:
+        if self.fragment_width not in (None, s.width):
+            raise self.fail("fragments of different subgroup widths in one kernel")
+        self.fragment_width = s.width
+        type_id = self.fragment_type(s)
+        var = self.variable(s.name, type_id)
+        self.fragments[s.name] = (s, type_id, var)
+        if s.fill is not None:
+            fill = (self.m.constant(self.m.type_float(16), s.fill, 16, "float") if s.element.name == "f16"
+                    else self.const(s.fill, s.element))
+            self.emit("Store", var, self.op("CompositeConstruct", type_id, fill))
+
+    def stmt_fragmentload(self, s: k.FragmentLoad) -> None:
+        _, type_id, var = self.fragment(s.name)
+        value = self.op("CooperativeMatrixLoadKHR", type_id, self.element(s.buffer, s.index), self.u32(spirv.ROW_MAJOR),
+                        self.u32(s.stride))
+        self.emit("Store", var, value)
+
+    def stmt_fragmentmma(self, s: k.FragmentMma) -> None:
+        a, b, c = (self.fragment(name) for name in (s.a, s.b, s.c))
+        _, d_type, d_var = self.fragment(s.d)
+        loaded = [self.op("Load", type_id, var) for _, type_id, var in (a, b, c)]
+        self.emit("Store", d_var, self.op("CooperativeMatrixMulAddKHR", d_type, *loaded))
+
+    def stmt_fragmentstore(self, s: k.FragmentStore) -> None:
+        _, type_id, var = self.fragment(s.name)
+        self.emit("CooperativeMatrixStoreKHR", self.element(s.buffer, s.index), self.op("Load", type_id, var),
+                  self.u32(spirv.ROW_MAJOR), self.u32(s.stride))
+
     # -- memory -----------------------------------------------------------------------------------
     def buffer(self, name: str) -> tuple[DType, int, str]:
         if name not in self.buffers:
@@ -371,7 +448,8 @@ class _Codegen:
         if storage == "StorageBuffer":
             i = self.int_op("IAdd", self.bases[name], i)
             return self.op("AccessChain", self.m.pointer(storage, self.storage_type(dt)), var, self.i32(0), i)
-        return self.op("AccessChain", self.m.pointer(storage, self.type_of(dt)), var, i)
+        element = self.m.type_float(16) if name in self.half_arrays else self.type_of(dt)
+        return self.op("AccessChain", self.m.pointer(storage, element), var, i)
 
     def from_storage(self, raw: int, dt: DType) -> int:
         """A loaded buffer element of `dt` as a value of its compute type."""
@@ -392,6 +470,8 @@ class _Codegen:
 
     def to_storage(self, value: int, dt: DType, buffer: str) -> int:
         """A compute value of `dt` as one element of a buffer (or local array) of `dt`."""
+        if buffer in self.half_arrays:
+            return self.op("FConvert", self.m.type_float(16), value)
         if self.buffers[buffer][2] != "StorageBuffer":
             return value
         name = dt.name
@@ -441,6 +521,8 @@ class _Codegen:
         pointer = self.element(e.buffer, e.index)
         if storage == "StorageBuffer":
             value = self.from_storage(self.op("Load", self.storage_type(dt), pointer), dt)
+        elif e.buffer in self.half_arrays:
+            value = self.op("FConvert", self.t_f32, self.op("Load", self.m.type_float(16), pointer))
         else:
             value = self.op("Load", self.type_of(dt), pointer)
         return self.convert(value, dt, e.dtype)

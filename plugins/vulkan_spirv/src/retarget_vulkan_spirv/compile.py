@@ -52,7 +52,8 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         "params": [{"dtype": p.dtype.name, "itemsize": p.dtype.itemsize, "access": p.access} for p in kn.params],
         "slots": list(generated.slots),
         "push_constant_bytes": 4 * len(kn.params),
-        "required_subgroup_size": None,  # the code does not depend on it (codegen.py)
+        # None: the code does not depend on it (codegen.py); cooperative matrices need whole subgroups of their width
+        "required_subgroup_size": generated.required_subgroup_size,
         "shared_bytes": generated.shared_bytes,
         "capabilities": list(generated.capabilities),
     }

@@ -344,12 +344,31 @@ def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_vers
             "vulkan_version": vulkan_version,
             "cooperative_matrix": [dict(shape) for shape in cooperative_matrix] if "CooperativeMatrixKHR" in caps
             else [],
+            "fragments": fragments(cooperative_matrix, caps, features, vulkan_version, subgroup_size,
+                                   subgroup_sizes),
             "vendor": vendor,
             "device_type": device_type,
             "product": product,
             "note": note,
         },
     )
+
+
+def fragments(shapes, caps, features, vulkan_version: str, subgroup_size: int | None,
+              subgroup_sizes: tuple[int, ...]) -> list[dict]:
+    """The matrix fragments the core's lowering may use (`retarget.kernel.lower`), from the cooperative-matrix
+    shapes codegen can spell: f16 A and B, f32 accumulators, subgroup scope. Such code depends on the subgroup
+    size, so it needs one the device can pin (a single size, or subgroup size control), and the Vulkan memory
+    model (required from Vulkan 1.3)."""
+    if "CooperativeMatrixKHR" not in caps or "Float16" not in caps or not subgroup_size:
+        return []
+    if len(subgroup_sizes) > 1 and "subgroupSizeControl" not in features:
+        return []
+    if "vulkanMemoryModel" not in features and _version(vulkan_version) < (1, 3):
+        return []
+    return [{"m": s["M"], "n": s["N"], "k": s["K"], "a": "f16", "b": "f16", "acc": "f32", "width": subgroup_size}
+            for s in shapes if (s["a"], s["b"], s["c"], s["result"]) == ("f16", "f16", "f32", "f32")
+            and s.get("scope", "subgroup") == "subgroup"]
 
 
 def describe_row(row: Arch, spec: str = "", product: str | None = None) -> TargetDesc:
