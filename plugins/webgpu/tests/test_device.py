@@ -131,6 +131,20 @@ def test_the_mlp_runs_on_webgpu_and_matches_numpy(webgpu_device):
         np.testing.assert_allclose(m.predict(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_outputs_read_through_the_learned_readback_follow_each_new_input(webgpu_device):
+    """From the second call on, a function's outputs come back in its own submit (one map per call): they must
+    still be this call's outputs, not a stale copy, and a write in between must not be served old data."""
+    module, x, _ = mlp_module()
+    m = retarget.load(retarget.compile(module, "webgpu-spirv"), device="webgpu")
+    reference = retarget.load(retarget.compile(module, "vmvx"), device="local-sync")
+    rng = np.random.default_rng(9)
+    for _ in range(4):
+        x = rng.standard_normal(x.shape).astype(x.dtype)
+        np.testing.assert_allclose(m.predict(x), reference.predict(x), rtol=1e-5, atol=1e-5)
+    fn = m.function("predict")
+    assert fn.command_buffer.readback_ranges, "the output range should have been learned"
+
+
 def test_host_code_runs_on_its_own_adapter(webgpu_device):
     module, x, expected = mlp_module()
     m = retarget.load(retarget.compile(module, "webgpu-spirv:host"), device="webgpu")
