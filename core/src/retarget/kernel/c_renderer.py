@@ -103,7 +103,7 @@ HELPERS = [
      "  for (; b > 0; b >>= 1) { if (b & 1) r = ($T)(r * a); a = ($T)(a * a); }\n  return r;\n}"),
     ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
      "$Q $T rt_erf_$s($T x) {\n  x = x != x ? x : x < ($T)-4 ? ($T)-4 : x > ($T)4 ? ($T)4 : x;\n  $T x2 = x * x;\n"
-     f"  return x * {_horner(_ERF_P)} / {_horner(_ERF_Q)};\n}}"),
+     f"  return x * ({_horner(_ERF_P)} / {_horner(_ERF_Q)});\n}}"),
     ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
      "$Q $T rt_log1p_$s($T x) {\n  $T u = ($T)1 + x;\n  if (u - u != ($T)0) return log$f(u);  /* inf or NaN */\n"
      "  return u == ($T)1 ? x : log$f(u) * (x / (u - ($T)1));\n}"),

@@ -774,7 +774,8 @@ class _Codegen:
                 acc = self.op("FAdd", t, self.op("FMul", t, acc, x2), self.const(coefficient, c))
             return acc
 
-        value = self.op("FDiv", t, self.op("FMul", t, clamped, horner(_ERF_P)), horner(_ERF_Q))
+        value = self.op("FMul", t, clamped, self.op("FDiv", t, horner(_ERF_P), horner(_ERF_Q)))  # x * (P / Q):
+        # (x * P) / Q would flush a subnormal x
         return self.select(self.op("IsNan", self.t_bool, x), x, value, t)
 
     # -- binary ops -------------------------------------------------------------------------------
