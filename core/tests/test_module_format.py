@@ -1,4 +1,7 @@
 import json
+import pickle
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -78,7 +81,7 @@ def test_out_of_bounds_binding_is_rejected(mlp_rtm, tmp_path):
 
     bad = tmp_path / "oob.rtm"
     _rewrite(mlp_rtm[0], bad, stretch)
-    with pytest.raises(ModuleFormatError, match="binds bytes outside its buffers"):
+    with pytest.raises(ModuleFormatError, match=r"functions\['predict'\]\.program\[0\]\.bindings\[0\] reaches byte"):
         read(bad)
 
 
@@ -90,8 +93,120 @@ def test_a_plain_zip_is_not_a_module(tmp_path):
         read(path)
 
 
-def test_loading_never_unpickles(mlp_rtm):
-    """The format has no pickled entry: every entry is JSON, raw constants or executable text."""
-    with zipfile.ZipFile(mlp_rtm[0]) as zf:
-        for info in zf.infolist():
-            assert not zf.read(info.filename).startswith(b"\x80")  # pickle protocol marker
+def test_loading_and_calling_a_module_runs_none_of_its_contents_as_python(mlp_rtm, tmp_path):
+    """Python's audit hooks see every exec, eval, compile and unpickling; loading and calling a module
+    (one that even carries a pickle, to tempt a regression) must cause none of them."""
+    path, x, _ = mlp_rtm
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("evil.pkl", pickle.dumps(_Tripwire()))
+    script = f"""
+import sys, numpy as np, retarget
+x = np.load({str(tmp_path / "x.npy")!r})
+retarget.load({str(path)!r}, "local-sync").predict(x)  # warm up: lazy imports compile and exec our own code
+seen = []
+sys.addaudithook(lambda event, args: seen.append(event) if event in
+                 ("exec", "compile", "pickle.find_class", "marshal.loads", "os.system", "subprocess.Popen") else None)
+retarget.load({str(path)!r}, "local-sync").predict(x)
+print(seen)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert not (tmp_path / "tripped").exists()
+
+
+class _Tripwire:
+    def __reduce__(self):
+        return (open, ("tripped", "w"))
+
+
+# -- the manifest is checked field by field before anything uses it ----------------------------------------
+
+
+def _edit(src, dst, manifest=None, entries=None):
+    """Rewrite module `src` to `dst` with `manifest(m)` and `entries(e)` applied, checksums recomputed
+    (as someone who edits a module on purpose would)."""
+    art = read(src)
+    art.manifest = json.loads(json.dumps(art.manifest))
+    art.entries = {name: bytes(np.asarray(data)) for name, data in art.entries.items()}
+    if manifest:
+        manifest(art.manifest)
+    if entries:
+        entries(art.entries)
+    return art.save(dst)
+
+
+def _set(path, value):
+    def change(m):
+        *parents, last = path
+        for key in parents:
+            m = m[key]
+        m[last] = value
+
+    return change
+
+
+@pytest.mark.parametrize("field, value, message", [
+    (("functions", "predict", "arena_bytes"), "128", r"functions\['predict'\]\.arena_bytes is not an integer"),
+    (("functions", "predict", "arena_bytes"), True, r"functions\['predict'\]\.arena_bytes is not an integer"),
+    (("functions", "predict", "inputs", 0, "slot"), ["const", 0, 64], r"inputs\[0\]\.slot does not hold a tensor<2x8x"),
+    (("functions", "predict", "inputs", 0, "type"), "tensor<?x8xf32>", "is not a tensor type of static shape"),
+    (("functions", "predict", "inputs", 0, "type"), "tensor<2x8xf32> garbage", "is not a type"),
+    (("functions", "predict", "program", 0, "entry"), 99, r"program\[0\]\.entry is 99, and executables\[0\] has 1"),
+    (("functions", "predict", "program", 0, "op"), "exec", r"program\[0\]\.op is not 'dispatch' or 'barrier'"),
+    (("executables", 0, "entry_points", 0, "workgroup_count"), [65536, 65536, 2], "more than 4,294,967,296 workgroups"),
+    (("executables", 0, "entry_points", 0, "workgroup_size"), [0, 1, 1], r"workgroup_size is not an integer from 1"),
+    (("executables", 0, "target", "fp16"), "yes", r"target\.fp16 is not a bool"),
+    (("executables", 0, "target", "subgroup_size"), 1.5, r"target\.subgroup_size is not a int \| None"),
+    (("executables", 0, "target", "exec"), "x", "target has unknown fields exec"),
+    (("executables", 0, "path"), "../../etc/passwd", "which is not an entry of the module"),
+    (("executables",), [], "holds no code"),
+    (("constants", "items", 0, "offset"), 1 << 20, r"constants\.items\[0\] lies outside constants\.bin"),
+])
+def test_a_manifest_field_of_the_wrong_kind_is_named(mlp_rtm, tmp_path, field, value, message):
+    bad = _edit(mlp_rtm[0], tmp_path / "bad.rtm", manifest=_set(field, value))
+    with pytest.raises(ModuleFormatError, match=message):
+        read(bad)
+
+
+def test_a_manifest_nested_past_the_json_parser_is_rejected(mlp_rtm, tmp_path):
+    bad = tmp_path / "deep.rtm"
+    _rewrite(mlp_rtm[0], bad, lambda n, d: b"[" * 200_000 + b"]" * 200_000 if n == "manifest.json" else d)
+    with pytest.raises(ModuleFormatError, match="manifest.json is not valid JSON"):
+        read(bad)
+
+
+def test_a_compressed_entry_is_rejected(mlp_rtm, tmp_path):
+    bad = tmp_path / "deflated.rtm"
+    with zipfile.ZipFile(mlp_rtm[0]) as zin, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    with pytest.raises(ModuleFormatError, match="entry 'manifest.json' is compressed or encrypted"):
+        read(bad)
+
+
+def test_a_vmvx_function_that_does_not_match_its_entry_point_is_rejected_at_load(mlp_rtm, tmp_path):
+    def transpose_output(m):
+        m["executables"][0]["entry_points"][0]["bindings"][-1]["type"] = "tensor<4x2xf32>"  # as many bytes
+
+    bad = _edit(mlp_rtm[0], tmp_path / "bad.rtm", manifest=transpose_output)
+    with pytest.raises(ModuleFormatError, match="takes and returns .* but its entry point binds"):
+        retarget.load(bad, "local-sync")
+
+
+def test_a_vmvx_entry_point_runs_as_one_workgroup(mlp_rtm, tmp_path):
+    bad = _edit(mlp_rtm[0], tmp_path / "bad.rtm",
+                manifest=_set(("executables", 0, "entry_points", 0, "workgroup_count"), [65535, 1, 1]))
+    with pytest.raises(ModuleFormatError, match=r"asks for \[65535, 1, 1\] workgroups; a vmvx function runs as one"):
+        retarget.load(bad, "local-sync")
+
+
+def test_an_edited_module_that_is_still_well_formed_loads(mlp_rtm, tmp_path):
+    """The checks refuse what is wrong, not what is unusual: a renamed function still loads and runs."""
+    path, x, expected = mlp_rtm
+
+    def rename(m):
+        m["functions"]["renamed"] = m["functions"].pop("predict")
+
+    edited = _edit(path, tmp_path / "renamed.rtm", manifest=rename)
+    np.testing.assert_allclose(retarget.load(edited, "local-sync").renamed(x), expected, rtol=1e-5)

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import retarget
@@ -63,6 +65,49 @@ def test_iree_input_syntax(text, expected):
     np.testing.assert_array_equal(got, expected)
 
 
+def test_unsigned_64_bit_inputs_take_their_whole_range():
+    np.testing.assert_array_equal(parse_input("2xui64=18446744073709551615 0"), np.array([2**64 - 1, 0], np.uint64))
+
+
+def _npy(tmp_path, array, **kwargs):
+    np.save(tmp_path / "a.npy", array, **kwargs)
+    return f"@{tmp_path / 'a.npy'}"
+
+
+def test_npy_inputs_come_back_c_contiguous_in_native_byte_order(tmp_path):
+    fortran = np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))
+    got = parse_input(_npy(tmp_path, fortran))
+    assert got.flags.c_contiguous and got.flags.writeable
+    np.testing.assert_array_equal(got, fortran)
+    big_endian = parse_input(_npy(tmp_path, np.arange(3, dtype=">f4")))
+    assert big_endian.dtype == np.float32
+    np.testing.assert_array_equal(big_endian, [0, 1, 2])
+
+
+def test_an_npy_header_promising_more_than_the_file_holds_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "a.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 2**20)})
+        f.write(bytes(16))
+    with pytest.raises(InputError, match=r"header promises 4,611,686,018,427,387,904 bytes of data and the file holds 16"):
+        parse_input(f"@{path}")
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.array([{"a": 1}], dtype=object), "which would need pickle"),
+    (np.array(["text"]), "holds <U4, which retarget has no element type for"),
+])
+def test_npy_files_retarget_cannot_use_are_refused(tmp_path, array, message):
+    with pytest.raises(InputError, match=message):
+        parse_input(_npy(tmp_path, array, allow_pickle=True))
+
+
+def test_an_npz_file_is_refused_with_a_hint(tmp_path):
+    np.savez(tmp_path / "a.npz", a=np.zeros(2))
+    with pytest.raises(InputError, match=r"not a valid .npy file.*not .npz"):
+        parse_input(f"@{tmp_path / 'a.npz'}")
+
+
 def test_input_from_npy_file(tmp_path):
     np.save(tmp_path / "x.npy", np.arange(4, dtype=np.int64))
     np.testing.assert_array_equal(parse_input(f"@{tmp_path / 'x.npy'}"), np.arange(4))
@@ -73,6 +118,11 @@ def test_input_from_npy_file(tmp_path):
     ("2x2xf99=1", "is not SHAPExDTYPE"),
     ("2x2xf32=1 2 3", "3 values for shape"),
     ("@/nonexistent.npy", "cannot read input file"),
+    # found by the fuzzer: each was a bare numpy or Python exception
+    ("-1x2xf32=0", "a dimension is negative"),
+    ("2xui8=255 256", "256 does not fit ui8 \\(0 to 255\\)"),
+    ("i64=99999999999999999999", "does not fit i64"),
+    ("1099511627776x1099511627776xf32=0", "cannot make a 1099511627776x1099511627776xf32 array"),
 ])
 def test_bad_inputs_get_clear_errors(text, message):
     with pytest.raises(InputError, match=message):
@@ -134,3 +184,155 @@ def test_native_code_is_preferred_over_the_reference_when_both_fit(mlp):
     loaded = retarget.load(retarget.compile(module, ["vmvx", "llvm-cpu"]), device="local-task")
     assert loaded.variant.target.backend == "llvm-cpu"
     np.testing.assert_allclose(loaded.predict(x), expected, rtol=1e-5)
+
+
+# -- run-time input checks: before any dispatch, naming the argument ------------------------------------------
+
+
+@pytest.fixture
+def predict(mlp):
+    module, x, expected = mlp
+    return retarget.load(retarget.compile(module, "vmvx"), device="local-sync").predict, x, expected
+
+
+def test_a_non_contiguous_array_is_copied_and_gives_the_same_answer(predict):
+    fn, x, expected = predict
+    wide = np.zeros((2, 16), np.float32)
+    wide[:, ::2] = x
+    assert not wide[:, ::2].flags.c_contiguous
+    np.testing.assert_allclose(fn(wide[:, ::2]), expected, rtol=1e-5)
+    np.testing.assert_allclose(fn(np.asfortranarray(x)), expected, rtol=1e-5)
+
+
+def test_an_array_in_the_other_byte_order_is_accepted(predict):
+    fn, x, expected = predict
+    np.testing.assert_allclose(fn(x.astype(">f4")), expected, rtol=1e-5)
+
+
+def test_an_array_on_a_device_is_refused_naming_the_argument(predict):
+    class CudaTensor:
+        def __dlpack_device__(self):
+            return (2, 1)
+
+    with pytest.raises(InputError, match=r"input 0 \('x'\) of predict is an array on cuda:1; this call takes host"):
+        predict[0](CudaTensor())
+
+
+def test_the_wrong_number_of_inputs_shows_the_signature(predict):
+    with pytest.raises(InputError, match=r"predict\(x: tensor<2x8xf32>\) -> \(tensor<2x4xf32>\) takes 1 inputs, got 2"):
+        predict[0](predict[1], predict[1])
+
+
+def test_python_lists_are_converted_when_their_kind_fits(predict):
+    fn, x, expected = predict
+    np.testing.assert_allclose(fn(x.tolist()), expected, rtol=1e-5)
+    np.testing.assert_allclose(fn(np.zeros((2, 8), int).tolist()), fn(np.zeros((2, 8), np.float32)))
+    with pytest.raises(InputError, match=r"input 0 \('x'\) of predict must be float32 numbers, got list of <U1"):
+        fn([["a"] * 8] * 2)
+
+
+def test_a_list_of_floats_for_an_integer_input_is_refused():
+    from retarget.testing.graphs import add_module
+
+    module, (x, y), expected = add_module(n=4, dtype="i32")
+    add = retarget.load(retarget.compile(module, "vmvx"), device="local-sync").main
+    np.testing.assert_array_equal(add(x.tolist(), y.tolist()), expected)
+    with pytest.raises(InputError, match=r"input 1 \('y'\) of main must be int32 numbers, got list of float64"):
+        add(x, [0.5] * 4)
+
+
+def test_scalar_inputs_take_0d_arrays_and_numbers():
+    from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
+
+    arg = Value(TensorType((), dtypes.f32))
+    fn = Function("double", [arg], arg_names=["s"])
+    fn.returns = [Builder(fn).op("rt.add", [arg, arg])]
+    double = retarget.load(retarget.compile(Module({"double": fn}), "vmvx"), device="local-sync").double
+    for s in (np.float32(1.5), np.array(1.5, np.float32), 1.5):
+        assert double(s) == np.float32(3.0) and double(s).shape == ()
+    with pytest.raises(InputError, match=r"must have shape \[\], got \[1\]"):
+        double(np.array([1.5], np.float32))
+
+
+def test_nan_inputs_run_and_propagate_as_numpy_does(mlp):
+    module, x, _ = mlp
+    w, b, _ = [op.attrs["value"].array for op in module.functions["predict"].ops if op.name == "rt.constant"]
+    x = x.copy()
+    x[0, 0] = np.nan
+    y = retarget.load(retarget.compile(module, "vmvx"), device="local-sync").predict(x)
+    np.testing.assert_allclose(y, np.maximum(x @ w + b, 0), rtol=1e-5, equal_nan=True)
+    assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()
+
+
+# -- threads and memory ---------------------------------------------------------------------------------------
+
+
+def test_threads_calling_one_module_at_once_get_their_own_answers():
+    """8 threads start together at a barrier; each calls the same function and another function of the module
+    with its own inputs, over and over, on local-task."""
+    import threading
+
+    from retarget.ir import Module
+    from retarget.testing.graphs import add_module, chain_module
+
+    add_m, _, _ = add_module(n=64)
+    chain_m, _, _ = chain_module()
+    two = Module({"add": add_m.functions["main"], "chain": chain_m.functions["main"]})
+    two.functions["add"].name, two.functions["chain"].name = "add", "chain"
+    loaded = retarget.load(retarget.compile(two, "vmvx"), device="local-task")
+    threads, rounds = 8, 25
+    start = threading.Barrier(threads)
+    failures = []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        start.wait()
+        for _ in range(rounds):
+            x, y = rng.standard_normal((2, 64)).astype(np.float32)
+            a, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((4, 16), (16, 8), (8, 4)))
+            try:
+                np.testing.assert_allclose(loaded.add(x, y), x + y, rtol=1e-6)
+                np.testing.assert_allclose(loaded.chain(a, w1, w2), a @ w1 @ w2, rtol=1e-4, atol=1e-5)
+            except Exception as e:  # reported from the main thread
+                failures.append(f"thread {k}: {e}")
+                return
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(timeout=120)
+    assert not failures, failures[:3]
+    assert not any(t.is_alive() for t in pool)
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_two_thousand_calls_leak_no_memory(predict):
+    import gc
+    import tracemalloc
+
+    fn, x, expected = predict
+    for _ in range(200):  # warm up: caches, allocator pools
+        fn(x)
+    gc.collect()
+    rss = _rss_bytes()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(2000):
+            y = fn(x)
+        del y
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 << 10, f"Python-visible memory grew by {grown:,} bytes over 2000 calls"
+    if rss is not None:
+        assert _rss_bytes() - rss < 16 << 20, f"RSS grew by {_rss_bytes() - rss:,} bytes over 2000 calls"

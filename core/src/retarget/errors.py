@@ -46,6 +46,14 @@ class ModuleFormatError(RetargetError):
     """A .rtm file that is truncated, tampered with, or from a newer format."""
 
 
+class SignatureError(ModuleFormatError):
+    """A module that is unsigned, signed by an untrusted key, or changed after signing, when trusted keys are given."""
+
+
+class DeviceMemoryError(RetargetError):
+    """A buffer that the device cannot allocate."""
+
+
 class InputError(RetargetError):
     """A call argument of the wrong shape, dtype, or spelling."""
 

@@ -19,6 +19,9 @@ from .errors import UnknownDeviceError
 from .protocols import DeviceInfo, EntryPoint, ExecutableBinary, TargetDesc
 
 ALIGNMENT = 64
+# A dispatch's workgroups run as at most this many tasks, each a contiguous range of them: enough to keep
+# every worker busy, and a grid of millions of workgroups costs no more memory than a small one.
+MAX_TASKS_PER_DISPATCH = 64
 
 
 @dataclass(eq=False)
@@ -64,8 +67,11 @@ class LocalCommandBuffer:
             views.append(buf.view(offset, b.type))
         run = executable.kernels[entry](views)
         gx, gy, gz = ep.workgroup_count
-        for g in [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]:
-            self._add(lambda g=g: run(g))
+        total = gx * gy * gz
+        tasks = min(total, MAX_TASKS_PER_DISPATCH)
+        for t in range(tasks):
+            lo, hi = total * t // tasks, total * (t + 1) // tasks
+            self._add(lambda lo=lo, hi=hi: _run_workgroups(run, lo, hi, gx, gy))
 
     def copy(self, src: HostBuffer, src_offset: int, dst: HostBuffer, dst_offset: int, nbytes: int) -> None:
         _check_range(src, src_offset, nbytes, "copying from")
@@ -159,6 +165,12 @@ def cpu_name() -> str:
 def _check_range(buffer: HostBuffer, offset: int, nbytes: int, what: str) -> None:
     if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
         raise ValueError(f"{what} {nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
+
+
+def _run_workgroups(run, lo: int, hi: int, gx: int, gy: int) -> None:
+    """Workgroups lo..hi-1, numbered x fastest, then y, then z."""
+    for i in range(lo, hi):
+        run((i % gx, i // gx % gy, i // (gx * gy)))
 
 
 def _run_all(works) -> None:

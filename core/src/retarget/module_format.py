@@ -1,33 +1,48 @@
 """The .rtm module file: a stored (uncompressed) zip with a JSON manifest.
 
 Entries: `manifest.json`, `constants.bin` (every constant, 64-byte aligned, so it
-can be memory-mapped) and `executables/<target>.bin`. The manifest records the
-format version, the producer versions, the functions with their host programs,
-the executable variants and the SHA-256 of every other entry. Reading checks all
-of it before anything runs; nothing stored in a module is ever executed as
-Python (no pickle, no eval).
+can be memory-mapped), `executables/<target>.bin`, and `signature.json` when the
+module is signed. The manifest records the format version, the producer versions,
+the functions with their host programs, the executable variants and the SHA-256 of
+every other entry. Reading checks all of it (every field's type, every size and
+offset against its buffer, every checksum) before anything is memory-mapped or runs;
+nothing stored in a module is ever executed as Python (no pickle, no eval).
+
+Checksums find corruption, not an attacker, who can recompute them: a module's
+native code runs when it is called. `read(..., trusted_keys=...)` accepts only
+modules signed by one of those keys (signing.py).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 import os
+import re
 import struct
+import types
+import typing
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .errors import ModuleFormatError
+from .errors import ModuleFormatError, RetargetError
 
 FORMAT = "retarget-module"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+SIGNATURE = "signature.json"  # optional: who signed manifest.json (signing.py)
 CONSTANTS = "constants.bin"
 ALIGN = 64
 _PAD_FIELD = 0xD935  # a private zip extra-field id used to align entry data
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_BYTES = 1 << 48  # any size or offset in a manifest: past what a device holds, and far from overflowing int64
+MAX_GRID_DIM = 2**31 - 1  # a workgroup count or size in one dimension, as GPUs allow
+MAX_WORKGROUPS = 2**32  # in one dispatch
 
 
 @dataclass
@@ -38,18 +53,28 @@ class Artifact:
     entries: dict[str, bytes | np.ndarray] = field(default_factory=dict)
     path: str | None = None
 
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, signing_key=None) -> Path:
+        """Write the module to `path`; with `signing_key` (an Ed25519 private key, or the path of its
+        PEM file), sign it so that `load(..., trusted_keys=...)` can check who made it."""
         path = Path(path)
         manifest = dict(self.manifest)
         manifest["entries"] = {
             name: {"size": len(_bytes(data)), "sha256": hashlib.sha256(_bytes(data)).hexdigest()}
             for name, data in self.entries.items()
         }
+        manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        signature = None
+        if signing_key is not None:
+            from .signing import sign
+
+            signature = sign(manifest_bytes, signing_key)
         tmp = path.with_name(path.name + ".tmp")
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
-            zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+            zf.writestr(MANIFEST, manifest_bytes)
             for name, data in self.entries.items():
                 _write_aligned(zf, name, _bytes(data))
+            if signature is not None:
+                zf.writestr(SIGNATURE, signature)
         os.replace(tmp, path)
         self.manifest, self.path = manifest, str(path)
         return path
@@ -76,18 +101,22 @@ def _write_aligned(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
     zf.writestr(info, data)
 
 
-def read(path: str | os.PathLike, *, mmap: bool = True) -> Artifact:
-    """Open and check a .rtm file; raises ModuleFormatError naming what is wrong."""
+def read(path: str | os.PathLike, *, mmap: bool = True, trusted_keys=None) -> Artifact:
+    """Open and check a .rtm file; raises ModuleFormatError naming what is wrong.
+
+    With `trusted_keys` (Ed25519 public keys: paths or bytes of PEM files, or raw keys), the module
+    must be signed by one of them (`signing.py`); that is checked before the manifest is read."""
     path = Path(path)
     if not path.exists():
         raise ModuleFormatError(f"{path}: no such module file", hint="compile one with `retarget compile MODEL -o FILE.rtm`")
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, struct.error) as e:
         raise ModuleFormatError(f"{path} is not a retarget module, or it is truncated ({e})",
                                 hint="recompile it with `retarget compile`") from None
     with zf:
-        manifest = _manifest(zf, path)
+        manifest = _manifest(zf, path, trusted_keys)
+        _check_manifest(manifest, path)
         entries = {}
         for name, meta in manifest["entries"].items():
             info = _entry_info(zf, name, path)
@@ -102,31 +131,42 @@ def read(path: str | os.PathLike, *, mmap: bool = True) -> Artifact:
                 raise ModuleFormatError(f"{path}: checksum mismatch in entry '{name}'",
                                         hint="the file is corrupt or was tampered with; recompile it")
             entries[name] = data
-    artifact = Artifact(manifest, entries, str(path))
-    _check_bounds(artifact, path)
-    return artifact
+    return Artifact(manifest, entries, str(path))
 
 
-def _manifest(zf: zipfile.ZipFile, path: Path) -> dict:
-    if MANIFEST not in zf.namelist():
+def _manifest(zf: zipfile.ZipFile, path: Path, trusted_keys=None) -> dict:
+    names = zf.namelist()
+    if MANIFEST not in names:
         raise ModuleFormatError(f"{path} is a zip file but not a retarget module (no manifest.json)",
                                 hint="compile one with `retarget compile`")
+    for name in (MANIFEST, SIGNATURE):
+        if name in names and zf.getinfo(name).file_size > MAX_MANIFEST_BYTES:
+            raise ModuleFormatError(f"{path}: {name} is larger than {MAX_MANIFEST_BYTES:,} bytes",
+                                    hint="the file is corrupt; recompile the module")
+    data = _read_entry(zf, MANIFEST, path)
+    if trusted_keys is not None:
+        from .signing import verify
+
+        verify(data, _read_entry(zf, SIGNATURE, path) if SIGNATURE in names else None, trusted_keys, str(path))
     try:
-        manifest = json.loads(_read_entry(zf, MANIFEST, path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModuleFormatError(f"{path}: manifest.json is not valid JSON ({e})", hint="recompile the module") from None
+        manifest = json.loads(data)
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested past the parser's stack
+        raise ModuleFormatError(f"{path}: manifest.json is not valid JSON ({type(e).__name__}: {e})",
+                                hint="recompile the module") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ModuleFormatError(f"{path} is a zip file but not a retarget module", hint="compile one with `retarget compile`")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        producer = manifest.get("producer", {}).get("retarget", "a newer retarget")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ModuleFormatError(f"{path}: manifest field format_version is not an integer", hint="recompile the module")
+    if version > FORMAT_VERSION:
+        producer = manifest.get("producer")
+        producer = producer.get("retarget", "a newer retarget") if isinstance(producer, dict) else "a newer retarget"
         raise ModuleFormatError(
             f"{path} uses module format {version}, this retarget reads up to {FORMAT_VERSION}",
             hint=f"it was written by retarget {producer}; upgrade retarget, or recompile the model with this one",
         )
-    for key in ("functions", "executables", "entries"):
-        if not isinstance(manifest.get(key), (dict, list)):
-            raise ModuleFormatError(f"{path}: manifest has no '{key}'", hint="recompile the module")
+    if version < 1:
+        raise ModuleFormatError(f"{path}: module format version {version} does not exist", hint="recompile the module")
     return manifest
 
 
@@ -138,10 +178,13 @@ def _entry_info(zf: zipfile.ZipFile, name: str, path: Path) -> zipfile.ZipInfo:
 
 
 def _read_entry(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
-    _entry_info(zf, name, path)
+    info = _entry_info(zf, name, path)
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+        raise ModuleFormatError(f"{path}: entry '{name}' is compressed or encrypted",
+                                hint="modules are stored zips; the file was modified after compilation, recompile it")
     try:
         return zf.read(name)
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, struct.error) as e:
         raise ModuleFormatError(f"{path}: cannot read entry '{name}' ({e})", hint="the file is truncated; recompile it") from None
 
 
@@ -158,15 +201,182 @@ def _data_offset(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> int:
     return offset
 
 
-def _check_bounds(artifact: Artifact, path: Path) -> None:
-    size = len(artifact.constants())
-    for item in artifact.manifest.get("constants", {}).get("items", []):
-        if not (0 <= item["offset"] and item["offset"] + item["nbytes"] <= size):
-            raise ModuleFormatError(f"{path}: a constant lies outside constants.bin", hint="recompile the module")
-    for fname, fn in artifact.functions.items():
-        for cmd in fn.get("program", []):
-            for kind, offset, nbytes in cmd.get("bindings", []):
-                limit = size if kind == "const" else fn.get("arena_bytes", 0)
-                if kind not in ("const", "arena") or offset < 0 or nbytes < 0 or offset + nbytes > limit:
-                    raise ModuleFormatError(f"{path}: function '{fname}' binds bytes outside its buffers",
-                                            hint="the manifest is corrupt; recompile the module")
+# -- the manifest's schema: everything the runtime reads is checked here, before any of it is used ----------
+
+
+def _check_manifest(m: dict, path: Path) -> None:
+    """Check every field the runtime and the drivers read: types, ranges, and that each offset and
+    size lies inside its buffer. A ModuleFormatError names the field by its path in the JSON."""
+    c = _Checker(path)
+    entries = c.dict(m.get("entries"), "entries")
+    for name, meta in entries.items():
+        meta = c.dict(meta, f"entries['{name}']")
+        c.int(meta.get("size"), f"entries['{name}'].size")
+        if not re.fullmatch(r"[0-9a-f]{64}", c.str(meta.get("sha256"), f"entries['{name}'].sha256")):
+            c.fail(f"entries['{name}'].sha256", "is not a SHA-256 in hex")
+    constants_size = entries[CONSTANTS]["size"] if CONSTANTS in entries else 0
+    constants = c.dict(m.get("constants", {}), "constants")
+    for i, item in enumerate(c.list(constants.get("items", []), "constants.items")):
+        w = f"constants.items[{i}]"
+        item = c.dict(item, w)
+        offset, nbytes = c.int(item.get("offset"), f"{w}.offset"), c.int(item.get("nbytes"), f"{w}.nbytes")
+        if offset + nbytes > constants_size:
+            c.fail(w, f"lies outside constants.bin ({constants_size} bytes)")
+
+    layouts = [_check_executable(c, exe, f"executables[{i}]", entries)
+               for i, exe in enumerate(c.list(m.get("executables"), "executables"))]
+    if not layouts:
+        c.fail("executables", "is empty: the module holds no code")
+    for name, fn in c.dict(m.get("functions"), "functions").items():
+        _check_function(c, fn, f"functions['{name}']", constants_size, layouts)
+
+
+def _check_executable(c: _Checker, exe, w: str, entries: dict) -> list[list[int]]:
+    """The executable's entry points, as the byte sizes of their bindings."""
+    exe = c.dict(exe, w)
+    for key in ("backend", "arch", "format", "path"):
+        c.str(exe.get(key), f"{w}.{key}")
+    if exe["path"] not in entries:
+        c.fail(f"{w}.path", f"names '{exe['path']}', which is not an entry of the module")
+    target = c.dict(exe.get("target"), f"{w}.target")
+    for key, hint in _target_fields().items():
+        if key in target and not _json_is(target[key], hint):
+            c.fail(f"{w}.target.{key}", f"is not a {hint.__name__ if isinstance(hint, type) else hint}")
+    for key in ("backend", "arch", "format"):
+        c.str(target.get(key), f"{w}.target.{key}")
+    unknown = set(target) - set(_target_fields())
+    if unknown:
+        c.fail(f"{w}.target", f"has unknown fields {', '.join(sorted(unknown))}")
+    layout = []
+    for j, ep in enumerate(c.list(exe.get("entry_points"), f"{w}.entry_points")):
+        we = f"{w}.entry_points[{j}]"
+        ep = c.dict(ep, we)
+        c.str(ep.get("name"), f"{we}.name")
+        sizes = []
+        for k, b in enumerate(c.list(ep.get("bindings"), f"{we}.bindings")):
+            b = c.dict(b, f"{we}.bindings[{k}]")
+            sizes.append(c.tensor(b.get("type"), f"{we}.bindings[{k}].type").nbytes)
+            if b.get("access") not in ("read", "write"):
+                c.fail(f"{we}.bindings[{k}].access", "is not 'read' or 'write'")
+        for key in ("workgroup_size", "workgroup_count"):
+            dims = c.list(ep.get(key), f"{we}.{key}")
+            if len(dims) != 3:
+                c.fail(f"{we}.{key}", "does not have 3 dimensions")
+            for d in dims:
+                c.int(d, f"{we}.{key}", lo=1, hi=MAX_GRID_DIM)
+        if math.prod(ep["workgroup_count"]) > MAX_WORKGROUPS:
+            c.fail(f"{we}.workgroup_count", f"asks for more than {MAX_WORKGROUPS:,} workgroups")
+        layout.append(sizes)
+    return layout
+
+
+def _check_function(c: _Checker, fn, w: str, constants_size: int, layouts: list[list[list[int]]]) -> None:
+    fn = c.dict(fn, w)
+    limits = {"arena": c.int(fn.get("arena_bytes"), f"{w}.arena_bytes"), "const": constants_size}
+    for key in ("inputs", "outputs"):
+        for i, arg in enumerate(c.list(fn.get(key), f"{w}.{key}")):
+            wa = f"{w}.{key}[{i}]"
+            arg = c.dict(arg, wa)
+            if key == "inputs":
+                c.str(arg.get("name"), f"{wa}.name")
+            t = c.tensor(arg.get("type"), f"{wa}.type")
+            kind, _, nbytes = c.slot(arg.get("slot"), f"{wa}.slot", limits)
+            if nbytes != t.nbytes or (key == "inputs" and kind != "arena"):
+                where = " in the arena" if key == "inputs" else ""
+                c.fail(f"{wa}.slot", f"does not hold a {t} ({t.nbytes} bytes{where})")
+    for i, cmd in enumerate(c.list(fn.get("program"), f"{w}.program")):
+        wc = f"{w}.program[{i}]"
+        cmd = c.dict(cmd, wc)
+        if cmd.get("op") == "barrier":
+            continue
+        if cmd.get("op") != "dispatch":
+            c.fail(f"{wc}.op", "is not 'dispatch' or 'barrier'")
+        entry = c.int(cmd.get("entry"), f"{wc}.entry")
+        slots = [c.slot(b, f"{wc}.bindings[{k}]", limits)
+                 for k, b in enumerate(c.list(cmd.get("bindings"), f"{wc}.bindings"))]
+        for v, layout in enumerate(layouts):
+            if entry >= len(layout):
+                c.fail(f"{wc}.entry", f"is {entry}, and executables[{v}] has {len(layout)} entry points")
+            if len(slots) != len(layout[entry]) or any(n < need for (_, _, n), need in zip(slots, layout[entry])):
+                c.fail(f"{wc}.bindings", f"do not match the bindings of entry point {entry} of executables[{v}]")
+
+
+class _Checker:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, where: str, what: str):
+        raise ModuleFormatError(f"{self.path}: manifest field {where} {what}",
+                                hint="the module is corrupt or was edited; recompile it")
+
+    def dict(self, value, where: str) -> dict:
+        if not isinstance(value, dict):
+            self.fail(where, "is not an object")
+        return value
+
+    def list(self, value, where: str) -> list:
+        if not isinstance(value, list):
+            self.fail(where, "is not a list")
+        return value
+
+    def str(self, value, where: str) -> str:
+        if not isinstance(value, str):
+            self.fail(where, "is not a string")
+        return value
+
+    def int(self, value, where: str, lo: int = 0, hi: int = MAX_BYTES) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            self.fail(where, f"is not an integer from {lo} to {hi}")
+        return value
+
+    def tensor(self, value, where: str):
+        from .ir.core import TensorType
+        from .mlir.syntax import parse_type
+
+        try:
+            t = parse_type(self.str(value, where))
+        except RetargetError as e:
+            self.fail(where, f"is not a type ({e.message})")
+        if not isinstance(t, TensorType) or not t.is_static:
+            self.fail(where, f"'{value}' is not a tensor type of static shape")
+        if t.nbytes > MAX_BYTES:
+            self.fail(where, f"'{value}' is larger than {MAX_BYTES:,} bytes")
+        return t
+
+    def slot(self, value, where: str, limits: dict) -> tuple[str, int, int]:
+        """`[kind, offset, nbytes]`: bytes of the arena or of the constants."""
+        value = self.list(value, where)
+        if len(value) != 3 or not isinstance(value[0], str) or value[0] not in limits:
+            self.fail(where, "is not [\"arena\" or \"const\", offset, nbytes]")
+        kind, offset, nbytes = value[0], self.int(value[1], where), self.int(value[2], where)
+        if offset + nbytes > limits[kind]:
+            self.fail(where, f"reaches byte {offset + nbytes} of the {kind} buffer, which holds {limits[kind]}")
+        return kind, offset, nbytes
+
+
+@functools.cache
+def _target_fields() -> dict:
+    """TargetDesc's fields and their types, as the JSON of a manifest holds them."""
+    from .protocols import TargetDesc
+
+    return typing.get_type_hints(TargetDesc)
+
+
+def _json_is(value, hint) -> bool:
+    """Whether JSON `value` fits type hint `hint` (tuples are JSON lists)."""
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, dict):
+        return isinstance(value, hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_json_is(value, a) for a in args)
+    if origin is tuple:
+        return isinstance(value, list) and all(_json_is(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    return False

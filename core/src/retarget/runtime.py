@@ -7,15 +7,19 @@ inputs, submits that command buffer once, and reads the outputs.
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from .compiler import desc_from_json
-from .errors import InputError, ModuleFormatError, UnknownDeviceError, suggestion
+from .errors import DeviceMemoryError, InputError, ModuleFormatError, UnknownDeviceError, suggestion
 from .ir.dtypes import dtype as lookup_dtype
-from .mlir.syntax import Parser
+from .ir.dtypes import from_numpy
+from .mlir.syntax import parse_type
 from .module_format import Artifact, read
 from .plugin_manager import manager
 from .protocols import Binding, DeviceInfo, EntryPoint, ExecutableBinary
@@ -84,8 +88,7 @@ def _type_text(shape, dtype) -> str:
 
 
 def _tensor_type(text: str):
-    t = Parser(text).type()
-    return t
+    return parse_type(text)
 
 
 class Function:
@@ -101,7 +104,7 @@ class Function:
             [(t.shape, t.dtype.name) for t in self.output_types],
         )
         device = module.device
-        self.arena = device.allocate(max(plan["arena_bytes"], 1))
+        self.arena = _allocate(device, plan["arena_bytes"], f"the buffers of function '{name}'")
         self.command_buffer = self.record()
         self._lock = threading.Lock()
 
@@ -124,19 +127,30 @@ class Function:
         return cb
 
     def check_inputs(self, args) -> list[np.ndarray]:
+        """The call's arguments as C-contiguous host arrays, checked against the signature before any
+        dispatch; an InputError names the first argument that does not fit.
+
+        - device: host memory only; an array on a device (by its `__dlpack_device__`) is refused.
+        - dtype: a numpy array's dtype must be the input's exactly (in either byte order); Python
+          numbers and lists are converted to it when that keeps their kind (int to float is fine,
+          float to int is not).
+        - shape: exactly the input's.
+        - layout: a non-contiguous array (a slice, a transpose) is copied into C order."""
         if len(args) != len(self.input_types):
             raise InputError(f"{self.signature} takes {len(self.input_types)} inputs, got {len(args)}")
         arrays = []
         for i, (arg, t, meta) in enumerate(zip(args, self.input_types, self.plan["inputs"])):
-            a = np.asarray(arg)
             where = f"input {i} ('{meta['name']}') of {self.name}"
+            a = _host_array(arg, t.dtype.np_dtype, where)
             if a.dtype != t.dtype.np_dtype:
-                raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
-                                 hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
+                if a.dtype.newbyteorder("=") != t.dtype.np_dtype:
+                    raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
+                                     hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
+                a = a.astype(t.dtype.np_dtype)
             if a.shape != t.shape:
                 raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
                                  hint=f"the function expects {t}")
-            arrays.append(a)
+            arrays.append(np.ascontiguousarray(a))
         return arrays
 
     def __call__(self, *args):
@@ -156,6 +170,44 @@ class Function:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def _allocate(device, nbytes: int, what: str):
+    try:
+        return device.allocate(max(nbytes, 1))
+    except MemoryError:
+        raise DeviceMemoryError(f"{device.info.uri} cannot allocate {nbytes:,} bytes for {what}",
+                                hint="free memory, or use a device with more") from None
+
+
+# DLPack's device types, for naming where an argument lives (kDLCPU is 1).
+_DLPACK_DEVICES = {2: "cuda", 3: "cuda-host", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm", 13: "cuda-managed",
+                   14: "oneapi", 15: "webgpu"}
+
+
+def _host_array(arg, np_dtype, where: str) -> np.ndarray:
+    if isinstance(arg, np.ndarray):
+        return arg
+    if hasattr(arg, "__dlpack_device__"):
+        try:
+            kind, index = arg.__dlpack_device__()
+        except Exception:  # a foreign object's method: its failure only means we cannot tell
+            kind, index = 1, 0
+        if kind != 1:
+            device = f"{_DLPACK_DEVICES.get(int(kind), f'DLPack device type {kind}')}:{index}"
+            raise InputError(f"{where} is an array on {device}; this call takes host memory",
+                             hint="copy it to the host first, e.g. x.cpu().numpy()")
+    try:
+        natural = np.asarray(arg)
+    except (ValueError, TypeError, RuntimeError) as e:  # ragged lists; torch's tensors that require grad
+        raise InputError(f"{where} is not an array ({type(arg).__name__}: {e})",
+                         hint="pass a numpy array") from None
+    if hasattr(arg, "__array__") or hasattr(arg, "__array_interface__") or hasattr(arg, "__dlpack__"):
+        return natural  # an array of another library: its dtype is its own, and must match
+    if natural.dtype.kind not in "biuf" or not np.can_cast(natural.dtype, np_dtype, "same_kind"):
+        raise InputError(f"{where} must be {np.dtype(np_dtype)} numbers, got {type(arg).__name__} of {natural.dtype}",
+                         hint="pass a numpy array of the input's dtype")
+    return natural.astype(np_dtype)
+
+
 class LoadedModule:
     """A module on a device. Functions are attributes: `m.predict(x)`."""
 
@@ -164,7 +216,7 @@ class LoadedModule:
         self.device, self.variant = self._choose(device_spec)
         self.executable = self.device.load_executable(self.variant)
         constants = artifact.constants()
-        self.constants = self.device.allocate(max(len(constants), 1))
+        self.constants = _allocate(self.device, len(constants), "the module's constants")
         if len(constants):
             self.device.write(self.constants, 0, np.asarray(constants))
         self.functions = {name: Function(self, name, plan) for name, plan in artifact.functions.items()}
@@ -225,20 +277,23 @@ class LoadedModule:
         return self.functions[name]
 
 
-def load(source, device: str = "auto") -> LoadedModule:
-    """Load a module (an `Artifact` or a .rtm path) onto `device`."""
-    artifact = source if isinstance(source, Artifact) else read(source)
-    return LoadedModule(artifact, device)
+def load(source, device: str = "auto", *, trusted_keys=None) -> LoadedModule:
+    """Load a module (an `Artifact` or a .rtm path) onto `device`.
+
+    With `trusted_keys` (Ed25519 public keys: paths of PEM files, PEM bytes, or raw keys) a module file
+    must be signed by one of them (`retarget compile --sign KEY`), or it is refused with a SignatureError."""
+    if isinstance(source, Artifact):
+        if trusted_keys is not None:
+            raise InputError("trusted_keys checks the signature of a module file; an Artifact in memory has none",
+                             hint="save it and load the file, or leave out trusted_keys")
+        return LoadedModule(source, device)
+    return LoadedModule(read(source, trusted_keys=trusted_keys), device)
 
 
 def parse_input(text: str) -> np.ndarray:
     """IREE's --input syntax: `2x2xf32=1 2 3 4`, `1x224xf32=0` (splat), `f32=1.5`, `@x.npy`."""
     if text.startswith("@"):
-        path = text[1:]
-        try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot read input file {path}: {e}", hint="give a .npy file saved with np.save") from None
+        return read_npy(text[1:])
     shape_text, sep, values = text.partition("=")
     if not sep:
         raise InputError(f"input '{text}' has no '='", hint="write SHAPExDTYPE=VALUES, e.g. 2x2xf32=1 2 3 4, or @file.npy")
@@ -249,14 +304,69 @@ def parse_input(text: str) -> np.ndarray:
     except (ValueError, KeyError):
         raise InputError(f"input '{text}': '{shape_text}' is not SHAPExDTYPE",
                          hint="e.g. 1x224x224x3xf32; dtypes: f32, f16, bf16, i8, i32, i64, i1") from None
+    if any(d < 0 for d in shape):
+        raise InputError(f"input '{text}': a dimension is negative")
     tokens = values.replace(",", " ").replace("[", " ").replace("]", " ").split()
     try:
-        flat = np.array([float(t) if dt.is_float else int(t) for t in tokens], dtype=np.float64 if dt.is_float else np.int64)
+        numbers = [float(t) if dt.is_float else int(t) for t in tokens]
     except ValueError:
         raise InputError(f"input '{text}': values must be numbers separated by spaces") from None
-    count = int(np.prod(shape, dtype=np.int64))
-    if flat.size == 1:
-        return np.full(shape, flat[0]).astype(dt.np_dtype)
-    if flat.size != count:
-        raise InputError(f"input '{text}': {flat.size} values for shape {list(shape)}, which needs {count} (or 1 to splat)")
-    return flat.reshape(shape).astype(dt.np_dtype)
+    if dt.is_integer and dt.kind != "bool":
+        info = ml_dtypes.iinfo(dt.np_dtype)
+        wrong = next((v for v in numbers if not info.min <= v <= info.max), None)
+        if wrong is not None:
+            raise InputError(f"input '{text}': {wrong} does not fit {dt} ({info.min} to {info.max})")
+    count = math.prod(shape)
+    if len(numbers) not in (1, count):
+        raise InputError(f"input '{text}': {len(numbers)} values for shape {list(shape)}, "
+                         f"which needs {count} (or 1 to splat)")
+    try:
+        flat = np.array(numbers, dtype=np.float64 if dt.is_float else dt.np_dtype).astype(dt.np_dtype)
+        return np.full(shape, flat[0], dtype=dt.np_dtype) if len(numbers) == 1 else flat.reshape(shape)
+    except (ValueError, MemoryError) as e:  # numpy's size limits, or this machine's memory
+        raise InputError(f"input '{text[:60]}': cannot make a {'x'.join(map(str, shape))}x{dt} array ({e})",
+                         hint="pass a large input with @file.npy, or make it smaller") from None
+
+
+def read_npy(path: str) -> np.ndarray:
+    """A .npy file, read without trusting it: no pickled objects, and the shape in its header
+    checked against the file's size before anything is allocated."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f".npy format version {version[0]}.{version[1]} is not supported")
+            header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, fortran_order, dtype = header(f)
+            offset = f.tell()
+            size = os.fstat(f.fileno()).st_size
+            if dtype.hasobject:
+                raise ValueError("it holds Python objects, which would need pickle")
+            native = dtype.newbyteorder("=")
+            if not _has_element_type(native):
+                raise InputError(f"input file {path} holds {dtype}, which retarget has no element type for",
+                                 hint="save it as float32, float16, int8, int32, int64, bool, ...")
+            if any(d < 0 for d in shape):
+                raise ValueError(f"its header has a negative dimension in {shape}")
+            nbytes = math.prod(shape) * dtype.itemsize
+            if nbytes > size - offset:
+                raise ValueError(f"its header promises {nbytes:,} bytes of data and the file holds {size - offset:,}")
+            data = f.read(nbytes)
+        array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
+        return np.ascontiguousarray(array, dtype=native)
+    except InputError:
+        raise
+    except OSError as e:
+        raise InputError(f"cannot read input file {path}: {e.strerror or e}", hint="check the path") from None
+    except Exception as e:  # numpy's header reader raises ValueError, SyntaxError, TypeError, ... on garbage
+        raise InputError(f"input file {path} is not a valid .npy file: {e}",
+                         hint="give a .npy file saved with np.save (one array; not .npz)") from None
+
+
+def _has_element_type(np_dtype) -> bool:
+    try:
+        from_numpy(np_dtype)
+        return True
+    except (KeyError, TypeError):
+        return False

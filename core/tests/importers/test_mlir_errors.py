@@ -92,3 +92,100 @@ def test_generic_with_convolution_style_map_is_unsupported():
     with pytest.raises(UnsupportedOpError, match="d0 \\+ d1") as e:
         import_mlir(text, "g.mlir")
     assert e.value.location == "g.mlir:5:12"
+
+
+# -- found by the fuzzer (retarget.testing.fuzz): each was a bare Python exception ------------------------
+
+_ADD = """func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = arith.addf %a, %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+
+
+@pytest.mark.parametrize("attribute", [
+    "[" * 5000 + "]" * 5000,  # lists
+    "(" * 5000 + ")" * 5000 + " -> f32",  # type lists
+    "tensor<" * 5000 + "f32" + ">" * 5000,  # element types
+    "{a = " * 5000 + "}" * 5000,  # dictionaries
+    "dense<" + "[" * 5000 + "1.0" + "]" * 5000 + "> : tensor<f32>",  # dense literals
+    "affine_map<(d0) -> (" + "(" * 5000 + "d0" + ")" * 5000 + ")>",  # affine expressions
+    "affine_map<(d0) -> (" + "-" * 5000 + "d0)>",
+])
+def test_deep_nesting_is_a_parse_error_not_a_recursion_error(attribute):
+    text = _ADD.replace(" {\n", f" attributes {{x = {attribute}}} {{\n", 1)
+    with pytest.raises(ParseError, match="nested more than 100 levels") as e:
+        import_mlir(text, "deep.mlir")
+    assert e.value.location.startswith("deep.mlir:1:")
+
+
+def test_deeply_nested_regions_are_a_parse_error():
+    text = "func.func @f() {" + '"test.op"() ({' * 3000 + "}) : () -> ()" * 3000 + "}"
+    with pytest.raises(ParseError, match="nested more than 100 levels"):
+        import_mlir(text, "regions.mlir")
+
+
+def test_nesting_a_real_file_uses_is_fine():
+    nested = "[" * 20 + "1.0" + "]" * 20
+    text = f"""func.func @f() -> tensor<{'1x' * 20}f32> {{
+  %0 = arith.constant dense<{nested}> : tensor<{'1x' * 20}f32>
+  return %0 : tensor<{'1x' * 20}f32>
+}}"""
+    assert import_mlir(text, "ok.mlir").functions["f"].returns[0].type.shape == (1,) * 20
+
+
+def test_bytes_that_are_not_utf8_are_a_parse_error_at_their_line(tmp_path):
+    from retarget.importers.mlir import MlirImporter
+
+    path = tmp_path / "latin1.mlir"
+    path.write_bytes(_ADD.replace("%0 =", "%\xe9 =").encode("latin-1"))
+    with pytest.raises(ParseError, match="byte 0xE9 is not UTF-8") as e:
+        MlirImporter().load(path)
+    assert e.value.location == f"{path}:2:4"
+
+
+def test_a_bad_escape_in_a_string_is_a_parse_error():
+    with pytest.raises(ParseError, match=r"invalid escape '\\u'"):
+        import_mlir('"test.op\\uc"() : () -> ()', "s.mlir")
+
+
+@pytest.mark.parametrize("dims", ["99999999999999999999x", "4294967296x4294967296x", "0x4611686018427387904x4x"])
+def test_a_tensor_type_too_large_for_64_bits_is_a_parse_error(dims):
+    text = _ADD.replace("%a: tensor<4xf32>)", f"%a: tensor<4xf32>, %b: tensor<{dims}f32>)")
+    with pytest.raises(ParseError, match="more elements than fit in 64 bits") as e:
+        import_mlir(text, "big.mlir")
+    assert e.value.location == f"big.mlir:1:{text.index(dims) - len('tensor<') + 1}"
+
+
+def test_a_huge_splat_constant_is_refused_before_it_is_allocated():
+    text = """func.func @f() -> tensor<65536x65536x4xf32> {
+  %0 = arith.constant dense<1.0> : tensor<65536x65536x4xf32>
+  return %0 : tensor<65536x65536x4xf32>
+}"""
+    with pytest.raises(ParseError, match="would take 68,719,476,736 bytes") as e:
+        import_mlir(text, "splat.mlir")
+    assert e.value.location == "splat.mlir:2:23"
+
+
+def test_a_scalar_constant_that_does_not_fit_its_type_is_an_error():
+    text = "func.func @f() -> i32 {\n  %0 = arith.constant 99999999999999999999 : i32\n  return %0 : i32\n}"
+    with pytest.raises(ParseError, match="arith.constant") as e:
+        import_mlir(text, "c.mlir")
+    assert e.value.location == "c.mlir:2:8"
+
+
+def test_a_call_whose_type_is_not_a_function_type_is_a_parse_error():
+    text = _ADD.replace("arith.addf %a, %a : tensor<4xf32>", "func.call @g(%a) : (tensor<4xf32>)")
+    with pytest.raises(ParseError, match="expected a function type .* found the type list") as e:
+        import_mlir(text, "call.mlir")
+    assert e.value.location.startswith("call.mlir:2:")
+
+
+def test_an_unknown_op_without_a_dialect_prefix_is_unsupported():
+    with pytest.raises(UnsupportedOpError, match="unsupported op 'call'"):
+        import_mlir("call @f() : () -> ()", "top.mlir")
+
+
+def test_a_convolution_whose_dim_numbers_run_off_the_end_is_a_parse_error():
+    text = "%0 = stablehlo.convolution(%a, %b) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f"
+    with pytest.raises(ParseError, match="dim_numbers runs to the end"):
+        import_mlir(text, "conv.mlir")

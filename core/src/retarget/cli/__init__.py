@@ -186,6 +186,8 @@ def compile_(
     output: Annotated[Path, typer.Option("--output", "-o", help="The .rtm module to write.")] = None,
     dump_after_all: Annotated[Path | None, typer.Option(
         "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
+    sign: Annotated[Path | None, typer.Option(
+        "--sign", help="Sign the module with this Ed25519 private key (PEM; `retarget keygen` makes one).")] = None,
     as_json: JsonFlag = False,
 ):
     """Compile a model into a .rtm module holding code for each target."""
@@ -200,7 +202,7 @@ def compile_(
     with err.status(f"compiling {source} for {', '.join(targets)}"):
         artifact = compiler.compile(source, targets, dump_dir=dump_after_all,
                                     notes=lambda n: err.print(f"note: {n}"))
-        artifact.save(output)
+        artifact.save(output, signing_key=sign)
     elapsed = time.perf_counter() - start
     summary = {
         "output": str(output),
@@ -209,11 +211,13 @@ def compile_(
         "dispatches": len(artifact.manifest["executables"][0]["entry_points"]),
         "bytes": output.stat().st_size,
         "seconds": round(elapsed, 3),
+        "signed": sign is not None,
     }
     if as_json:
         return _print_json(summary)
     out.print(f"wrote {output} ({summary['bytes']:,} bytes; {', '.join(summary['targets'])}; "
-              f"{summary['dispatches']} dispatches; functions {', '.join(summary['functions'])}) in {elapsed:.2f} s")
+              f"{summary['dispatches']} dispatches; functions {', '.join(summary['functions'])}"
+              f"{'; signed' if sign else ''}) in {elapsed:.2f} s")
     if dump_after_all:
         out.print(f"stages dumped to {dump_after_all}/")
 
@@ -229,12 +233,15 @@ def run(
     output: Annotated[list[str] | None, typer.Option(
         "--output", help="Save results as .npy, repeat once per result.")] = None,
     list_functions: Annotated[bool, typer.Option("--list-functions", help="Print the signatures and exit.")] = False,
+    trusted_key: Annotated[list[Path] | None, typer.Option(
+        "--trusted-key",
+        help="Run the module only if one of these Ed25519 public keys (PEM) signed it; repeatable.")] = None,
     as_json: JsonFlag = False,
 ):
     """Run one function of a module with the given inputs and print (or save) its results."""
     from ..runtime import load, parse_input
 
-    loaded = load(module, device=device)
+    loaded = load(module, device=device, trusted_keys=trusted_key or None)
     if list_functions:
         sigs = [str(f.signature) for f in loaded.functions.values()]
         return _print_json(sigs) if as_json else [out.print(s) for s in sigs]
@@ -277,8 +284,10 @@ def check(
     from ..importers.mlir.check import evaluate_checks
     from ..runtime import load
 
+    from ..mlir.syntax import read_source
+
     try:
-        text = source.read_text()
+        text = read_source(source)
     except OSError as e:
         raise InputError(f"cannot read {source}: {e.strerror}", hint="check the path") from None
     module, checks = import_check_file(text, str(source))
@@ -306,6 +315,19 @@ def check(
         out.print(f"{len(report) - failed} of {len(report)} functions passed on {loaded.device.info.uri}")
     if failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def keygen(
+    path: Annotated[Path, typer.Argument(help="Where to write the private key; the public key goes to PATH.pub.")],
+):
+    """Make an Ed25519 key pair for `retarget compile --sign PATH` and `retarget run --trusted-key PATH.pub`."""
+    from ..signing import generate_key
+
+    if path.exists():
+        raise InputError(f"{path} exists; keygen does not overwrite a key", hint="choose another path")
+    private, public = generate_key(path)
+    out.print(f"wrote {private} (private: keep it secret) and {public} (public: give it to whoever loads your modules)")
 
 
 from .benchmark import HELP as _BENCHMARK_HELP  # noqa: E402

@@ -38,7 +38,7 @@ def relu(b: Builder, x: Value) -> Value:
 def mean(b: Builder, x: Value, axes, keepdims: bool = False) -> Value:
     axes = tuple(sorted(normalize_axis(a, x.type.rank) for a in axes))
     total = b.op("rt.reduce", [x], {"kind": "sum", "axes": axes, "keepdims": keepdims})
-    count = int(np.prod([x.type.shape[a] for a in axes]))
+    count = math.prod(x.type.shape[a] for a in axes)
     return b.op("rt.mul", [total, scalar(b, 1.0 / count, x)])
 
 

@@ -105,7 +105,11 @@ def _to_array(tensor) -> np.ndarray:
     from onnx import numpy_helper
 
     _dtype(tensor.data_type, f"constant '{tensor.name}'")
-    return np.asarray(numpy_helper.to_array(tensor))
+    try:
+        return np.asarray(numpy_helper.to_array(tensor))
+    except (ValueError, TypeError, MemoryError) as e:  # data that does not fill its dims, or dims past memory
+        raise InputError(f"constant '{tensor.name}' of dims {list(tensor.dims)} does not match its data: "
+                         f"{_first_line(e)}", hint="the model is corrupt; re-export it") from None
 
 
 class _Converter:

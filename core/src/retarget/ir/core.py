@@ -9,6 +9,7 @@ and `parser.py` reads it back exactly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +37,7 @@ class TensorType:
 
     @property
     def num_elements(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # Python ints: a huge shape cannot overflow
 
     @property
     def nbytes(self) -> int:

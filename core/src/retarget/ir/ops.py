@@ -9,6 +9,7 @@ The numpy reference for each op is in `vmvx/kernels.py`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -95,7 +96,7 @@ def _reshape(name, types, attrs):
     shape = tuple(attrs["shape"])
     _check(all(d >= 0 for d in shape), f"shape {list(shape)} has a negative dimension")
     _check(
-        int(np.prod(shape, dtype=np.int64)) == types[0].num_elements,
+        math.prod(shape) == types[0].num_elements,
         f"cannot reshape {types[0]} ({types[0].num_elements} elements) to {list(shape)}",
     )
     return [TensorType(shape, types[0].dtype)]
@@ -279,3 +280,7 @@ def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location |
         return opdef.infer(name, types, attrs)
     except _Fail as e:
         raise VerificationError(f"'{name}'{where}: {e}") from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        # an attribute of the wrong kind, e.g. axes = "x" (text from elsewhere is not always what the printer wrote)
+        raise VerificationError(f"'{name}'{where}: malformed attributes ({type(e).__name__}: {e})",
+                                hint="attributes: " + ", ".join(f"{k} = {v!r}"[:80] for k, v in attrs.items())) from None

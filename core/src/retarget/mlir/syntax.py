@@ -11,10 +11,12 @@ understands that dialect (our own IR in `ir/parser.py`, the frontends in
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -105,6 +107,17 @@ _NUMBER = re.compile(r"[-+]?(0x[0-9A-Fa-f]+|\d+(\.\d*)?([eE][-+]?\d+)?|\.\d+([eE
 _DIMS = re.compile(r"((?:\d+|\?)x)*")
 _SCALAR_TYPE = re.compile(r"(bf16|f16|f32|f64|tf32|f8E\w+|i\d+|si\d+|ui\d+|index|none)\b")
 
+# Brackets, types and regions inside each other: deeper text is refused with a ParseError
+# rather than running out of Python stack (real models nest a dozen levels at most).
+MAX_NESTING = 100
+# A splat (`dense<0.0> : tensor<...>`) is a few bytes of text for any size; larger ones are refused.
+MAX_SPLAT_BYTES = 1 << 30
+MAX_DIM = 2**63 - 1  # MLIR dimensions are int64
+
+
+class _TooDeep(ParseError):
+    """Nesting past MAX_NESTING: reported as it is, not as whatever an enclosing rule expected."""
+
 
 class Parser:
     def __init__(self, text: str, filename: str = "<string>"):
@@ -115,6 +128,7 @@ class Parser:
         self.attr_aliases: dict[str, object] = {}
         self.type_aliases: dict[str, object] = {}
         self.resources: dict[str, bytes] = {}
+        self.depth = 0  # of brackets, types and regions being read
 
     # -- positions and errors -------------------------------------------------------
     def location(self, pos: int | None = None) -> Location:
@@ -124,6 +138,16 @@ class Parser:
 
     def error(self, message: str, pos: int | None = None, hint: str | None = None) -> ParseError:
         return ParseError(message, location=str(self.location(pos)), hint=hint)
+
+    def enter(self) -> None:
+        """One level deeper (a bracket, a type, a region); pair it with `leave` in a `finally`."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _TooDeep(f"nested more than {MAX_NESTING} levels deep", location=str(self.location()),
+                           hint="brackets, types or regions inside each other; is a bracket unclosed?")
+
+    def leave(self) -> None:
+        self.depth -= 1
 
     # -- characters ------------------------------------------------------------------
     def skip(self):
@@ -212,9 +236,12 @@ class Parser:
                 elif nxt[:1] == "n":
                     out.append("\n")
                     self.pos += 2
-                else:
+                elif re.fullmatch(r"[0-9A-Fa-f]{2}", nxt):
                     out.append(chr(int(nxt, 16)))
                     self.pos += 3
+                else:
+                    raise self.error(f"invalid escape '\\{nxt[:1]}' in a string", self.pos,
+                                     hint='escapes are \\", \\\\, \\n and two hex digits such as \\0A')
                 continue
             out.append(c)
             self.pos += 1
@@ -273,11 +300,24 @@ class Parser:
 
     def delimited(self, open_: str, item, close: str) -> list:
         self.expect(open_)
-        items = self.comma_list(item, close)
+        self.enter()
+        try:
+            items = self.comma_list(item, close)
+        finally:
+            self.leave()
         self.expect(close)
         return items
 
     # -- types -------------------------------------------------------------------------
+    def function_type(self) -> FunctionType:
+        """`(inputs) -> results`, and nothing else."""
+        self.skip()
+        pos = self.pos
+        t = self.type()
+        if not isinstance(t, FunctionType):
+            raise self.error(f"expected a function type '(inputs) -> results', found {_describe(t)}", pos)
+        return t
+
     def type(self):
         self.skip()
         start = self.pos
@@ -295,7 +335,11 @@ class Parser:
             return OpaqueType("!" + name + body)
         if self.accept_keyword("tensor") or self.accept_keyword("vector") or self.accept_keyword("memref"):
             kind = self.text[start:self.pos].strip()
-            return self._shaped(kind, start)
+            self.enter()
+            try:
+                return self._shaped(kind, start)
+            finally:
+                self.leave()
         word = self._match(_SCALAR_TYPE)
         if word is None:
             raise self.error(f"expected a type, found {self.found()}")
@@ -315,8 +359,10 @@ class Parser:
         if self.accept("*"):
             raise self.error(f"unranked {kind} types are not supported; give the shape", start)
         dims_text = _DIMS.match(self.text, self.pos).group()
-        self.pos += len(dims_text)
         dims = tuple(None if d == "?" else int(d) for d in dims_text.split("x")[:-1])
+        if math.prod(d for d in dims if d) > MAX_DIM // 8:  # numpy indexes bytes with int64, zeros or not
+            raise self.error(f"{kind}<{dims_text}...> has more elements than fit in 64 bits", start)
+        self.pos += len(dims_text)
         elem_pos = self.pos
         elem = self.type()
         if not isinstance(elem, DType):
@@ -419,19 +465,19 @@ class Parser:
             return OpaqueAttr(word + self._balanced("<", ">"))
         try:
             return self.type()  # a type attribute
+        except _TooDeep:
+            raise
         except ParseError:
             raise self.error(f"expected an attribute, found {self.found()}", start) from None
 
     def attr_dict(self) -> dict:
-        self.expect("{")
         attrs = {}
 
         def entry():
             key = self.string() if self.peek('"') else self.bare_id()
             attrs[key] = self.attribute() if self.accept("=") else True
 
-        self.comma_list(entry, "}")
-        self.expect("}")
+        self.delimited("{", entry, "}")
         return attrs
 
     def optional_attrs(self, op: MOp) -> None:
@@ -508,12 +554,17 @@ class Parser:
 
     def _affine_atom(self, names):
         self.skip()
-        if self.accept("("):
-            e = self._affine_expr(names)
-            self.expect(")")
-            return e
-        if self.accept("-"):
-            return ("mul", self._affine_atom(names), ("const", -1))
+        if self.peek("(") or self.peek("-"):
+            self.enter()
+            try:
+                if self.accept("("):
+                    e = self._affine_expr(names)
+                    self.expect(")")
+                    return e
+                self.expect("-")
+                return ("mul", self._affine_atom(names), ("const", -1))
+            finally:
+                self.leave()
         if self.text[self.pos:self.pos + 1].isdigit():
             return ("const", self.integer())
         pos = self.pos
@@ -576,14 +627,18 @@ class Parser:
         if self.peek("{"):
             op.attrs.update(self.attr_dict())
         self.expect(":")
-        pos = self.pos
-        ftype = self.type()
-        if not isinstance(ftype, FunctionType):
-            raise self.error("expected a function type '(inputs) -> results' after ':'", pos)
+        ftype = self.function_type()
         op.operand_types, op.result_types = ftype.inputs, ftype.results
 
     def region(self) -> list[MBlock]:
         self.expect("{")
+        self.enter()
+        try:
+            return self._region_body()
+        finally:
+            self.leave()
+
+    def _region_body(self) -> list[MBlock]:
         blocks = [MBlock()]
         while not self.accept("}"):
             if self.at_end():
@@ -681,6 +736,10 @@ class _ResourceRef:
     type: TensorType
 
 
+def _describe(t) -> str:
+    return f"the type list ({', '.join(map(str, t))})" if isinstance(t, list) else f"'{t}'"
+
+
 def _enum_value(name: str, body: str):
     """`#linalg.iterator_type<parallel>` -> 'parallel'; other dialect attributes stay opaque."""
     inner = body[1:-1].strip() if body else ""
@@ -743,18 +802,32 @@ def _dense_array(literal, ttype: TensorType, parser: Parser, pos: int) -> np.nda
         return _array_from_bytes(raw, ttype, parser, pos)
     if ttype.dtype.is_float and _has_hex_bits(payload):
         payload = _hex_bits_to_float(payload, ttype.dtype)
-    data = np.array(payload, dtype=np.float64 if ttype.dtype.is_float else object)
+    try:
+        data = np.array(payload, dtype=np.float64 if ttype.dtype.is_float else object)
+    except (ValueError, OverflowError, TypeError):  # ragged rows, or integers past float64
+        raise parser.error(f"the literal is not a {ttype.rank}-d array of numbers for {ttype}", pos) from None
     try:
         data = data.astype(np_dtype)
     except (ValueError, OverflowError, TypeError):
         raise parser.error(f"values do not fit {ttype.dtype}", pos) from None
     if data.shape == ():
-        return np.full(ttype.shape, data, dtype=np_dtype)
+        return _splat(data, ttype, parser, pos)
     if data.shape != ttype.shape:
         if data.size == ttype.num_elements and data.ndim == 1 and ttype.rank == 0:
             return data.reshape(())
         raise parser.error(f"literal of shape {list(data.shape)} does not match {ttype}", pos)
     return data
+
+
+def _splat(value, ttype: TensorType, parser: Parser, pos: int) -> np.ndarray:
+    if ttype.nbytes > MAX_SPLAT_BYTES:
+        raise parser.error(f"the splat constant {ttype} would take {ttype.nbytes:,} bytes, more than the "
+                           f"{MAX_SPLAT_BYTES:,} retarget materializes", pos,
+                           hint="feed a tensor this large as a function argument")
+    try:
+        return np.full(ttype.shape, value, dtype=ttype.dtype.np_dtype)
+    except (ValueError, MemoryError) as e:  # numpy's own limits, e.g. 0x(2^62)x4 overflows its index type
+        raise parser.error(f"cannot make the splat constant {ttype}: {e}", pos) from None
 
 
 def _array_from_bytes(raw: bytes, ttype: TensorType, parser: Parser, pos: int) -> np.ndarray:
@@ -770,7 +843,7 @@ def _array_from_bytes(raw: bytes, ttype: TensorType, parser: Parser, pos: int) -
             raise parser.error(f"{len(raw)} bytes is not a whole number of {ttype.dtype} elements", pos)
         flat = np.frombuffer(raw, dtype=np_dtype)
     if flat.size == 1 and ttype.num_elements != 1:
-        return np.full(ttype.shape, flat[0], dtype=np_dtype)
+        return _splat(flat[0], ttype, parser, pos)
     if flat.size < ttype.num_elements:
         raise parser.error(f"constant holds {flat.size} elements, {ttype} needs {ttype.num_elements}", pos)
     return flat[: ttype.num_elements].reshape(ttype.shape).copy()
@@ -803,6 +876,27 @@ def resolve_resources(ops: list[MOp], parser: Parser):
                     walk(block.ops)
 
     walk(ops)
+
+
+def read_source(path) -> str:
+    """A source file's text. Bytes that are not UTF-8 are a ParseError at their line and column."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ParseError(f"byte 0x{data[e.start]:02X} is not UTF-8 text", location=f"{path}:{line}:{col}",
+                         hint="MLIR files are UTF-8") from None
+
+
+def parse_type(text: str, filename: str = "<string>"):
+    """One type, e.g. `tensor<2x3xf32>`, that is the whole of `text`."""
+    parser = Parser(text, filename)
+    t = parser.type()
+    if not parser.at_end():
+        raise parser.error(f"unexpected {parser.found()} after the type")
+    return t
 
 
 def parse(text: str, filename: str = "<string>") -> tuple[list[MOp], Parser]:

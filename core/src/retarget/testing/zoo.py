@@ -224,25 +224,26 @@ MODELS: dict[str, Callable] = {
 }
 
 
-def make(name: str):
-    """(model in eval mode, example inputs as a tuple of tensors) for zoo model `name`."""
+def make(name: str, **model_args):
+    """(model in eval mode, example inputs as a tuple of tensors) for zoo model `name`;
+    `model_args` go to its builder (e.g. `d_model=16` for a small transformer_block)."""
     try:
         factory = MODELS[name]
     except KeyError:
         from ..errors import InputError, suggestion
 
         raise InputError(f"no zoo model '{name}'", hint=suggestion(name, MODELS)) from None
-    return factory()
+    return factory(**model_args)
 
 
-def export_onnx(name: str, path, opset: int = 17) -> str:
+def export_onnx(name: str, path, opset: int = 17, **model_args) -> str:
     """Write zoo model `name` to `path` as ONNX (input names `input_0`, ...); returns the path.
 
     Uses the TorchScript exporter (`dynamo=False`), which needs no package beyond torch."""
     import warnings
 
     torch, _ = _nn()
-    model, inputs = make(name)
+    model, inputs = make(name, **model_args)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(

@@ -6,7 +6,7 @@ obviously right over being fast.
 
 from __future__ import annotations
 
-from ..errors import UnknownTargetError, suggestion
+from ..errors import ModuleFormatError, UnknownTargetError, suggestion
 from ..ir.core import Function, Module
 from ..ir.parser import parse_module
 from ..ir.printer import print_module
@@ -53,8 +53,31 @@ class VmvxLoader:
         return None
 
     def load(self, binary: ExecutableBinary):
-        module = parse_module(binary.data.decode(), filename=f"<{FORMAT} executable>")
-        return [_kernel(module.functions[e.name]) for e in binary.entry_points]
+        try:
+            text = binary.data.decode()
+        except UnicodeDecodeError as e:
+            raise ModuleFormatError(f"the {FORMAT} executable is not UTF-8 text (byte {e.start})",
+                                    hint="the module is corrupt; recompile it") from None
+        module = parse_module(text, filename=f"<{FORMAT} executable>")
+        return [_kernel(_entry_function(module, e)) for e in binary.entry_points]
+
+
+def _entry_function(module: Module, entry: EntryPoint) -> Function:
+    """The function that runs `entry`, whose arguments and results must be the entry's bindings."""
+    fn = module.functions.get(entry.name)
+    if fn is None:
+        raise ModuleFormatError(f"the {FORMAT} executable has no function @{entry.name}",
+                                hint="the module is corrupt; recompile it")
+    if tuple(entry.workgroup_count) != (1, 1, 1):
+        raise ModuleFormatError(f"the {FORMAT} entry point {entry.name} asks for {list(entry.workgroup_count)} "
+                                "workgroups; a vmvx function runs as one", hint="the module is corrupt; recompile it")
+    signature = [a.type for a in fn.args] + [r.type for r in fn.returns]
+    if signature != [b.type for b in entry.bindings]:
+        raise ModuleFormatError(
+            f"the {FORMAT} function @{entry.name} takes and returns ({', '.join(map(str, signature))}), but its "
+            f"entry point binds ({', '.join(str(b.type) for b in entry.bindings)})",
+            hint="the module is corrupt; recompile it")
+    return fn
 
 
 def _kernel(fn: Function):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ...ir.core import Module
 from ...ir.verifier import verify
-from ...mlir.syntax import parse
+from ...mlir.syntax import parse, read_source
 from . import arith, check, linalg, stablehlo, tensor, tosa  # noqa: F401  (they register themselves)
 from .check import Check, evaluate_checks
 from .convert import module_from_mops, supported_ops
@@ -45,4 +45,4 @@ class MlirImporter:
 
     def load(self, source, **options) -> Module:
         path = Path(source)
-        return import_mlir(path.read_text(), str(path))
+        return import_mlir(read_source(path), str(path))

@@ -5,7 +5,7 @@ Used by `stablehlo.dot_general` and by `linalg.generic`s that multiply two input
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from ...ir.core import Builder, Value
 from .convert import reshape, transpose
@@ -25,7 +25,7 @@ def contract(b: Builder, x: Value, x_dims: list, y: Value, y_dims: list, out_dim
         raise ValueError(f"result dims {out_dims} are not batch + free dims of the operands")
 
     def n(labels):
-        return int(np.prod([size[d] for d in labels], dtype=np.int64))
+        return math.prod(size[d] for d in labels)
 
     lead = [n(batch)] if batch else []
     xm = reshape(b, transpose(b, x, [x_dims.index(d) for d in batch + x_free + summed]), lead + [n(x_free), n(summed)])

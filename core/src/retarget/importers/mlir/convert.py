@@ -36,7 +36,7 @@ def supported_ops(dialect: str) -> list[str]:
 def unsupported(name: str, loc, detail: str = "") -> UnsupportedOpError:
     dialect = name.split(".")[0] if "." in name else name
     ops = supported_ops(dialect)
-    hint = f"supported {dialect} ops: {', '.join(o.split('.', 1)[1] for o in ops)}" if ops else \
+    hint = f"supported {dialect} ops: {', '.join(o.split('.', 1)[-1] for o in ops)}" if ops else \
         f"the '{dialect}' dialect is not supported; supported dialects: {', '.join(DIALECTS)}"
     return UnsupportedOpError(f"unsupported op '{name}'{detail}", location=str(loc), hint=hint)
 
@@ -123,7 +123,7 @@ class Converter:
             if e.location is None or (op.name not in e.message and str(op.loc) not in (e.location or "")):
                 raise type(e)(f"'{op.name}': {e.message}", location=str(op.loc), hint=e.hint) from None
             raise
-        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, OverflowError) as e:
             raise self.error(op, f"cannot import it ({type(e).__name__}: {e})", ParseError) from None
         results = list(results) if isinstance(results, (list, tuple)) and not _is_shape(results) else [results]
         if len(results) != len(op.results):
@@ -307,5 +307,5 @@ def _call_syntax(p: Parser, op: MOp):
     op.operands = p.delimited("(", p.value_id, ")")
     p.optional_attrs(op)
     p.expect(":")
-    t = p.type()
+    t = p.function_type()
     op.operand_types, op.result_types = t.inputs, t.results

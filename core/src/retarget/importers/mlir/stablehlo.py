@@ -197,7 +197,9 @@ def _convolution_syntax(p: Parser, op: MOp):
             p.skip()
             start = p.pos
             depth = 0
-            while depth or p.text[p.pos] != ",":
+            while depth or p.text[p.pos:p.pos + 1] != ",":
+                if p.pos >= len(p.text):
+                    raise p.error("dim_numbers runs to the end of the file", start)
                 depth += {"[": 1, "]": -1}.get(p.text[p.pos], 0)
                 p.pos += 1
             op.attrs["dimension_numbers"] = OpaqueAttr(p.text[start:p.pos])

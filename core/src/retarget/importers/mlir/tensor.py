@@ -100,7 +100,7 @@ def _reshape_syntax(p: Parser, op: MOp):
     p.expect(")")
     p.optional_attrs(op)
     p.expect(":")
-    t = p.type()
+    t = p.function_type()
     op.operand_types, op.result_types = t.inputs, t.results
 
 

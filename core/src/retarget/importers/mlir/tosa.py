@@ -8,6 +8,8 @@ kept as tuples. Quantized forms (rescale, non-zero zero points) are not supporte
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import UnsupportedOpError
@@ -209,7 +211,7 @@ def _reshape(cv: Converter, op: MOp):
     x = cv.value(op, 0)
     shape = list(_shape_operand(cv, op, 1, ("new_shape",)))
     if -1 in shape:
-        known = int(np.prod([d for d in shape if d != -1]))
+        known = math.prod(d for d in shape if d != -1)
         shape[shape.index(-1)] = x.type.num_elements // max(known, 1)
     return reshape(cv.b, x, shape)
 

@@ -1,0 +1,1 @@
+func.func @f(%a: tensor<2x
