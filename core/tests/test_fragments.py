@@ -28,25 +28,33 @@ PLAIN = TargetDesc("c", "gpu-like", "c-source", subgroup_size=32, max_workgroup_
 rng = np.random.default_rng(5)
 
 
-def _gpu(*fragments, threads: int = 256, shared: int = 32768) -> TargetDesc:
-    return dataclasses.replace(PLAIN, max_workgroup_size=threads, shared_memory_bytes=shared,
-                               extra={"fragments": list(fragments)})
+def _gpu(*fragments, threads: int = 256, shared: int = 32768, multiprocessors: int | None = None) -> TargetDesc:
+    extra = {"fragments": list(fragments)} | ({"multiprocessors": multiprocessors} if multiprocessors else {})
+    return dataclasses.replace(PLAIN, max_workgroup_size=threads, shared_memory_bytes=shared, extra=extra)
+
+
+def _big_gpu(*fragments, multiprocessors: int = 1) -> TargetDesc:
+    """Like an H100 (1024 threads, 48 KB of shared memory) with `multiprocessors`: with one, two tiles fill it."""
+    return _gpu(*fragments, threads=1024, shared=48 * 1024, multiprocessors=multiprocessors)
 
 
 def _fragment(**changes) -> dict:
     return {**SIMDGROUP, **changes}
 
 
-def _matmul(a_shape, b_shape, dt=F32, *, bias_relu=False, transpose_b=False) -> Function:
-    """y = a @ b (b given transposed when `transpose_b`), then + bias and relu when `bias_relu`."""
+def _matmul(a_shape, b_shape, dt=F32, *, bias_relu=False, transpose_b=False, scale_a=False) -> Function:
+    """y = a @ b (b given transposed when `transpose_b`, a scaled by 0.5 first when `scale_a`), then + bias
+    and relu when `bias_relu`."""
     b_given = b_shape[:-2] + b_shape[-2:][::-1] if transpose_b else b_shape
     args = [Value(TensorType(a_shape, dt)), Value(TensorType(b_given, dt))]
     fn = Function("mm", args)
     bld = Builder(fn)
-    b = args[1]
+    a, b = args
     if transpose_b:
         b = bld.op("rt.transpose", [b], {"perm": list(range(len(b_shape) - 2)) + [len(b_shape) - 1, len(b_shape) - 2]})
-    y = bld.op("rt.matmul", [args[0], b])
+    if scale_a:
+        a = bld.op("rt.mul", [a, bld.constant(np.full((), 0.5, dt.np_dtype))])
+    y = bld.op("rt.matmul", [a, b])
     if bias_relu:
         bias = bld.constant(rng.standard_normal(y.type.shape[-1]).astype(dt.np_dtype))
         y = bld.op("rt.max", [bld.op("rt.add", [y, bias]), bld.constant(np.zeros((), dt.np_dtype))])
@@ -118,7 +126,8 @@ def test_a_float_matmul_takes_the_tiled_fragment_matmul_when_the_target_lists_a_
     assert kernel.schedule["fragments"] == "8x8x8.f32.f32"
     assert (kernel.schedule["tile_m"], kernel.schedule["tile_n"], kernel.schedule["tile_k"]) == (32, 32, 16)
     assert kernel.workgroup_size == (128, 1, 1) and kernel.workgroup_count == (4, 1, 1)
-    assert len(_statements(kernel, k.FragmentMma)) == 4 and len(_statements(kernel, k.Barrier)) == 3
+    # 2 x 2 fragments a subgroup, in an interior path (2 of the 4 tiles) and an edge path (the 2 across N)
+    assert kernel.schedule["interior_tiles"] == "2/4" and len(_statements(kernel, k.FragmentMma)) == 2 * 4
 
 
 def test_a_matmul_of_few_rows_puts_its_subgroups_side_by_side():
@@ -161,6 +170,139 @@ def test_tiles_follow_the_workgroup_size_and_the_shared_memory_of_the_target():
     assert tiny.shared_bytes <= 2048 and (tiny.tile_m, tiny.tile_n) == (8, 8)
     assert matmul_fragments(fn, _gpu(SIMDGROUP, shared=512)) is None
     assert matmul_fragments(fn, _gpu(SIMDGROUP, threads=16)) is None
+
+
+def test_large_matrices_take_128x128_tiles_of_8_subgroups_when_they_fill_the_multiprocessors():
+    fn = _dispatch(_matmul((4096, 4096), (4096, 4096), F16))
+    plan = matmul_fragments(fn, _big_gpu(WMMA_F16, multiprocessors=132))
+    assert (plan.tile_m, plan.tile_n, plan.tile_k, plan.threads) == (128, 128, 32, 256)
+    assert (plan.sg_rows, plan.sg_cols, plan.frag_rows, plan.frag_cols) == (2, 4, 4, 2)
+    assert plan.stages == 2 and plan.shared_bytes <= 48 * 1024  # two staged copies and the scratch fit
+
+
+def test_matrices_too_small_to_fill_the_gpu_with_large_tiles_keep_small_ones():
+    fn = _dispatch(_matmul((1024, 1024), (1024, 1024), F16))
+    assert (lambda p: (p.tile_m, p.tile_n, p.threads))(matmul_fragments(fn, _big_gpu(WMMA_F16, multiprocessors=64))) \
+        == (128, 64, 128)  # 128 tiles of 128x64: two for each of 64 multiprocessors
+    assert (lambda p: (p.tile_m, p.tile_n, p.threads))(matmul_fragments(fn, _big_gpu(WMMA_F16, multiprocessors=132))) \
+        == (64, 64, 128)  # neither large plan gives 132 multiprocessors two tiles each
+    assert matmul_fragments(fn, _gpu(WMMA_F16, threads=1024, shared=48 * 1024)).tile_n == 64  # no count: 64 assumed
+
+
+def test_large_tiles_follow_the_limits_of_the_target():
+    fn = _dispatch(_matmul((2048, 2048), (2048, 2048)))
+    metal = matmul_fragments(fn, _gpu(SIMDGROUP, threads=1024, shared=32 * 1024, multiprocessors=8))
+    assert (metal.tile_m, metal.tile_n, metal.tile_k, metal.threads, metal.stages) == (64, 64, 16, 256, 2)
+    assert metal.shared_bytes <= 32 * 1024
+    few_threads = matmul_fragments(fn, _gpu(SIMDGROUP, threads=128, shared=32 * 1024, multiprocessors=8))
+    assert (few_threads.tile_m, few_threads.tile_n, few_threads.threads) == (64, 32, 128)
+    one_copy = matmul_fragments(_dispatch(_matmul((2048, 2048), (2048, 2048), F16)),
+                                _gpu(WMMA_F16, threads=1024, shared=40 * 1024, multiprocessors=8))
+    assert (one_copy.tile_m, one_copy.tile_n, one_copy.stages) == (128, 128, 1)
+
+
+def _paths(kernel: k.Kernel) -> list[k.If]:
+    """The top-level Ifs that hold barriers: the interior and edge pipelines."""
+    return [s for s in kernel.body
+            if isinstance(s, k.If) and any(isinstance(x, k.Barrier) for x in k.walk_stmts(s.body))]
+
+
+def _names(e) -> set[str]:
+    return {x.name for x in k.walk_exprs([k.Assign("_", e)]) if isinstance(x, k.Var)}
+
+
+def test_interior_tiles_stage_without_clamps_or_selects_behind_a_uniform_if():
+    kernel = lower_dispatch(_dispatch(_matmul((300, 96), (96, 260), F16)), _big_gpu(WMMA_F16))
+    assert kernel.schedule["interior_tiles"] == "4/9"
+    interior, edge = _paths(kernel)
+    tile_vars = {s.var for s in kernel.body if isinstance(s, k.Assign) and _names(s.value) <= {"wg", "tile1"}}
+    for path in (interior, edge):  # the conditions read the workgroup id only, so the barriers inside are legal
+        assert _names(path.cond) <= tile_vars
+    exprs = list(k.walk_exprs(interior.body))
+    assert not any(isinstance(e, k.Select) or isinstance(e, k.Binary) and e.op == "min" for e in exprs)
+    assert any(isinstance(e, k.Select) for e in k.walk_exprs(edge.body))
+
+
+def test_without_edges_there_is_one_unguarded_path_and_with_a_ragged_k_one_guarded_path():
+    whole = lower_dispatch(_dispatch(_matmul((256, 64), (64, 256), F16)), _big_gpu(WMMA_F16))
+    assert whole.schedule["interior_tiles"] == "4/4" and not _paths(whole)
+    assert not any(isinstance(e, k.Select) for e in k.walk_exprs(whole.body))
+    ragged = lower_dispatch(_dispatch(_matmul((256, 70), (70, 256), F16)), _big_gpu(WMMA_F16))
+    assert ragged.schedule["interior_tiles"] == "0/4" and not _paths(ragged)
+    assert any(isinstance(e, k.Select) for e in k.walk_exprs(ragged.body))
+
+
+def test_the_next_step_is_loaded_into_registers_before_the_fragments_of_this_one():
+    kernel = lower_dispatch(_dispatch(_matmul((256, 64), (64, 256), F16)), _big_gpu(WMMA_F16))
+    (loop,) = [s for s in kernel.body if isinstance(s, k.Loop) and s.kind == "serial"]
+    registers = {s.name for s in _statements(kernel, k.Local) if not s.shared}
+    prefetch, mma = loop.body[:2]
+    assert isinstance(prefetch, k.If) and {s.buffer for s in k.walk_stmts(prefetch.body)
+                                           if isinstance(s, k.Store)} == registers
+    assert any(isinstance(s, k.FragmentLoad) for s in k.walk_stmts([mma]))
+    # two staged copies: one barrier a step, after the registers are stored into the other copy
+    assert [type(s).__name__ for s in loop.body[2:]] == ["If", "Barrier"]
+
+
+def _evaluate(e: k.Expr, env: dict) -> int:
+    if isinstance(e, k.Const):
+        return e.value
+    if isinstance(e, k.Var):
+        return env[e.name]
+    ops = {"add": int.__add__, "sub": int.__sub__, "mul": int.__mul__, "div": int.__floordiv__, "rem": int.__mod__,
+           "min": min}
+    return ops[e.op](_evaluate(e.a, env), _evaluate(e.b, env))
+
+
+def _first_staged_address(stmts, buffer: str, env: dict) -> int | None:
+    """The element of `buffer` that the first staging store from it reads, for the thread in `env`."""
+    for s in stmts:
+        if isinstance(s, k.Assign):
+            try:
+                env[s.var] = _evaluate(s.value, env)
+            except (KeyError, AttributeError):
+                pass
+        elif isinstance(s, (k.Loop, k.If)):
+            if isinstance(s, k.Loop):
+                env[s.var] = s.start
+            found = _first_staged_address(s.body, buffer, env)
+            if found is not None:
+                return found
+        elif isinstance(s, k.Store) and isinstance(s.value, k.Load) and s.value.buffer == buffer:
+            return _evaluate(s.value.index, env)
+    return None
+
+
+def _warp_addresses(kernel: k.Kernel, buffer: str) -> list[int]:
+    return [_first_staged_address(kernel.body, buffer, {"wg": 0, "tid": t}) for t in range(32)]
+
+
+def test_interior_loads_of_an_input_are_a_base_address_plus_a_constant():
+    kernel = lower_dispatch(_dispatch(_matmul((256, 64), (64, 256), F16)), _big_gpu(WMMA_F16))
+    (loop,) = [s for s in kernel.body if isinstance(s, k.Loop) and s.kind == "serial"]
+    loads = [e for e in k.walk_exprs(loop.body) if isinstance(e, k.Load) and e.buffer in ("in0", "in1")]
+    bases = {s.var for s in k.walk_stmts(loop.body) if isinstance(s, k.Assign)}  # one a step for each operand
+    assert len(loads) == 2 and len(bases) == 2
+    assert all(_names(e.index) <= bases | {s.var for s in k.walk_stmts(loop.body) if isinstance(s, k.Loop)}
+               for e in loads)
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_consecutive_threads_stage_consecutive_elements_of_each_operand(transpose_b):
+    """A by k, B by n, and B given transposed (n x k in memory) by k: each warp's loads coalesce."""
+    fn = _matmul((256, 64), (64, 256), F16, transpose_b=transpose_b)
+    kernel = lower_dispatch(fn, _big_gpu(WMMA_F16))
+    for buffer in ("in0", "in1"):
+        addresses = _warp_addresses(kernel, buffer)
+        assert addresses == list(range(addresses[0], addresses[0] + 32)), buffer
+
+
+def test_accumulators_reach_the_epilogue_through_one_small_scratch_a_subgroup():
+    kernel = lower_dispatch(_dispatch(_matmul((256, 64), (64, 256), F16, bias_relu=True)), _big_gpu(WMMA_F16))
+    (scratch,) = [s for s in _statements(kernel, k.Local) if s.shared and s.dtype == F32]
+    assert scratch.size == 8 * 16 * (16 + 4)  # 8 subgroups, a 16 x 16 fragment each, rows padded by 16 bytes
+    stores = _statements(kernel, k.FragmentStore)
+    assert len(stores) == 8 and {s.buffer for s in stores} == {scratch.name}
 
 
 def test_without_fragment_shapes_the_gpu_lowering_prints_exactly_as_it_did():
@@ -206,6 +348,18 @@ def test_msl_and_cuda_spell_their_shapes_natively_and_every_other_dialect_expand
         assert "wmma" not in source and "simdgroup_" not in source and "mma.h" not in source, dialect.name
 
 
+def test_staged_halves_stay_halves_in_every_c_dialect():
+    """The staging registers only move elements, and the staged tiles are sized for halves: neither converts."""
+    kernel = lower_dispatch(_dispatch(_matmul((256, 64), (64, 256), F16)), _big_gpu(WMMA_F16))
+    registers = [s.name for s in _statements(kernel, k.Local) if not s.shared]
+    assert k.copy_arrays(kernel) == set(registers)
+    cuda = render_module([kernel], CUDA)
+    assert all(f"__half {name}[16];" in cuda for name in registers)
+    assert "__half2float(in0" not in cuda and "__float2half_rn(r" not in cuda
+    hip = render_module([kernel], HIP)  # no native fragments: expanded, the tiles still hold halves
+    assert "__shared__ __half a_tile" in hip and "__shared__ __half b_tile" in hip
+
+
 # -- the portable expansion against the reference ------------------------------------------------------------
 
 CASES = {  # name -> (function, target, tolerance); the whole function is one kernel
@@ -220,6 +374,25 @@ CASES = {  # name -> (function, target, tolerance); the whole function is one ke
     "ragged_lanes": (lambda: _dispatch(_matmul((30, 20), (20, 26))), _gpu(_fragment(width=24)), 1e-5),
     "narrow_subgroups": (lambda: _dispatch(_matmul((19, 13), (13, 22))), _gpu(_fragment(m=4, n=4, k=4, width=8)),
                          1e-5),
+    # the large plans (one multiprocessor: two tiles fill it): 128 x 128 tiles, or 128 x 64
+    "large_interior_and_edges": (lambda: _dispatch(_matmul((300, 96), (96, 260), F16, bias_relu=True)),
+                                 _big_gpu(WMMA_F16), 2e-3),
+    "large_ragged_k": (lambda: _dispatch(_matmul((200, 70), (70, 150), F16)), _big_gpu(WMMA_F16), 2e-3),
+    "large_one_step": (lambda: _dispatch(_matmul((140, 32), (32, 256), F16)), _big_gpu(WMMA_F16), 2e-3),
+    "large_batched": (lambda: _dispatch(_matmul((3, 130, 64), (64, 140), F16)), _big_gpu(WMMA_F16), 2e-3),
+    "large_broadcast_batches": (lambda: _dispatch(_matmul((2, 1, 130, 32), (3, 32, 150), F16)), _big_gpu(WMMA_F16),
+                                2e-3),
+    "large_transposed_b": (lambda: _matmul((256, 64), (64, 200), F16, transpose_b=True), _big_gpu(WMMA_F16), 2e-3),
+    "large_prologue": (lambda: _matmul((256, 96), (96, 130), F16, scale_a=True), _big_gpu(WMMA_F16), 2e-3),
+    "large_bf16_wmma": (lambda: _dispatch(_matmul((260, 64), (64, 150), BF16)),
+                        _big_gpu(_fragment(m=16, n=16, k=16, a="bf16", b="bf16")), 1e-2),
+    "large_bf16_into_f32": (lambda: _dispatch(_matmul((130, 48), (48, 70), BF16, bias_relu=True)),
+                            _big_gpu(SIMDGROUP), 1e-2),
+    "large_f32_edges": (lambda: _dispatch(_matmul((75, 40), (40, 67))), _big_gpu(SIMDGROUP), 1e-5),
+    "mid_128x64": (lambda: _dispatch(_matmul((128, 64), (64, 100), F16)), _big_gpu(WMMA_F16), 2e-3),
+    "large_one_copy": (lambda: _dispatch(_matmul((300, 96), (96, 260), F16, bias_relu=True)),
+                       _gpu(WMMA_F16, threads=1024, shared=40 * 1024, multiprocessors=1), 2e-3),
+    "small_interior_and_edges": (lambda: _dispatch(_matmul((64, 48), (48, 40))), _gpu(SIMDGROUP), 1e-5),
 }
 
 
@@ -239,7 +412,7 @@ def c99_kernels(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fragments")
     src, lib = tmp / "fragments.c", tmp / "fragments.so"
     src.write_text(render_module([kn for kn, _ in kernels.values()], C99))
-    done = subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-std=c11", str(src), "-o", str(lib), "-lm"],
+    done = subprocess.run(["gcc", "-O0", "-shared", "-fPIC", "-std=c11", str(src), "-o", str(lib), "-lm"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[:4000]
     library = ctypes.CDLL(str(lib))

@@ -127,6 +127,19 @@ def test_a_half_matmul_for_sm_80_compiles_with_wmma_fragments(nvrtc, dt):
     assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 80) and "wmma.mma.sync" in parts["ptx"].decode()
 
 
+def test_a_large_half_matmul_for_sm_90a_compiles_in_128x128_tiles_of_8_warps(nvrtc):
+    from retarget.kernel.lower import lower_dispatch
+    from retarget_cuda.compile import compile_kernels
+
+    desc = targets.parse("h100")
+    kernel = lower_dispatch(_matmul_dispatch((4096, 4096), (4096, 4096), dtypes.DTYPES["f16"]), desc)
+    assert (kernel.schedule["tile_m"], kernel.schedule["tile_n"], kernel.schedule["stages"]) == (128, 128, 2)
+    assert kernel.workgroup_size == (256, 1, 1) and kernel.workgroup_count == (1024, 1, 1)
+    binary = compile_kernels([kernel], desc)
+    _, parts = unpack(binary.data)
+    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 90) and "wmma.mma.sync" in parts["ptx"].decode()
+
+
 def test_f32_matmuls_and_archs_without_the_shape_keep_the_plain_gpu_matmul():
     from retarget.kernel.lower import matmul_fragments
 

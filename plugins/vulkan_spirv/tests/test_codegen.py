@@ -189,3 +189,42 @@ def test_an_f16_matmul_on_hopper_multiplies_cooperative_matrices_in_pinned_subgr
     (exe,) = art.manifest["executables"]
     (meta,) = container.unpack(bytes(art.entries[exe["path"]]))
     assert "CooperativeMatrixKHR" not in meta["capabilities"] and meta["required_subgroup_size"] is None
+
+
+@needs_spirv_val
+@pytest.mark.parametrize("m, n, kk, bias_relu", [(4096, 4096, 4096, False), (2000, 1500, 320, True)])
+def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the_shared_memory(
+        tmp_path, m, n, kk, bias_relu):
+    """The large plan (8 subgroups, two staged copies, a small scratch a subgroup; interior and edge tiles):
+    the staged tiles and the staging registers hold f16, so the copies convert nothing, and the workgroup
+    memory fits the target."""
+    import numpy as np
+    from retarget.ir import Builder, Function, TensorType, Value
+    from retarget.kernel.lower import lower_dispatch, matmul_fragments
+    from retarget.passes.dispatch import form_dispatches
+    from retarget_vulkan_spirv import targets
+
+    f16 = dtypes.DTYPES["f16"]
+    args = [Value(TensorType((m, kk), f16)), Value(TensorType((kk, n), f16))]
+    fn = Function("main", args)
+    bld = Builder(fn)
+    y = bld.op("rt.matmul", args)
+    if bias_relu:
+        y = bld.op("rt.max", [bld.op("rt.add", [y, bld.constant(np.ones(n, np.float16))]),
+                              bld.constant(np.zeros((), np.float16))])
+    fn.returns = [y]
+    (d,) = form_dispatches(fn)
+    desc = targets.parse("h100")
+    kernel = lower_dispatch(d.function, desc)
+    assert (kernel.schedule["tile_m"], kernel.schedule["tile_n"], kernel.schedule["stages"]) == (128, 128, 2)
+    generated = generate(kernel, desc.features)
+    assert generated.shared_bytes == matmul_fragments(d.function, desc).shared_bytes <= desc.shared_memory_bytes
+    assert generated.required_subgroup_size == 32
+    spirv_val(generated.binary, tmp_path, kernel.name, env="vulkan1.3")
+    words = struct.unpack(f"<{len(generated.binary) // 4}I", generated.binary)
+    at, converts = 5, 0
+    while at < len(words):
+        converts += (words[at] & 0xFFFF) == spirv.OP["FConvert"]
+        at += words[at] >> 16
+    if not bias_relu:  # f32 -> f16 (and the cast's round trip) where each of 8 x 8 outputs is stored; none staging
+        assert converts <= 3 * 8 * 8

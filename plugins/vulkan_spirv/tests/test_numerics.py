@@ -156,10 +156,12 @@ def test_the_validation_layer_reports_nothing_on_a_zoo_run(vulkan_device):
     assert result["messages"] == []
 
 
-def test_a_fragment_matmul_without_cooperative_matrices_takes_the_portable_expansion(vulkan_device, tmp_path):
+@pytest.mark.parametrize("m, kk, n, multiprocessors", [(70, 48, 40, None), (300, 96, 260, 1)])
+def test_a_fragment_matmul_without_cooperative_matrices_takes_the_portable_expansion(vulkan_device, tmp_path, m, kk,
+                                                                                      n, multiprocessors):
     """A target that advertises matrix fragments but lacks KHR cooperative matrices (made so here, whatever the
     device) gets the core's portable expansion: the same tiled schedule, plain multiply-adds, the reference's
-    numbers."""
+    numbers; with one multiprocessor, the large plan (128 x 128 tiles, interior and edge tiles)."""
     import dataclasses
 
     torch = pytest.importorskip("torch")
@@ -167,22 +169,24 @@ def test_a_fragment_matmul_without_cooperative_matrices_takes_the_portable_expan
 
     host = targets.describe_device(vulkan_device.info)
     fragment = {"m": 16, "n": 16, "k": 16, "a": "f16", "b": "f16", "acc": "f32", "width": 32}
+    extra = {**host.extra, "fragments": [fragment]} | ({"multiprocessors": multiprocessors} if multiprocessors else {})
     desc = dataclasses.replace(host, features=tuple(f for f in host.features if f != "CooperativeMatrixKHR"),
-                               extra={**host.extra, "fragments": [fragment]})
+                               extra=extra)
 
     class MatmulBiasRelu(torch.nn.Module):
         def forward(self, a, b, bias):
             return torch.relu(a @ b + bias)
 
     rng = np.random.default_rng(5)
-    a, b, bias = (rng.standard_normal(s).astype(np.float16) for s in ((70, 48), (48, 40), (40,)))
+    a, b, bias = (rng.standard_normal(s).astype(np.float16) for s in ((m, kk), (kk, n), (n,)))
     art = retarget.compile(MatmulBiasRelu(), desc, example_inputs=tuple(map(torch.from_numpy, (a, b, bias))),
                            dump_dir=tmp_path)
     (listing,) = [p.read_text() for p in tmp_path.iterdir() if "executable-vulkan-spirv" in p.name]
     assert "fragment.mma" in listing  # the kernel IR has fragments; the SPIR-V has plain multiply-adds
+    assert ("tile_m = 128, tile_n = 128" in listing) == bool(multiprocessors)
     (exe,) = art.manifest["executables"]
     kernels = container.unpack(bytes(art.entries[exe["path"]]))
-    assert all("CooperativeMatrixKHR" not in m["capabilities"] for m in kernels)
+    assert all("CooperativeMatrixKHR" not in meta["capabilities"] for meta in kernels)
     out = retarget.load(art, device=vulkan_device.info.uri).main(a, b, bias)
     expected = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32), 0).astype(np.float16)
     np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), rtol=2e-3, atol=2e-3)

@@ -528,11 +528,17 @@ class _Renderer:
             if self.native_fragments:
                 moves = (k.FragmentLoad, k.FragmentStore)
                 self.stored = {s.buffer for s in k.walk_stmts(kn.body) if isinstance(s, moves)}
-            else:
+            else:  # arrays that fragments load keep halves as halves all the same: the schedule sized them so
+                loaded = {s.buffer for s in k.walk_stmts(kn.body) if isinstance(s, k.FragmentLoad)}
+                self.stored = {s.name for s in k.walk_stmts(kn.body) if isinstance(s, k.Local) and s.name in loaded
+                               and s.dtype.name in HALVES and s.dtype.name in d.storage}
                 kn = expand_fragments(kn)
         if d.thread_id is None and kn.thread_vars and _has(kn.body, (k.Barrier,), shared=True):
             kn = serialize_threads(kn)  # a workgroup is one call here: its threads become loops, cut at barriers
         self.k = kn
+        # Half arrays that only move elements (a matmul's staging registers) keep them as stored: no conversions.
+        self.stored |= {name for name in k.copy_arrays(kn)
+                        if _local_type(kn, name).name in HALVES and _local_type(kn, name).name in d.storage}
         threads = list(zip(kn.thread_vars, kn.workgroup_size))
         params = []
         for i, p in enumerate(kn.params):
@@ -613,6 +619,11 @@ class _Renderer:
 
     def stmt_store(self, s: k.Store) -> None:
         dt, is_param = self.buffer(s.buffer)
+        v = s.value
+        if isinstance(v, k.Load) and dt.name in HALVES and self.stored_as_is(s.buffer) and \
+                self.stored_as_is(v.buffer) and self.buffer(v.buffer)[0] == v.dtype == dt:
+            self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {self.element(v.buffer, self.expr(v.index))};")
+            return
         value = self.convert(self.expr(s.value), s.value.dtype, dt)
         if (is_param or s.buffer in self.stored) and dt.name in self.d.to_storage:
             value = self.d.to_storage[dt.name].format(value)
@@ -630,7 +641,8 @@ class _Renderer:
         elif self.d.shared_global:
             self.globals.append(self.d.shared_array.format(**fields))
         else:
-            self.emit(((stored and self.d.fragments.array) or self.d.shared_array).format(**fields))
+            native = stored and self.native_fragments and self.d.fragments.array
+            self.emit((native or self.d.shared_array).format(**fields))
 
     # -- native fragments (see FragmentSpelling) ---------------------------------------------------------
     def spells_fragments(self, kn: k.Kernel) -> bool:
@@ -689,6 +701,10 @@ class _Renderer:
         if name not in self.buffers:
             raise self.fail(f"buffer %{name} is not a parameter or a local array")
         return self.buffers[name]
+
+    def stored_as_is(self, name: str) -> bool:
+        """Whether `name`'s elements are in their storage type (a parameter, or an array kept so)."""
+        return self.buffer(name)[1] or name in self.stored
 
     def element(self, name: str, index: str) -> str:
         dt, is_param = self.buffer(name)
@@ -780,6 +796,10 @@ class _Renderer:
             self.ctype(cd)
             return f"rt_cast_{cs.name}_{cd.name}({text})"
         return self.d.cast.format(text, T=self.ctype(cd))
+
+
+def _local_type(kernel: k.Kernel, name: str) -> DType:
+    return next(s.dtype for s in k.walk_stmts(kernel.body) if isinstance(s, k.Local) and s.name == name)
 
 
 def _has(stmts, types, shared: bool = False) -> bool:

@@ -356,6 +356,30 @@ def walk_exprs(stmts):
                 yield from walk_exprs(value)
 
 
+def copy_arrays(kernel: Kernel) -> set[str]:
+    """The private arrays of `kernel` that only move elements: every store into one is a plain load of
+    its own element type, and every load from one is the whole value stored to a buffer or array of
+    that type. A backend may keep them in the elements' storage type and copy without converting."""
+    arrays = {s.name: s.dtype for s in walk_stmts(kernel.body) if isinstance(s, Local) and not s.shared}
+    types = {p.name: p.dtype for p in kernel.params}
+    types.update({s.name: s.dtype for s in walk_stmts(kernel.body) if isinstance(s, Local)})
+    out, copied = set(arrays), {}
+    for s in walk_stmts(kernel.body):
+        if not isinstance(s, Store):
+            continue
+        v = s.value
+        plain = isinstance(v, Load) and v.dtype == types.get(v.buffer) == types.get(s.buffer)
+        if s.buffer in arrays and not plain:
+            out.discard(s.buffer)
+        if plain and v.buffer in arrays:
+            copied[v.buffer] = copied.get(v.buffer, 0) + 1
+    loads: dict[str, int] = {}
+    for e in walk_exprs(kernel.body):
+        if isinstance(e, Load) and e.buffer in arrays:
+            loads[e.buffer] = loads.get(e.buffer, 0) + 1
+    return {name for name in out if loads.get(name, 0) == copied.get(name, 0)}
+
+
 # -- text ---------------------------------------------------------------------------------------
 
 

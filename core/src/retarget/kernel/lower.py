@@ -22,9 +22,10 @@ target's subgroup size). A target lists only what its code can run; the renderer
 dialect knows natively and expands the rest portably (`portable.expand_fragments`). On the GPU,
 a matmul whose operands convert exactly into a listed shape's A/B type (the same type, or f16/bf16
 into f32), with an f32 accumulator and M, N, K at least the fragment's, takes the tiled fragment
-matmul (`matmul_fragments` picks the shape and sizes the tiles from the shape, the workgroup size
-and the shared memory). Every other matmul, and every matmul on a target without "fragments", is
-lowered exactly as before. f32 inputs never take an f16 or tf32 shape: that would change numerics.
+matmul (`matmul_fragments` picks the shape and sizes the tiles from the shape, the workgroup size,
+the shared memory and the multiprocessors to fill: 128 x 128 tiles of 8 subgroups for large matrices,
+small ones for small matrices). Every other matmul, and every matmul on a target without "fragments",
+is lowered exactly as before. f32 inputs never take an f16 or tf32 shape: that would change numerics.
 """
 
 from __future__ import annotations
@@ -576,9 +577,17 @@ def _identity(kind: str, dt: DType):
 
 FRAGMENT_TYPES = ("f32", "f16", "bf16")  # float matmuls only: integer ones wrap in their own type, as vmvx does
 HELD_EXACTLY_BY = {"f32": ("f32",), "f16": ("f16", "f32"), "bf16": ("bf16", "f32")}  # operand -> fragment types
-# (subgroups a workgroup, fragments along each side of a subgroup's block), the first that fits the target wins
+# Large tiles, largest first: (subgroup rows, subgroup columns, fragment rows, fragment columns of each subgroup).
+# One is taken when it fits the target and its tiles give every multiprocessor FILL_WORKGROUPS of them; each
+# subgroup then loads 4 + 2 fragments for 8 multiply-accumulates, and each staged element feeds 128 or 64 of them.
+LARGE_FRAGMENT_PLANS = ((2, 4, 4, 2), (2, 2, 4, 2))
+FILL_WORKGROUPS = 2
+# Else (small matrices, small targets): (subgroups a workgroup, fragments along each side of a subgroup's
+# block), the first that fits the target wins.
 FRAGMENT_PLANS = ((4, 2), (2, 2), (1, 2), (1, 1))
 FRAGMENT_K_STEPS = 2  # fragment k-slices per staged step of the reduction
+PAD_BYTES = 16  # rows of the staged tiles are padded by this much, so that a fragment's rows fall in different banks
+DEFAULT_MULTIPROCESSORS = 64  # when the target does not say (a named arch, not `host`)
 
 
 @dataclass(frozen=True)
@@ -610,11 +619,18 @@ def fragment_shapes(desc: TargetDesc) -> list[FragmentShape]:
     return out
 
 
+def _padded(elements: int, dt: DType) -> int:
+    return elements + max(1, PAD_BYTES // dt.itemsize)
+
+
 @dataclass(frozen=True)
 class FragmentTiles:
     """The tiled fragment matmul's plan: a workgroup of `sg_rows` x `sg_cols` subgroups computes a
     `tile_m` x `tile_n` block of the output, each subgroup `frag_rows` x `frag_cols` accumulator
-    fragments of it; the reduction steps by `tile_k`, staging A and B tiles in shared memory."""
+    fragments of it; the reduction steps by `tile_k`, staging A and B tiles in shared memory, in
+    `stages` copies (2: the next step is stored while this one is multiplied). Staged rows are
+    `a_stride` and `b_stride` elements apart, and each subgroup has an m x n scratch (rows `c_stride`
+    apart) through which its accumulators reach the epilogue one at a time."""
 
     shape: FragmentShape
     sg_rows: int
@@ -622,6 +638,7 @@ class FragmentTiles:
     frag_rows: int
     frag_cols: int
     k_steps: int
+    stages: int = 1
 
     @property
     def tile_m(self) -> int:
@@ -636,24 +653,63 @@ class FragmentTiles:
         return self.k_steps * self.shape.k
 
     @property
+    def subgroups(self) -> int:
+        return self.sg_rows * self.sg_cols
+
+    @property
     def threads(self) -> int:
-        return self.sg_rows * self.sg_cols * self.shape.width
+        return self.subgroups * self.shape.width
+
+    @property
+    def a_stride(self) -> int:
+        return _padded(self.tile_k, self.shape.dtype)
+
+    @property
+    def b_stride(self) -> int:
+        return _padded(self.tile_n, self.shape.dtype)
+
+    @property
+    def c_stride(self) -> int:
+        return _padded(self.shape.n, self.shape.acc)
+
+    @property
+    def stage_elements(self) -> tuple[int, int]:
+        """Elements of one staged copy of A and of B."""
+        return self.tile_m * self.a_stride, self.tile_k * self.b_stride
 
     @property
     def shared_bytes(self) -> int:
-        """A, B and output tiles; halves counted as 4 bytes, since a dialect without native fragments
-        keeps its arrays in the compute type."""
-        inputs = (self.tile_m + self.tile_n) * self.tile_k * max(4, self.shape.dtype.itemsize)
-        return inputs + self.tile_m * self.tile_n * max(4, self.shape.acc.itemsize)
+        """The staged A and B tiles and the scratch. Every backend keeps arrays that fragments load in
+        their own type, halves as halves, whether it spells the fragments or expands them."""
+        staged = self.stages * sum(self.stage_elements) * self.shape.dtype.itemsize
+        return staged + self.subgroups * self.shape.m * self.c_stride * self.shape.acc.itemsize
 
 
-def fragment_tiles(shape: FragmentShape, desc: TargetDesc, rows: int) -> FragmentTiles | None:
-    """The first of `FRAGMENT_PLANS` that fits `desc`'s workgroup size and shared memory, for a matmul of
-    `rows` rows (a short one puts its subgroups side by side); None if none fits."""
+def fragment_tiles(shape: FragmentShape, desc: TargetDesc, rows: int, cols: int = 0,
+                   batches: int = 1) -> FragmentTiles | None:
+    """The plan for a `batches` x `rows` x `cols` output: the first of `LARGE_FRAGMENT_PLANS` that fits
+    `desc`'s workgroup size and shared memory and fills its multiprocessors, else the first of
+    `FRAGMENT_PLANS` that fits (a short matrix puts its subgroups side by side); two staged copies where
+    the shared memory holds them. None if nothing fits."""
+    def fits(plan: FragmentTiles) -> FragmentTiles | None:
+        if plan.threads > desc.max_workgroup_size:
+            return None
+        double = replace(plan, stages=2)
+        for p in (double, plan):
+            if p.shared_bytes <= desc.shared_memory_bytes:
+                return p
+        return None
+
+    multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
+    for sg_rows, sg_cols, frag_rows, frag_cols in LARGE_FRAGMENT_PLANS:
+        plan = fits(FragmentTiles(shape, sg_rows, sg_cols, frag_rows, frag_cols, FRAGMENT_K_STEPS))
+        if plan is not None and \
+                batches * -(-rows // plan.tile_m) * -(-cols // plan.tile_n) >= FILL_WORKGROUPS * multiprocessors:
+            return plan
     for subgroups, frags in FRAGMENT_PLANS:
         sg_rows = 2 if subgroups == 4 and rows > frags * shape.m else 1
-        plan = FragmentTiles(shape, sg_rows, subgroups // sg_rows, frags, frags, FRAGMENT_K_STEPS)
-        if plan.threads <= desc.max_workgroup_size and plan.shared_bytes <= desc.shared_memory_bytes:
+        plan = fits(FragmentTiles(shape, sg_rows, subgroups // sg_rows, frags, frags, FRAGMENT_K_STEPS))
+        if plan is not None:
             return plan
     return None
 
@@ -667,7 +723,7 @@ def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
         return None
     op = roots[0]
     a, b = op.operands
-    *_, m, n = op.result.type.shape
+    *batch, m, n = op.result.type.shape
     kk = a.type.shape[-1]
     if op.result.type.dtype.name not in FRAGMENT_TYPES:
         return None
@@ -675,11 +731,149 @@ def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
             if s.acc.name == "f32" and m >= s.m and n >= s.n and kk >= s.k
             and all(s.dtype.name in HELD_EXACTLY_BY.get(x.type.dtype.name, ()) for x in (a, b))]
     fits.sort(key=lambda s: s.dtype != a.type.dtype)
+    batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
     for shape in fits:
-        plan = fragment_tiles(shape, desc, m)
+        plan = fragment_tiles(shape, desc, m, n, batches)
         if plan is not None:
             return plan
     return None
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """How the first `used` threads of a workgroup cover a rows x cols block in `count` elements each,
+    consecutive threads on consecutive rows (`along_rows`) or columns: element e of thread t is at
+    (row + offset(e)[0], col + offset(e)[1]), `row` and `col` being the thread's own (expressions of t,
+    computed once), the offsets expressions of e alone (constants once unrolled)."""
+
+    row: Expr
+    col: Expr
+    rows: int
+    cols: int
+    threads: int
+    used: int
+    count: int
+    along_rows: bool
+
+    def offset(self, e: Expr) -> tuple[Expr, Expr]:
+        fast = self.rows if self.along_rows else self.cols
+        if self.used >= fast:
+            slow, quick = e * (self.used // fast), k.const(0)
+        else:
+            slow, quick = (e * self.used) // fast, (e * self.used) % fast
+        return (quick, slow) if self.along_rows else (slow, quick)
+
+    def holds(self, t: Expr, e: Expr) -> Expr | None:
+        """Whether thread t holds element e; None when every thread holds every element."""
+        conds = [Compare("lt", t, k.const(self.used))] if self.used < self.threads else []
+        if (self.rows * self.cols) % self.used:
+            conds.append(Compare("lt", t + e * self.used, k.const(self.rows * self.cols)))
+        return _all(conds)
+
+
+def _times(e: Expr, factor: int) -> Expr:
+    """e * factor, a constant factor of e folded into it (e * 8 * 40 prints as e * 320)."""
+    if isinstance(e, k.Binary) and e.op == "mul" and isinstance(e.b, k.Const) and e.dtype == INDEX:
+        return e.a * (e.b.value * factor)
+    return e * factor
+
+
+def _spread(rows: int, cols: int, threads: int, t: Expr, along_rows: bool) -> _Spread:
+    """The threads in order over the block, `along_rows` or along the columns: the first `used` of them,
+    a multiple or a divisor of the contiguous side, so that each element's offsets are constants."""
+    fast = rows if along_rows else cols
+    used = (threads // fast) * fast if threads >= fast else max(d for d in range(1, threads + 1) if fast % d == 0)
+    if used >= fast:
+        slow_t, fast_t = t // fast, t % fast
+    else:
+        slow_t, fast_t = k.const(0), t
+    row, col = (fast_t, slow_t) if along_rows else (slow_t, fast_t)
+    return _Spread(row, col, rows, cols, threads, used, -(-rows * cols // used), along_rows)
+
+
+class _Staged:
+    """One operand of the tiled fragment matmul, staged through registers into a shared tile of `rows` x
+    `cols` (rows `stride` elements apart); `k_side` ("row" or "col") is the side the reduction steps along,
+    and the tile's other side starts at `origin`."""
+
+    def __init__(self, lowering: _GpuLowering, x: Value, rows: int, cols: int, stride: int, tile: str,
+                 k_side: str, origin: Expr, out_shape, bvars: list[Expr]):
+        self.lowering, self.x, self.rows, self.cols, self.stride, self.tile = lowering, x, rows, cols, stride, tile
+        self.k_side, self.origin, self.bvars, self.out_shape = k_side, origin, bvars, out_shape
+        self.layout = lowering.strided_operand(x, len(out_shape))
+        names = ("r", "base", "kb", "tr", "tc", "so", "e")
+        self.regs, self.base, self.step_base, self.row_t, self.col_t, self.shared_at, self.e = \
+            (lowering.fresh(p) for p in names)
+
+    def declare(self, threads: int, dt: DType, unguarded: bool) -> list:
+        """The registers and the thread's offsets (and with `unguarded`, its base address, if any)."""
+        strides = self.layout[1] if self.layout else None
+        along_rows = strides is not None and strides[-2] == 1 and strides[-1] != 1
+        self.spread = _spread(self.rows, self.cols, threads, Var("tid"), along_rows)
+        out = [Local(self.regs, self.spread.count, dt),
+               Assign(self.row_t, self.spread.row),
+               Assign(self.col_t, self.spread.col),
+               Assign(self.shared_at, Var(self.row_t) * self.stride + Var(self.col_t))]
+        if unguarded and strides is not None:
+            row, col = self.at(k.const(0), k.const(0), k.const(0))
+            offset: Expr = k.const(0)
+            for v, stride in zip(self.bvars, strides):
+                offset = offset + v * stride if stride else offset
+            out.append(Assign(self.base, offset + row * strides[-2] + col * strides[-1]))
+        return out
+
+    def at(self, k0: Expr, dr: Expr, dc: Expr) -> tuple[Expr, Expr]:
+        """(row, column) of an element in the operand, the step starting at `k0`."""
+        row0, col0 = (self.origin, k0) if self.k_side == "col" else (k0, self.origin)
+        return row0 + Var(self.row_t) + dr, col0 + Var(self.col_t) + dc
+
+    def value_at(self, row: Expr, col: Expr) -> Expr:
+        index = _broadcast_index(self.bvars + [row, col], self.x.type.shape, self.out_shape)
+        return self.lowering.value(self.x, index)
+
+    def element_loop(self, body) -> list:
+        e = Var(self.e)
+        holds = self.spread.holds(Var("tid"), e)
+        stmts = body(e)
+        return [Loop(self.e, self.spread.count, [If(holds, stmts)] if holds is not None else stmts, "unroll")]
+
+    def load(self, step: Expr, tk: int, unguarded: bool, sizes: tuple[int, int, int], dt: DType) -> list:
+        """Registers = this thread's elements of reduction step `step`."""
+        m, kk, n = sizes
+        row_limit, col_limit = (m, kk) if self.k_side == "col" else (kk, n)
+        # Only the sides that a tile can cross need guards: M or N where the tiles overhang, K where it is ragged.
+        check_rows = row_limit % (self.rows if self.k_side == "col" else tk) != 0
+        check_cols = col_limit % (self.cols if self.k_side == "row" else tk) != 0
+        out = []
+        if unguarded and self.layout is not None:
+            buffer, strides, src = self.layout
+            k_stride = strides[-1] if self.k_side == "col" else strides[-2]
+            out.append(Assign(self.step_base, Var(self.base) + step * (tk * k_stride)))
+
+            def element(e):
+                dr, dc = self.spread.offset(e)
+                at = Var(self.step_base) + (_times(dr, strides[-2]) + _times(dc, strides[-1]))
+                return [Store(self.regs, e, _widen(Load(buffer, at, src), dt))]
+        else:
+            def element(e):
+                row, col = self.at(step * tk, *self.spread.offset(e))
+                if unguarded:
+                    return [Store(self.regs, e, _widen(self.value_at(row, col), dt))]
+                value = _widen(self.value_at(k.minimum(row, row_limit - 1) if check_rows else row,
+                                             k.minimum(col, col_limit - 1) if check_cols else col), dt)
+                inside = _all(([Compare("lt", row, k.const(row_limit))] if check_rows else []) +
+                              ([Compare("lt", col, k.const(col_limit))] if check_cols else []))
+                return [Store(self.regs, e, value if inside is None else Select(inside, value, k.const(0, dt)))]
+        return out + self.element_loop(element)
+
+    def store(self, offset: Expr, dt: DType) -> list:
+        """The shared tile (its copy at element `offset`) = the registers."""
+        def element(e):
+            dr, dc = self.spread.offset(e)
+            at = offset + Var(self.shared_at) + (_times(dr, self.stride) + dc)
+            return [Store(self.tile, at, Load(self.regs, e, dt))]
+
+        return self.element_loop(element)
 
 
 class _GpuLowering(_Lowering):
@@ -699,12 +893,11 @@ class _GpuLowering(_Lowering):
     TILE_THREADS_PER_SM = 256  # a convolution takes the register tile while it leaves this many threads per SM
     BUSY_THREADS_PER_SM = 1024  # threads in flight per multiprocessor before more parallelism stops paying
     MIN_SLICE_STEPS = 8  # reduction steps each slice keeps at least
-    DEFAULT_MULTIPROCESSORS = 64  # when the target does not say (a named arch, not `host`)
 
     def __init__(self, fn: Function, desc: TargetDesc):
         super().__init__(fn, desc)
         self.threads = min(256, desc.max_workgroup_size)
-        self.multiprocessors = desc.extra.get("multiprocessors") or self.DEFAULT_MULTIPROCESSORS
+        self.multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
         self.busy = self.multiprocessors * self.BUSY_THREADS_PER_SM
         # Split reductions combine through shared memory: only where the target has it.
         self.max_slices = min(desc.subgroup_size or 32, self.threads) if desc.shared_memory_bytes else 1
@@ -794,44 +987,92 @@ class _GpuLowering(_Lowering):
 
         return self._split_reduction(op, None, 1, a.type.shape[-1], steps)
 
+    def strided_operand(self, x: Value, rank: int) -> tuple[str, list[int], DType] | None:
+        """(buffer, strides, its type) when operand `x` of a matmul with a rank-`rank` output is an input
+        of the dispatch seen through broadcasts and transposes only: x at output index idx (batch..., row,
+        col) is buffer[sum(idx[p] * strides[p])]. None for any other operand (a prologue computes it)."""
+        shape = x.type.shape
+        lead = rank - len(shape)
+        axes = [None if d == 1 else lead + j for j, d in enumerate(shape)]  # output position feeding each axis
+        v = x
+        while v not in self.inputs:
+            op = v.owner
+            if v in self.override or op is None or op.name not in ("rt.broadcast", "rt.transpose"):
+                return None
+            src = op.operands[0]
+            if op.name == "rt.broadcast":
+                lead = len(v.type.shape) - len(src.type.shape)
+                axes = [None if d == 1 else axes[lead + j] for j, d in enumerate(src.type.shape)]
+            else:
+                at = [None] * len(axes)
+                for i, p in enumerate(op.attrs["perm"]):
+                    at[p] = axes[i]
+                axes = at
+            v = src
+        out = [0] * rank
+        for position, stride in zip(axes, strides(v.type.shape)):
+            if position is not None:
+                out[position] += stride
+        return self.inputs[v], out, v.type.dtype
+
     def _fragment_matmul(self, op, plan: FragmentTiles) -> list:
         """The tiled fragment matmul. Each workgroup computes one tile_m x tile_n output tile of one batch
-        element; each subgroup owns frag_rows x frag_cols accumulator fragments of it. Per step of tile_k:
-        the threads stage A (tile_m x tile_k) and B (tile_k x tile_n) in shared memory, each element read
-        through the dispatch's own expression (prologue inlined, clamped, zero past the edges, so any M,
-        N, K work); barrier; each subgroup loads its fragments and multiply-accumulates; barrier. Then the
-        accumulators go to a shared output tile, and after a barrier each thread writes its outputs through
-        the epilogue (bias, activation, cast), guarded by the bounds."""
+        element; each subgroup owns frag_rows x frag_cols accumulator fragments of it.
+
+        The reduction steps by tile_k. Each thread loads its share of the next step's A (tile_m x tile_k)
+        and B (tile_k x tile_n) elements into registers before the subgroups multiply the current step's
+        fragments out of shared memory, and stores them there afterwards (into the other staged copy when
+        there are two, else after a barrier): global loads overlap the multiply-accumulates. Consecutive
+        threads read consecutive elements of each operand's contiguous side, so loads coalesce.
+
+        Interior tiles (inside M and N, with K a multiple of tile_k) stage each element unguarded: an
+        operand that is an input of the dispatch (through broadcasts and transposes only) from a per-thread
+        base address computed once, plus a constant; any other operand through the dispatch's own
+        expression (the prologue inlined). Edge tiles clamp every index and put zeros past the edges, so any
+        M, N, K work. A uniform `If` on the workgroup id picks the path, so barriers stay legal inside.
+
+        Then each subgroup stores its accumulators, one at a time, to its own m x n scratch in shared
+        memory, and its threads write them through the epilogue (bias, activation, cast), guarded by the
+        bounds where tiles can cross them."""
         shape = plan.shape
         a, b = op.operands
         out = op.result.type
         *batch, m, n = out.shape
         kk = a.type.shape[-1]
-        tm, tn, tk, threads = plan.tile_m, plan.tile_n, plan.tile_k, plan.threads
-        tiles_m, tiles_n = -(-m // tm), -(-n // tn)
+        tm, tn, tk, threads, width = plan.tile_m, plan.tile_n, plan.tile_k, plan.threads, shape.width
+        tiles_m, tiles_n, steps = -(-m // tm), -(-n // tn), -(-kk // tk)
+        full_m, full_n = m // tm, n // tn
+        interior = full_m * full_n if kk % tk == 0 else 0
         batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
         self.threads = threads
         self.grid = batches * tiles_m * tiles_n
-        self.schedule.update(fragments=shape.name, fragment_width=shape.width, tile_m=tm, tile_n=tn, tile_k=tk,
+        self.schedule.update(fragments=shape.name, fragment_width=width, tile_m=tm, tile_n=tn, tile_k=tk,
                              subgroups=f"{plan.sg_rows}x{plan.sg_cols}",
-                             subgroup_fragments=f"{plan.frag_rows}x{plan.frag_cols}")
+                             subgroup_fragments=f"{plan.frag_rows}x{plan.frag_cols}", stages=plan.stages,
+                             interior_tiles=f"{interior}/{tiles_m * tiles_n}")
 
         tid, wg = Var("tid"), Var("wg")
-        tile, bi, m0, n0, sg, sr, sc = (self.fresh(p) for p in ("tile", "b", "m0", "n0", "sg", "sr", "sc"))
-        kt, kv, idx = self.fresh("kt"), self.fresh("ks"), self.fresh("e")
+        tile, bi, tr, tc, m0, n0 = (self.fresh(p) for p in ("tile", "b", "tr", "tc", "m0", "n0"))
+        sg, lane, sr, sc, a_frag = (self.fresh(p) for p in ("sg", "lane", "sr", "sc", "af"))
+        kt, kv = self.fresh("kt"), self.fresh("ks")
         a_tile, b_tile, c_tile = (self.fresh(p) for p in ("a_tile", "b_tile", "c_tile"))
         body: list = [Assign(tile, wg % (tiles_m * tiles_n))] if batch else [Assign(tile, wg)]
         if batch:
             body.append(Assign(bi, wg // (tiles_m * tiles_n)))
+        a_elements, b_elements = plan.stage_elements
         body += [
-            Assign(m0, (Var(tile) // tiles_n) * tm),
-            Assign(n0, (Var(tile) % tiles_n) * tn),
-            Assign(sg, tid // shape.width),
+            Assign(tr, Var(tile) // tiles_n),
+            Assign(tc, Var(tile) % tiles_n),
+            Assign(m0, Var(tr) * tm),
+            Assign(n0, Var(tc) * tn),
+            Assign(sg, tid // width),
+            Assign(lane, tid % width),
             Assign(sr, (Var(sg) // plan.sg_cols) * (plan.frag_rows * shape.m)),
             Assign(sc, (Var(sg) % plan.sg_cols) * (plan.frag_cols * shape.n)),
-            Local(a_tile, tm * tk, shape.dtype, shared=True),
-            Local(b_tile, tk * tn, shape.dtype, shared=True),
-            Local(c_tile, tm * tn, shape.acc, shared=True),
+            Assign(a_frag, Var(sr) * plan.a_stride),
+            Local(a_tile, plan.stages * a_elements, shape.dtype, shared=True),
+            Local(b_tile, plan.stages * b_elements, shape.dtype, shared=True),
+            Local(c_tile, plan.subgroups * shape.m * plan.c_stride, shape.acc, shared=True),
         ]
         bvars = [Var(name) for name in (self.fresh("bb") for _ in batch)]
         body += [Assign(v.name, e) for v, e in zip(bvars, _delinearize(Var(bi), batch))]
@@ -845,50 +1086,86 @@ class _GpuLowering(_Lowering):
         frag_a = [fragment("a") for _ in range(plan.frag_rows)]
         frag_b = [fragment("b") for _ in range(plan.frag_cols)]
 
-        def staged(value_at, rows: int, cols: int, row0: Expr, col0: Expr, row_limit: int, col_limit: int,
-                   buffer: str) -> Loop:
-            """`buffer`[r * cols + c] = value_at(row0 + r, col0 + c), or 0 past the limits, over the threads."""
-            e = self.fresh("e")
-            flat = Var(e) * threads + tid
-            gr, gc = row0 + flat // cols, col0 + flat % cols
-            inside = k.Binary("and", Compare("lt", gr, k.const(row_limit)), Compare("lt", gc, k.const(col_limit)))
-            value = _widen(value_at(_clamp(gr, row_limit), _clamp(gc, col_limit)), shape.dtype)
-            store = Store(buffer, flat, Select(inside, value, k.const(0, shape.dtype)))
-            if (rows * cols) % threads:
-                store = If(Compare("lt", flat, k.const(rows * cols)), [store])
-            return Loop(e, -(-rows * cols // threads), [store], "unroll")
+        staged = [_Staged(self, x, rows, cols, stride, name, k_side, origin, out.shape, bvars)
+                  for x, rows, cols, stride, name, k_side, origin in (
+                      (a, tm, tk, plan.a_stride, a_tile, "col", Var(m0)),
+                      (b, tk, tn, plan.b_stride, b_tile, "row", Var(n0)))]
+        for st in staged:
+            body += st.declare(threads, shape.dtype, interior > 0)
 
-        def a_at(row, col):
-            return self.value(a, _broadcast_index(bvars + [row, col], a.type.shape, out.shape))
+        def stage(step: Expr, elements: int) -> Expr:
+            return (step % plan.stages) * elements
 
-        def b_at(row, col):
-            return self.value(b, _broadcast_index(bvars + [row, col], b.type.shape, out.shape))
+        def mma(step: Expr) -> list:
+            loads = [FragmentLoad(frag_a[i], a_tile, stage(step, a_elements) + Var(a_frag) + Var(kv) * shape.k
+                                  + i * shape.m * plan.a_stride, plan.a_stride) for i in range(plan.frag_rows)]
+            loads += [FragmentLoad(frag_b[j], b_tile, stage(step, b_elements) + Var(kv) * (shape.k * plan.b_stride)
+                                   + Var(sc) + j * shape.n, plan.b_stride) for j in range(plan.frag_cols)]
+            loads += [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
+                      for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
+            return [Loop(kv, plan.k_steps, loads, "unroll")]
 
-        k0 = Var(kt) * tk
-        mma: list = [FragmentLoad(frag_a[i], a_tile, (Var(sr) + i * shape.m) * tk + Var(kv) * shape.k, tk)
-                     for i in range(plan.frag_rows)]
-        mma += [FragmentLoad(frag_b[j], b_tile, Var(kv) * (shape.k * tn) + Var(sc) + j * shape.n, tn)
-                for j in range(plan.frag_cols)]
-        mma += [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
-                for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
-        body.append(Loop(kt, -(-kk // tk), [
-            staged(a_at, tm, tk, Var(m0), k0, m, kk, a_tile),
-            staged(b_at, tk, tn, k0, Var(n0), kk, n, b_tile),
-            k.Barrier(),
-            Loop(kv, plan.k_steps, mma, "unroll"),
-            k.Barrier(),
-        ]))
-        body += [FragmentStore(acc[i][j], c_tile, (Var(sr) + i * shape.m) * tn + Var(sc) + j * shape.n, tn)
-                 for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
-        body.append(k.Barrier())
+        def pipeline(unguarded: bool) -> list:
+            def load(step: Expr) -> list:
+                return [s for st in staged for s in st.load(step, tk, unguarded, (m, kk, n), shape.dtype)]
 
-        flat = Var(idx) * threads + tid
-        gm, gn = Var(m0) + flat // tn, Var(n0) + flat % tn
-        self.override[op.result] = _narrow(Load(c_tile, flat, shape.acc), out.dtype)
-        inside = k.Binary("and", Compare("lt", gm, k.const(m)), Compare("lt", gn, k.const(n)))
-        if (tm * tn) % threads:
-            inside = k.Binary("and", Compare("lt", flat, k.const(tm * tn)), inside)
-        body.append(Loop(idx, -(-tm * tn // threads), [If(inside, [self.store(bvars + [gm, gn])])], "unroll"))
+            def store(step: Expr) -> list:
+                return [s for st, size in zip(staged, (a_elements, b_elements))
+                        for s in st.store(stage(step, size), shape.dtype)]
+
+            out_stmts = load(k.const(0)) + store(k.const(0)) + [k.Barrier()]
+            if steps == 1:
+                return out_stmts + mma(k.const(0))
+            following = Var(kt) + 1
+            more = Compare("lt", following, k.const(steps))
+            loop = [If(more, load(following)), *mma(Var(kt))]
+            loop += [k.Barrier()] if plan.stages == 1 else []
+            loop += [If(more, store(following)), k.Barrier()]
+            return out_stmts + [Loop(kt, steps, loop)]
+
+        if interior == tiles_m * tiles_n:
+            body += pipeline(True)
+        elif interior == 0:
+            body += pipeline(False)
+        else:
+            inside = _all([Compare("lt", Var(v), k.const(full)) for v, full, count in
+                           ((tr, full_m, tiles_m), (tc, full_n, tiles_n)) if full < count])
+            edge = None
+            for v, full, count in ((tr, full_m, tiles_m), (tc, full_n, tiles_n)):
+                if full < count:
+                    c = Compare("ge", Var(v), k.const(full))
+                    edge = c if edge is None else k.Binary("or", edge, c)
+            body += [If(inside, pipeline(True)), If(edge, pipeline(False))]
+        return body + self._fragment_epilogue(op, plan, acc, c_tile, bvars, Var(m0) + Var(sr), Var(n0) + Var(sc),
+                                              Var(sg), Var(lane))
+
+    def _fragment_epilogue(self, op, plan: FragmentTiles, acc, c_tile: str, bvars, row0: Expr, col0: Expr,
+                           sg: Expr, lane: Expr) -> list:
+        """Each subgroup's accumulators, one at a time, through its own scratch in `c_tile` to the output
+        (its block starts at `row0`, `col0`), the epilogue applied, guarded where tiles cross the bounds."""
+        shape, out = plan.shape, op.result.type
+        *_, m, n = out.shape
+        spread = _spread(shape.m, shape.n, shape.width, lane, along_rows=False)
+        base, rows, cols, at, e = (self.fresh(p) for p in ("cb", "er", "ec", "ce", "e"))
+        body = [Assign(base, sg * (shape.m * plan.c_stride)),
+                Assign(rows, row0 + spread.row),
+                Assign(cols, col0 + spread.col),
+                Assign(at, Var(base) + spread.row * plan.c_stride + spread.col)]
+        dr, dc = spread.offset(Var(e))
+        pairs = [(i, j) for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
+        for i, j in pairs:
+            gm, gn = Var(rows) + (dr + i * shape.m), Var(cols) + (dc + j * shape.n)
+            scratch = Load(c_tile, Var(at) + (_times(dr, plan.c_stride) + dc), shape.acc)
+            self.override[op.result] = _narrow(scratch, out.dtype)
+            holds = spread.holds(lane, Var(e))
+            inside = _all(([holds] if holds is not None else []) +
+                          ([Compare("lt", gm, k.const(m))] if m % plan.tile_m else []) +
+                          ([Compare("lt", gn, k.const(n))] if n % plan.tile_n else []))
+            store = self.store(bvars + [gm, gn])
+            body += [FragmentStore(acc[i][j], c_tile, Var(base), plan.c_stride), k.Barrier(),
+                     Loop(e, spread.count, [If(inside, [store]) if inside is not None else store], "unroll")]
+            if (i, j) != pairs[-1]:
+                body.append(k.Barrier())  # the scratch is written again
         return body
 
     def _conv2d(self, op) -> list:

@@ -90,17 +90,19 @@ def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKe
     statements become KHR cooperative matrices where the target has them (SPIR-V 1.6, and the kernel then
     requires subgroups of the fragments' width), else the core's portable expansion."""
     native = k.has_fragments(kernel.body) and "CooperativeMatrixKHR" in features
+    loaded = {s.buffer for s in k.walk_stmts(kernel.body) if isinstance(s, k.FragmentLoad)}
     if k.has_fragments(kernel.body) and not native:
         kernel = expand_fragments(kernel)
     slots = binding_slots(kernel, max_bindings)
-    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3))
+    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3), loaded)
     binary = gen.run()
     return SpirvKernel(kernel.name, binary, tuple(sorted(gen.m.capabilities)), gen.shared_bytes, slots,
                        gen.fragment_width)
 
 
 class _Codegen:
-    def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...], version=(1, 3)):
+    def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...], version=(1, 3),
+                 fragment_arrays: set[str] = frozenset()):
         self.k, self.features, self.slots = kernel, features, slots
         self.m = m = Module(version)
         m.capability("Shader")
@@ -125,9 +127,14 @@ class _Codegen:
         self.interface: list[int] = []  # the entry point's: Input variables, and from SPIR-V 1.4 every global
         self.fragments: dict[str, tuple[k.Fragment, int, int]] = {}  # name -> (declaration, type, variable)
         self.fragment_width: int | None = None
-        # With native fragments, f16 workgroup arrays hold f16 (a cooperative matrix loads its own type).
+        # f16 arrays that hold f16 rather than their compute type: with native fragments, the workgroup arrays (a
+        # cooperative matrix loads its own type); where the target has Float16, the workgroup arrays that fragments
+        # load (expanded or not: the schedule sized them so), and the private arrays that only move elements (the
+        # staging registers: copies need no conversion).
         self.half_arrays: set[str] = set()
         self.native_fragments = version >= (1, 4) and k.has_fragments(kernel.body)
+        self.fragment_arrays = fragment_arrays if "Float16" in features else set()
+        self.half_copies = k.copy_arrays(kernel) if "Float16" in features else set()
 
     def fail(self, what: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"vulkan-spirv: {what} (kernel {self.k.name})",
@@ -311,14 +318,20 @@ class _Codegen:
 
     def stmt_store(self, s: k.Store) -> None:
         dt, _, _ = self.buffer(s.buffer)
+        v = s.value
+        if isinstance(v, k.Load) and v.dtype == dt and self.holds_halves(s.buffer) and self.holds_halves(v.buffer):
+            half = self.m.type_float(16)
+            self.emit("Store", self.element(s.buffer, s.index), self.op("Load", half, self.element(v.buffer, v.index)))
+            return
         value = self.convert(self.expr(s.value), s.value.dtype, dt)
         self.emit("Store", self.element(s.buffer, s.index), self.to_storage(value, dt, s.buffer))
 
     def stmt_local(self, s: k.Local) -> None:
         m = self.m
-        half = s.shared and s.dtype.name == "f16" and self.native_fragments
+        half = s.dtype.name == "f16" and (s.shared and (self.native_fragments or s.name in self.fragment_arrays)
+                                          or not s.shared and s.name in self.half_copies)
         if half:
-            self.need("Float16", "f16 workgroup arrays for cooperative matrices")
+            self.need("Float16", "f16 arrays for matrix fragments")
             self.half_arrays.add(s.name)
         element = m.type_float(16) if half else self.type_of(s.dtype)
         array = m.type("TypeArray", element, self.i32(s.size))
@@ -440,6 +453,11 @@ class _Codegen:
         if name not in self.buffers:
             raise self.fail(f"buffer %{name} is not a parameter or a local array")
         return self.buffers[name]
+
+    def holds_halves(self, name: str) -> bool:
+        """Whether buffer or array `name` holds f16 elements as such (an f16 buffer, or a half array)."""
+        dt, _, storage = self.buffer(name)
+        return dt.name == "f16" and (storage == "StorageBuffer" or name in self.half_arrays)
 
     def element(self, name: str, index: k.Expr) -> int:
         """A pointer to element `index` of buffer or local array `name`."""
