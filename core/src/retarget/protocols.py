@@ -173,6 +173,13 @@ class Device(Protocol):
     Optional: a device that can run command buffers in several ways lists them in
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
     `command_buffer(mode=...)`. A device without `modes` has one way.
+
+    Optional, for DLPack (arrays of other libraries in, `retarget.DeviceArray` out; see
+    `retarget.dlpack`): `dlpack_device` (DLPack's (device type, id) of this device), `dlpack_stream`
+    (what a producer's `__dlpack__(stream=...)` gets, or None), `wrap(address, nbytes)` (memory someone
+    else owns as a Buffer, never freed by the device), `address(buffer)` (a buffer's device address),
+    and `copy(src, src_offset, dst, dst_offset, nbytes)` (a device-side copy, ordered with the
+    device's other work, as `write` is). A device without them takes and returns host arrays only.
     """
 
     info: DeviceInfo

@@ -2,15 +2,21 @@
 
 One device is one GPU's primary context (the one the CUDA runtime, and so torch, also
 uses) and one non-blocking stream; all work of a device runs in that stream's order.
-A command buffer records launches, copies and fills. `submit` runs them in one of two modes:
+A command buffer records launches, copies and fills. `submit` runs them in one of three modes:
 
-- direct: each command is issued on the stream (one cuLaunchKernel per dispatch);
-- graph (the default): the first submit captures the commands into a CUDA graph,
-  later submits replay it with one cuGraphLaunch.
+- graph (the default): the first submit captures the commands into a CUDA graph, later
+  submits replay it with one cuGraphLaunch;
+- stream: each command is issued on the stream (one cuLaunchKernel per dispatch), back to back;
+- direct: each command is issued and waited for before the next, so an error names the
+  dispatch that raised it (slow: for debugging a kernel).
 
-`RETARGET_CUDA_GRAPHS=0` or `device.graphs = False` picks direct mode; `command_buffer(mode=...)`
-picks a mode for one command buffer. Every CUresult is checked; a failure raises `CudaError`
-naming the call and the error.
+`retarget.load(..., mode=...)`, `retarget run --mode`, or `RETARGET_CUDA_MODE` pick the mode
+(`RETARGET_CUDA_GRAPHS=0`, the older spelling, means stream). Every CUresult is checked; a failure
+raises `CudaError` naming the call and the error.
+
+DLPack: arrays of this GPU (torch, cupy, jax) go in without a trip through the host (`wrap` and
+`copy`, ordered after the producer's work through DLPack's stream argument), and outputs come out as
+`retarget.DeviceArray`s over memory this driver allocated (`address`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,18 @@ from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 from . import FORMAT
 
 NAME = "cuda"
+
+
+MODES = ("graph", "stream", "direct")
+
+
+def _default_mode() -> str:
+    mode = os.environ.get("RETARGET_CUDA_MODE", "").strip().lower()
+    if mode in MODES:
+        return mode
+    if os.environ.get("RETARGET_CUDA_GRAPHS", "1").lower() in ("0", "false", "no", "off"):
+        return "stream"
+    return "graph"
 
 
 class CudaError(RetargetError):
@@ -181,14 +199,18 @@ def _version(v: int) -> str:
 
 
 class CudaBuffer:
-    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value)."""
+    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value): allocated here, or with
+    `address` given, memory someone else owns, which `free` leaves alone."""
 
-    def __init__(self, device: CudaDevice, nbytes: int):
-        self.device, self.nbytes = device, nbytes
-        self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})"))
+    def __init__(self, device: CudaDevice, nbytes: int, address: int | None = None):
+        self.device, self.nbytes, self.owned = device, nbytes, address is None
+        self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")) if address is None \
+            else address
 
     def free(self) -> None:
-        if self.address:
+        if not self.owned:
+            self.address = 0
+        elif self.address:
             address, self.address = self.address, 0
             self.device._current()
             check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
@@ -216,22 +238,24 @@ def _check_range(buffer: CudaBuffer, offset: int, nbytes: int, what: str) -> Non
 class CudaCommandBuffer:
     """Recorded commands, each a callable issuing one driver call on a stream.
 
-    The stream orders everything, so a barrier needs no command of its own. `mode` is
-    "graph", "direct", or None: the device's `graphs` setting when it is submitted."""
+    The stream orders everything, so a barrier needs no command of its own. `mode` is one of
+    `MODES`, or None: the device's default when it is submitted."""
 
     def __init__(self, device: CudaDevice, mode: str | None = None):
         self.device = device
         self.mode = mode
         self.commands: list = []
+        self.names: list[str] = []  # what each command is, for errors in direct mode
         self.keep: list = []  # kernel-parameter arrays the launches point into
         self.ended = False
         self.graph = None
         self.graph_exec = None
 
-    def _add(self, command) -> None:
+    def _add(self, command, what: str) -> None:
         if self.ended:
             raise RuntimeError("command buffer already ended; record a new one")
         self.commands.append(command)
+        self.names.append(what)
 
     def dispatch(self, executable: CudaExecutable, entry: int, bindings) -> None:
         ep = executable.entry_points[entry]
@@ -250,7 +274,7 @@ class CudaCommandBuffer:
         def launch(stream):
             check(cu.cuLaunchKernel(function, *grid, *block, 0, stream, params, 0), f"cuLaunchKernel({ep.name})")
 
-        self._add(launch)
+        self._add(launch, f"dispatch {ep.name}")
 
     def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
         _check_range(src, src_offset, nbytes, "copying from")
@@ -258,14 +282,16 @@ class CudaCommandBuffer:
         cu = _cu()
         self.keep.append((src, dst))
         s, d = cu.CUdeviceptr(src.address + src_offset), cu.CUdeviceptr(dst.address + dst_offset)
-        self._add(lambda stream: check(cu.cuMemcpyDtoDAsync(d, s, nbytes, stream), "cuMemcpyDtoDAsync"))
+        self._add(lambda stream: check(cu.cuMemcpyDtoDAsync(d, s, nbytes, stream), "cuMemcpyDtoDAsync"),
+                  f"a copy of {nbytes} bytes")
 
     def fill(self, buffer: CudaBuffer, offset: int, nbytes: int, value: int) -> None:
         _check_range(buffer, offset, nbytes, "filling")
         cu = _cu()
         self.keep.append(buffer)
         d = cu.CUdeviceptr(buffer.address + offset)
-        self._add(lambda stream: check(cu.cuMemsetD8Async(d, value & 0xFF, nbytes, stream), "cuMemsetD8Async"))
+        self._add(lambda stream: check(cu.cuMemsetD8Async(d, value & 0xFF, nbytes, stream), "cuMemsetD8Async"),
+                  f"a fill of {nbytes} bytes")
 
     def barrier(self) -> None:
         """Commands already run in stream order."""
@@ -313,7 +339,7 @@ class CudaDevice:
         self.info = info
         self.ordinal = int(info.id)
         self.compute_capability = tuple(int(p) for p in info.properties["compute_capability"].split("."))
-        self.graphs = os.environ.get("RETARGET_CUDA_GRAPHS", "1") not in ("0", "false", "no", "off")
+        self.default_mode = _default_mode()
         self.cu_device = check(cu.cuDeviceGet(self.ordinal), "cuDeviceGet")
         self.context = check(cu.cuDevicePrimaryCtxRetain(self.cu_device), "cuDevicePrimaryCtxRetain")
         self._current()
@@ -377,11 +403,11 @@ class CudaDevice:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return ("graph", "direct") if self.graphs else ("direct", "graph")
+        return (self.default_mode, *(m for m in MODES if m != self.default_mode))
 
     def command_buffer(self, mode: str | None = None) -> CudaCommandBuffer:
-        if mode is not None and mode not in ("graph", "direct"):
-            raise ValueError(f"cuda command buffers run as 'graph' or 'direct', not '{mode}'")
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"cuda command buffers run as {', '.join(repr(m) for m in MODES)}, not '{mode}'")
         return CudaCommandBuffer(self, mode)
 
     def submit(self, command_buffer: CudaCommandBuffer) -> None:
@@ -389,13 +415,44 @@ class CudaDevice:
             self._current()
             if not command_buffer.commands:
                 return
-            graph = command_buffer.mode == "graph" if command_buffer.mode else self.graphs
-            if graph and command_buffer.ended:
+            mode = command_buffer.mode or self.default_mode
+            if mode == "graph" and command_buffer.ended:
                 if command_buffer.graph_exec is None:
                     command_buffer.capture(self.stream)
                 check(_cu().cuGraphLaunch(command_buffer.graph_exec, self.stream), "cuGraphLaunch")
+            elif mode == "direct":
+                for command, what in zip(command_buffer.commands, command_buffer.names):
+                    command(self.stream)
+                    check(_cu().cuStreamSynchronize(self.stream), f"cuStreamSynchronize after {what}")
             else:
                 command_buffer.issue(self.stream)
+
+    # -- DLPack (see retarget.dlpack) ------------------------------------------------------------------------
+    @property
+    def dlpack_device(self) -> tuple[int, int]:
+        return (2, self.ordinal)  # kDLCUDA
+
+    @property
+    def dlpack_stream(self) -> int:
+        """What a producer's `__dlpack__(stream=...)` gets: this device's stream, which then waits for its work."""
+        return int(self.stream)
+
+    def wrap(self, address: int, nbytes: int) -> CudaBuffer:
+        """Device memory someone else owns (a torch tensor's storage) as a buffer; never freed here."""
+        return CudaBuffer(self, nbytes, address=address)
+
+    def address(self, buffer: CudaBuffer) -> int:
+        return buffer.address
+
+    def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
+        """A device-to-device copy, in stream order with the rest of the device's work."""
+        _check_range(src, src_offset, nbytes, "copying from")
+        _check_range(dst, dst_offset, nbytes, "copying to")
+        if nbytes:
+            cu = _cu()
+            self._current()
+            check(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(dst.address + dst_offset), cu.CUdeviceptr(src.address + src_offset),
+                                       nbytes, self.stream), "cuMemcpyDtoDAsync")
 
     def wait(self) -> None:
         self._current()
