@@ -64,6 +64,8 @@ def bench(name, args, report):
 
             runners.append(Runner(f"retarget {mode}{variant} dlpack", dlpack_call,
                                   lambda last=last: np.asarray(last["y"]), device_time))
+            runners.append(Runner(f"retarget {mode}{variant} dlpack in, numpy out",
+                                  lambda fn=fn: fn(xg, output="host"), None, device_time))
     static_x = xg.clone()
     with torch.no_grad():
         stream = torch.cuda.Stream()

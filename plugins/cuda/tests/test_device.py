@@ -183,6 +183,35 @@ def test_work_queued_on_torch_s_stream_is_finished_before_the_call_reads_it(torc
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_dropped_output_s_memory_is_reused_by_the_next_call_once_all_work_is_done(torch_cuda):
+    torch = torch_cuda
+    module, x, expected = mlp_module()
+    m = retarget.load(retarget.compile(module, "cuda:host"), device="cuda")
+    first = m.predict(x, output="device")
+    address = m.device.address(first.buffer)
+    del first
+    second = m.predict(x, output="device")
+    assert m.device.address(second.buffer) == address
+    np.testing.assert_allclose(second.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_output_torch_still_reads_on_another_stream_is_not_overwritten(torch_cuda):
+    torch = torch_cuda
+    module, x, expected = mlp_module()
+    m = retarget.load(retarget.compile(module, "cuda:host"), device="cuda")
+    side = torch.cuda.Stream()
+    busy = torch.randn(4096, 4096, device="cuda")
+    with torch.cuda.stream(side):
+        t = torch.from_dlpack(m.predict(x, output="device"))
+        for _ in range(20):  # keep the stream busy, then read the output last
+            product = busy @ busy
+        total = (t * (1 + torch.tanh(product[:1, :1]) * 0)).sum()
+        del t  # our memory goes back to the device's spares while the side stream may still read it
+    m.predict(np.zeros_like(x), output="device")  # reuses it, after waiting for the side stream
+    torch.cuda.synchronize()
+    assert abs(total.item() - float(expected.sum())) < 1e-3
+
+
 def test_host_inputs_can_ask_for_device_outputs_and_device_inputs_for_host_outputs(torch_cuda):
     torch = torch_cuda
     module, x, expected = mlp_module()

@@ -1,7 +1,8 @@
 """The `cuda` HAL driver, through the CUDA driver API (`cuda.bindings.driver`).
 
 One device is one GPU's primary context (the one the CUDA runtime, and so torch, also
-uses) and one non-blocking stream; all work of a device runs in that stream's order.
+uses) and one stream, which runs in order with the legacy default stream; all work of a device
+runs in that stream's order.
 A command buffer records launches, copies and fills. `submit` runs them in one of three modes:
 
 - graph (the default): the first submit captures the commands into a CUDA graph, later
@@ -34,6 +35,7 @@ NAME = "cuda"
 
 
 MODES = ("graph", "stream", "direct")
+SPARE_BYTES = 256 << 20  # freed buffers a device keeps for reuse, at most
 
 
 def _default_mode() -> str:
@@ -199,11 +201,13 @@ def _version(v: int) -> str:
 
 
 class CudaBuffer:
-    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value): allocated here, or with
-    `address` given, memory someone else owns, which `free` leaves alone."""
+    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value): allocated here (or reused from
+    the device's spares), or with `address` given and not `owned`, memory someone else owns, which `free`
+    leaves alone."""
 
-    def __init__(self, device: CudaDevice, nbytes: int, address: int | None = None):
-        self.device, self.nbytes, self.owned = device, nbytes, address is None
+    def __init__(self, device: CudaDevice, nbytes: int, address: int | None = None, owned: bool | None = None):
+        self.device, self.nbytes = device, nbytes
+        self.owned = address is None if owned is None else owned
         self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")) if address is None \
             else address
 
@@ -212,8 +216,9 @@ class CudaBuffer:
             self.address = 0
         elif self.address:
             address, self.address = self.address, 0
-            self.device._current()
-            check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
+            if not self.device.recycle(address, self.nbytes):
+                self.device._current()
+                check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
 
     def __del__(self):
         try:
@@ -343,10 +348,16 @@ class CudaDevice:
         self.cu_device = check(cu.cuDeviceGet(self.ordinal), "cuDeviceGet")
         self.context = check(cu.cuDevicePrimaryCtxRetain(self.cu_device), "cuDevicePrimaryCtxRetain")
         self._current()
-        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
+        # A blocking stream: it runs in order with the legacy default stream (torch's, by default), so arrays
+        # that torch wrote there are ready for us, and ours for torch, without an event per call.
+        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_DEFAULT.value), "cuStreamCreate")
         self.pending: list = []  # host arrays of copies still in flight, kept alive until wait()
         self._lock = threading.Lock()
         self._events = None  # (start, end) for timed_submit, made on first use
+        self._spare: dict[int, list[int]] = {}  # nbytes -> addresses of freed buffers, for reuse (see recycle)
+        self._spare_bytes = 0
+        self._released = False  # a buffer was recycled since the context last synchronised
+        self._pool_lock = threading.Lock()
 
     def _current(self) -> None:
         check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -358,7 +369,26 @@ class CudaDevice:
 
     def allocate(self, nbytes: int) -> CudaBuffer:
         self._current()
+        with self._pool_lock:
+            spare = self._spare.get(nbytes)
+            if spare:
+                if self._released:  # another stream may still read a recycled buffer: let all work finish
+                    check(_cu().cuCtxSynchronize(), "cuCtxSynchronize")
+                    self._released = False
+                self._spare_bytes -= nbytes
+                return CudaBuffer(self, nbytes, address=spare.pop(), owned=True)
         return CudaBuffer(self, nbytes)
+
+    def recycle(self, address: int, nbytes: int) -> bool:
+        """Keep a freed buffer for the next allocation of its size (a function's outputs, handed out through
+        DLPack and dropped each call, cost neither a cuMemAlloc nor a cuMemFree). False: free it now."""
+        with self._pool_lock:
+            if self.stream is None or nbytes > SPARE_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
+                return False
+            self._spare.setdefault(nbytes, []).append(address)
+            self._spare_bytes += nbytes
+            self._released = True
+            return True
 
     def write(self, buffer: CudaBuffer, offset: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -434,8 +464,9 @@ class CudaDevice:
 
     @property
     def dlpack_stream(self) -> int:
-        """What a producer's `__dlpack__(stream=...)` gets: this device's stream, which then waits for its work."""
-        return int(self.stream)
+        """What a producer's `__dlpack__(stream=...)` gets: 1, the legacy default stream, which our blocking
+        stream follows. A producer on that stream (torch's default) then needs no event at all."""
+        return 1
 
     def wrap(self, address: int, nbytes: int) -> CudaBuffer:
         """Device memory someone else owns (a torch tensor's storage) as a buffer; never freed here."""
@@ -451,8 +482,8 @@ class CudaDevice:
         if nbytes:
             cu = _cu()
             self._current()
-            check(cu.cuMemcpyDtoDAsync(cu.CUdeviceptr(dst.address + dst_offset), cu.CUdeviceptr(src.address + src_offset),
-                                       nbytes, self.stream), "cuMemcpyDtoDAsync")
+            to, source = cu.CUdeviceptr(dst.address + dst_offset), cu.CUdeviceptr(src.address + src_offset)
+            check(cu.cuMemcpyDtoDAsync(to, source, nbytes, self.stream), "cuMemcpyDtoDAsync")
 
     def wait(self) -> None:
         self._current()
@@ -483,6 +514,10 @@ class CudaDevice:
             self._events = None
             check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")
             self.stream = None
+            with self._pool_lock:
+                for address in (a for spare in self._spare.values() for a in spare):
+                    check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
+                self._spare.clear()
             check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
 
 
