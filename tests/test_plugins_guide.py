@@ -58,3 +58,12 @@ def test_the_scaffold_writes_the_guides_tiny_model():
 
     written = (Path(scaffold.__file__).parent / "templates" / "examples" / "tiny.mlir.tmpl").read_text()
     assert written == _block("## Run a model on your plugin", "mlir")
+
+
+def test_the_guides_models_of_retarget_testing_compile_and_run():
+    pytest.importorskip("torch")
+    code = _block("a zoo\nof real networks in torch", "python")
+    namespace = {}
+    exec("import retarget\n" + code.replace('device="acme"', 'device="local-sync"').replace('"mobilenet_v2"', '"mlp"'),
+         namespace)
+    assert abs(namespace["y"] - namespace["expected"]).max() < 1e-5 and namespace["art"].functions
