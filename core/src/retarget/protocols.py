@@ -175,12 +175,12 @@ class Device(Protocol):
     `write`/`read` move host bytes (a range outside the buffer raises ValueError);
     `submit` runs a command buffer and `wait` blocks until all submitted work is done.
 
-    `info` is the `DeviceInfo` that its driver's `enumerate` reported for it.
+    `info` is the `DeviceInfo` that its driver's `enumerate` reported for it. `command_buffer()`
+    is called without arguments unless the device lists `modes` (below).
 
     Optional: a device that can run command buffers in several ways lists them in
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
-    `command_buffer(mode=...)`. A device without `modes` has one way, and `command_buffer()`
-    is called without arguments.
+    `command_buffer(mode=...)`. A device without `modes` has one way.
     """
 
     info: DeviceInfo
