@@ -6,6 +6,7 @@ protocols with any class it likes; nothing here is meant to be subclassed.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -152,7 +153,11 @@ class Executable(Protocol):
 class CommandBuffer(Protocol):
     """Recorded work. Commands between two barriers may run in any order or at once.
     A command buffer is recorded once and may be submitted many times. A range outside
-    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError."""
+    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError.
+
+    `copy` and `fill` are given offsets and sizes that are multiples of 4 (what every API supports);
+    a driver may accept others too, or raise ValueError for them. `fill` repeats one byte,
+    `value` (0 to 255), over `nbytes`."""
 
     def dispatch(self, executable: Executable, entry: int, bindings: Sequence[tuple[Buffer, int, int]]) -> None: ...
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None: ...
@@ -169,6 +174,9 @@ class Device(Protocol):
     returns None, or the reason an executable for another arch cannot run here.
     `write`/`read` move host bytes (a range outside the buffer raises ValueError);
     `submit` runs a command buffer and `wait` blocks until all submitted work is done.
+
+    `info` is the `DeviceInfo` that its driver's `enumerate` reported for it. `command_buffer()`
+    is called without arguments unless the device lists `modes` (below).
 
     Optional: a device that can run command buffers in several ways lists them in
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
@@ -220,3 +228,13 @@ class ExecutableLoader(Protocol):
 
     def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray]], Callable[[tuple[int, int, int]], None]]]: ...
     def can_load(self, target: TargetDesc) -> str | None: ...
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The members of `protocol` that `obj` lacks: why `isinstance(obj, protocol)` is False, by name."""
+    members: dict[str, None] = {}
+    for cls in reversed(protocol.__mro__):
+        if cls is not Protocol and getattr(cls, "_is_protocol", False):
+            names = (*inspect.get_annotations(cls), *cls.__dict__)
+            members.update(dict.fromkeys(n for n in names if not n.startswith("_")))
+    return [name for name in members if not hasattr(obj, name)]

@@ -17,13 +17,13 @@ import numpy as np
 
 from . import dlpack
 from .compiler import desc_from_json
-from .errors import DeviceMemoryError, InputError, ModuleFormatError, UnknownDeviceError, suggestion
+from .errors import DeviceMemoryError, InputError, ModuleFormatError, PluginError, UnknownDeviceError, suggestion
 from .ir.dtypes import dtype as lookup_dtype
 from .ir.dtypes import from_numpy
 from .mlir.syntax import parse_type
 from .module_format import Artifact, read
 from .plugin_manager import manager
-from .protocols import Binding, DeviceInfo, EntryPoint, ExecutableBinary
+from .protocols import Binding, Device, DeviceInfo, EntryPoint, ExecutableBinary, missing_members
 
 # Drivers tried by device="auto", best first; any other driver ranks above these.
 FALLBACK_ORDER = ("local-task", "local-sync")
@@ -41,11 +41,24 @@ def parse_device(spec: str) -> tuple[str, str]:
 def all_devices() -> list[DeviceInfo]:
     devices = []
     for name, driver in manager().by_name("retarget_drivers").items():
-        try:
-            devices.extend(driver.enumerate())
-        except Exception as e:  # enumerate must not raise; report it instead of failing
-            devices.append(DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}"))
+        devices.extend(enumerate_devices(name, driver))
     return devices
+
+
+def enumerate_devices(name: str, driver) -> list[DeviceInfo]:
+    """`driver.enumerate()`, held to its contract: it must not raise, and each device names this driver
+    (its `uri` is what --device takes). A device that breaks the contract is listed as unavailable, saying so."""
+    try:
+        infos = list(driver.enumerate())
+    except Exception as e:  # enumerate must not raise; report it instead of failing
+        return [DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}")]
+    return [info if info.driver == name else _misattributed(name, info) for info in infos]
+
+
+def _misattributed(name: str, info: DeviceInfo) -> DeviceInfo:
+    return DeviceInfo(name, info.id, info.name, False,
+                      f"driver {name}'s enumerate() reports this device with DeviceInfo.driver {info.driver!r}; "
+                      f"it must be the driver's name, {name!r} (a bug in the plugin)")
 
 
 def open_device(spec: str):
@@ -55,7 +68,7 @@ def open_device(spec: str):
     if driver is None:
         raise UnknownDeviceError(f"unknown device '{spec}': no driver '{name}'",
                                  hint=suggestion(name, drivers) + " (`retarget drivers` lists them)")
-    infos = driver.enumerate()
+    infos = enumerate_devices(name, driver)
     available = [d for d in infos if d.available]
     if not available:
         reason = "; ".join(d.reason for d in infos if d.reason) or "it found no device"
@@ -65,7 +78,15 @@ def open_device(spec: str):
     if device_id not in {d.id for d in available}:
         raise UnknownDeviceError(f"driver '{name}' has no device '{device_id}'",
                                  hint=f"its devices: {', '.join(d.uri for d in available)}")
-    return driver.create(device_id)
+    device = driver.create(device_id)
+    missing = missing_members(device, Device)
+    if missing:
+        kind = type(device)
+        raise PluginError(f"driver '{name}' made a device without {', '.join(missing)}, which "
+                          "retarget.protocols.Device requires",
+                          hint=f"add {'it' if len(missing) == 1 else 'them'} to {kind.__module__}.{kind.__qualname__} "
+                               "(docs/plugins.md, Device), or ask the plugin's author")
+    return device
 
 
 def _rank(info: DeviceInfo) -> int:

@@ -16,7 +16,8 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 from ..errors import InputError, RetargetError
 
@@ -50,6 +51,11 @@ def _main(
         raise typer.Exit()
 
 
+def _table(*headers: str) -> Table:
+    """A listing whose cells wrap, long words too, instead of being cut with '…' at the terminal's width."""
+    return Table(*(Column(h, overflow="fold") for h in headers))
+
+
 def _print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
@@ -65,15 +71,20 @@ def plugins(as_json: JsonFlag = False):
     records = list_plugins()
     if as_json:
         return _print_json(records)
-    table = Table("plugin", "distribution", "version", "status", "hooks / error")
+    table = _table("plugin", "distribution", "version", "status", "hooks")
     for r in records:
         status = "[green]ok[/]" if r["status"] == "ok" else "[red]broken[/]"
-        detail = ", ".join(h.removeprefix("retarget_") for h in r["hooks"]) if r["status"] == "ok" else r["error"]
+        detail = ", ".join(h.removeprefix("retarget_") for h in r["hooks"]) if r["status"] == "ok" else "(see below)"
         table.add_row(r["name"], r["distribution"], r["version"], status, detail)
     out.print(table)
+    # Errors and notes go below the table, one line each and never cut to the terminal's width.
     for r in records:
+        if r["status"] != "ok":
+            out.print(f"[red]error[/] {escape(r['name'])}: {escape(r['error'])}", soft_wrap=True)
+            out.print(f"  fix: {escape(r['fix'] or 'reinstall or upgrade ' + (r['distribution'] or r['name']))}",
+                      soft_wrap=True)
         for note in r["notes"]:
-            out.print(f"[yellow]note[/] {r['name']}: {note}")
+            out.print(f"[yellow]note[/] {escape(r['name'])}: {escape(note)}", soft_wrap=True)
 
 
 def _owner(hook: str, name: str) -> str:
@@ -97,7 +108,7 @@ def targets(as_json: JsonFlag = False):
                      "default": desc.arch, "architectures": list(backend.names())})
     if as_json:
         return _print_json(rows)
-    table = Table("target", "plugin", "drivers", "default arch", "architectures")
+    table = _table("target", "plugin", "drivers", "default arch", "architectures")
     for r in rows:
         archs = ", ".join(r["architectures"][:8]) + (" ..." if len(r["architectures"]) > 8 else "")
         table.add_row(r["name"], r["plugin"], ", ".join(r["drivers"]), r["default"], archs)
@@ -119,7 +130,7 @@ def drivers(as_json: JsonFlag = False):
                      "unavailable": [d.reason for d in mine if not d.available]})
     if as_json:
         return _print_json(rows)
-    table = Table("driver", "plugin", "usable devices", "note")
+    table = _table("driver", "plugin", "usable devices", "note")
     for r in rows:
         table.add_row(r["name"], r["plugin"], str(r["devices"]), "; ".join(r["unavailable"]))
     out.print(table)
@@ -143,7 +154,7 @@ def devices(
         rows.append(row)
     if as_json:
         return _print_json(rows)
-    table = Table("device", "name", "available", "properties")
+    table = _table("device", "name", "available", "properties")
     for d in devs:
         props = ", ".join(f"{k}={v}" for k, v in d.properties.items())
         table.add_row(d.uri, d.name, "[green]yes[/]" if d.available else f"[red]no[/]: {d.reason}", props)
@@ -160,8 +171,9 @@ def devices(
 def doctor(as_json: JsonFlag = False):
     """Check every plugin, driver and device, and say how to fix what is missing.
 
-    For each usable device it also compiles and runs a tiny model on each target
-    the device can run, and prints PASS or FAIL with the reason."""
+    For each usable device it also compiles and runs a tiny model on each target that
+    lists the device's driver (for a driver that no target lists, on the first target
+    whose code the device loads), and prints PASS, FAIL or SKIP with the reason."""
     from .doctor import diagnose
 
     report = diagnose()

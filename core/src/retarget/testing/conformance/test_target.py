@@ -76,6 +76,23 @@ def test_the_host_spellings_need_a_device_or_say_why_not(target):
                 target.parse(spelling)
 
 
+def test_the_host_spellings_describe_a_device_here(target):
+    """`host` goes through the driver: it is what `describe` gives for one of the available devices of the
+    target's drivers (the closest row of the table, not a fixed one)."""
+    spellings = [n for n in target.names() if n in kit.HOST_SPELLINGS]
+    if not spellings:
+        pytest.skip(f"{target.name} has no host spelling")
+    devices = [device for name in target.drivers for device in RUN.available_devices(name)]
+    if not devices:
+        pytest.skip(f"no device of {', '.join(target.drivers)} here (the test above checks the error instead)")
+    described = {replace(target.describe(device), spec=""): device.info.uri for device in devices}
+    for spelling in spellings:
+        desc = replace(target.parse(spelling), spec="")
+        assert desc in described, (f"parse({spelling!r}) gives {desc.name}, which describe() gives for no device here "
+                                   f"(it gives {', '.join(f'{d.name} for {uri}' for d, uri in described.items())}): "
+                                   "`host` must describe a device of the target's drivers")
+
+
 def test_every_name_round_trips_through_its_canonical_arch(target):
     for spelling, desc in _parse_all(target, host=False):
         again = target.parse(desc.arch)
