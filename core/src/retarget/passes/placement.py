@@ -96,18 +96,22 @@ def op_refusal(op: Operation, table: SupportTable) -> str | None:
     return None
 
 
-def _buffer_refusals(d: Dispatch, table: SupportTable) -> list[tuple[Operation, str]]:
+def buffer_refusals(d: Dispatch, table: SupportTable) -> list[tuple[Operation, str]]:
     """The ops of dispatch `d` that read or write a buffer of a type `table` cannot hold, with why."""
     out = []
     for v in d.inputs:
         why = table.buffers.get(v.type.dtype.name)
         if why:
-            out += [(op, f"cannot read a {v.type.dtype} buffer: {why}") for op in d.ops if v in op.operands]
+            out += [(op, f"cannot read {_a(v.type.dtype.name)} buffer: {why}") for op in d.ops if v in op.operands]
     for v in d.outputs:
         why = table.buffers.get(v.type.dtype.name)
         if why and v.owner is not None:
-            out.append((v.owner, f"cannot write a {v.type.dtype} buffer: {why}"))
+            out.append((v.owner, f"cannot write {_a(v.type.dtype.name)} buffer: {why}"))
     return out
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[0] in 'aefhilmnorsux' else 'a'} {name}"
 
 
 def place_function(fn: Function, primary: Side, fallback: Side | None) -> FunctionPlacement:
@@ -142,7 +146,7 @@ def place_function(fn: Function, primary: Side, fallback: Side | None) -> Functi
         for d in dispatches:
             side = primary if placement_of[d.ops[-1]] == primary.name else fallback
             for name, table in side.tables.items():
-                for op, why in _buffer_refusals(d, table):
+                for op, why in buffer_refusals(d, table):
                     if side is primary and decided[op].placement == primary.name:
                         move(op, f"{name} {why}")
                         moved = True
