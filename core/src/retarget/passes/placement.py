@@ -111,7 +111,7 @@ def buffer_refusals(d: Dispatch, table: SupportTable) -> list[tuple[Operation, s
 
 
 def _a(name: str) -> str:
-    return f"{'an' if name[0] in 'aefhilmnorsux' else 'a'} {name}"
+    return f"{'an' if name[0] in 'aefhilmnorsx' else 'a'} {name}"
 
 
 def place_function(fn: Function, primary: Side, fallback: Side | None) -> FunctionPlacement:
