@@ -88,6 +88,15 @@ class Artifact:
     def functions(self) -> dict:
         return self.manifest["functions"]
 
+    def explain(self) -> str:
+        """Where each op runs and why, as `retarget compile --explain` prints it (`placement` is its JSON)."""
+        from .passes.placement import explain_text
+
+        if self.placement is None:
+            raise RetargetError("this module was read from a file; the placement report comes from compiling it",
+                                hint="recompile with `retarget compile ... --explain`")
+        return explain_text(self.placement)
+
     def constants(self) -> np.ndarray:
         data = self.entries.get(CONSTANTS, b"")
         return data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
