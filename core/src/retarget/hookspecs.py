@@ -40,7 +40,9 @@ def retarget_targets() -> list:
 
     Returns a list of objects implementing `retarget.protocols.TargetBackend`.
     Each backend's `name` (``cuda``, ``vulkan-spirv``) is what ``--target`` starts
-    with; its `parse` owns the architecture table behind the colon.
+    with; its `parse` owns the architecture table behind the colon. A backend may
+    also say what it cannot run (optional `support(desc)`, a `SupportTable`), so
+    that ``--fallback`` takes those ops instead of its `compile` failing.
     """
 
 

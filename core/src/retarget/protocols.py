@@ -55,6 +55,30 @@ class TargetDesc:
 
 
 @dataclass(frozen=True)
+class SupportTable:
+    """What a target cannot run, each entry with the reason a user reads (`--explain`, errors);
+    everything not listed, it runs. A backend returns one from its optional `support(desc)`.
+
+    - `ops`: graph op names (`"rt.erf"`), refused whatever their types, or an op at one element
+      type or kind (`"rt.exp:i32"`, `"rt.exp:int"`; kinds: float, int, uint, bool). An op is
+      matched at the type of its first operand (its result's when it has none): `rt.cmp` of
+      f32 is `"rt.cmp:f32"`, whatever its i1 result.
+    - `dtypes`: element types the target neither computes in nor stores (`"i4"`).
+    - `buffers`: element types a kernel cannot read or write as a buffer (an argument or the
+      result of a dispatch), though a fused kernel may compute them inside (WGSL's i1 masks).
+
+    The compiler places an op on a target only where its table allows it (`--fallback` takes
+    the rest), so a table must not allow what `compile` then refuses; refusing more than needed
+    only moves work to the fallback. `retarget.testing.support.probe` finds what a target
+    refuses in practice.
+    """
+
+    ops: dict[str, str] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    buffers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Binding:
     """One buffer an entry point reads or writes, and the tensor it holds."""
 
@@ -111,6 +135,11 @@ class TargetBackend(Protocol):
     saying which was chosen and why (None when there is no choice to announce);
     `describe(device)` is the architecture matching a live device. `compile` gets the
     dispatches (one graph `Function` each, named after its entry point).
+
+    Optional: `support(desc) -> SupportTable`, what the target cannot run for that architecture
+    (the ops and element types it refuses, with the reasons). The compiler places only what it
+    allows on the target, and the rest on `--fallback`. A backend without it supports everything
+    as far as placement knows, and a refusal surfaces only when `compile` raises.
     """
 
     name: str

@@ -157,6 +157,21 @@ def test_a_barrier_orders_commands_and_a_command_buffer_replays(device):
             np.testing.assert_array_equal(np.asarray(device.read(b, 0, 128)), np.zeros(128, np.uint8))
 
 
+def test_a_command_buffer_that_starts_with_a_barrier_sees_what_an_earlier_submit_wrote(device):
+    """A module split across devices submits several command buffers to one device without waiting in
+    between; each after the first starts with a barrier, which must order it after the earlier ones."""
+    for mode in kit.modes(device):
+        a = device.allocate(256)
+        device.write(a, 0, np.zeros(256, np.uint8))
+        first = _record(device, mode, ("fill", a, 0, 128, 0xAB))
+        second = _record(device, mode, ("barrier",), ("copy", a, 0, a, 128, 128))
+        device.submit(first)
+        device.submit(second)
+        device.wait()
+        np.testing.assert_array_equal(np.asarray(device.read(a, 128, 128)), np.full(128, 0xAB, np.uint8),
+                                      err_msg=f"mode {mode}")
+
+
 def test_copy_and_fill_outside_a_buffer_raise_value_error(device):
     a, b = device.allocate(256), device.allocate(256)
     cb = device.command_buffer()
