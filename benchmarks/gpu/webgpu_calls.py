@@ -23,6 +23,7 @@ vanishes and the call's host path stays. With $OUT set, writes $OUT/webgpu_calls
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -145,6 +146,8 @@ def bench(name, args) -> list[dict]:
         if timed is not None:
             row["device_ms"] = statistics.median(timed(fn.command_buffer) for _ in range(args.repeats)) * 1e3
         row["phases_us"] = {phase: median_us(s) for phase, s in phases(fn, arrays, args.repeats).items()}
+        del loaded, fn, device, timed
+        gc.collect()  # the device goes before the next variant's comes
     return rows
 
 

@@ -1,16 +1,26 @@
 """The `webgpu` HAL driver, through wgpu-py (wgpu-native: Vulkan, Metal, D3D12; lavapipe on a CPU).
 
 One device is one GPUDevice, requested with its adapter's full limits (so `webgpu-spirv:host`
-code runs) and shader-f16 when the adapter has it. Buffers are storage buffers that can be
-copied from and to; `write` goes through queue.write_buffer, `read` through a mapped readback
-buffer. An executable is one compute pipeline per kernel, each with an explicit bind-group
-layout (storage buffers, then the uniform `rt_base`; see compile.py for the binding model).
+code runs) and shader-f16 and timestamp-query when the adapter has them. Buffers are storage
+buffers that can be copied from and to; `write` goes through queue.write_buffer, `read` through a
+mapped readback buffer. An executable is one compute pipeline per kernel, each with an explicit
+bind-group layout (storage buffers, then the uniform `rt_base`; see compile.py for the binding
+model). Shader modules leave out naga's runtime checks (bounds checks, loop bounding): the
+kernels come from retarget's compiler and index in bounds, as on the vulkan and cuda backends;
+RETARGET_WEBGPU_CHECKS=1 keeps them, as a browser does.
 
-A command buffer records dispatches, copies and fills once; the bind groups and the `rt_base`
-uniforms are made while recording. WebGPU command buffers cannot be submitted twice, so
-`submit` encodes the recording into one command encoder (consecutive dispatches share one
-compute pass) and submits it: one encoder per function call. WebGPU orders the dispatches of a
-queue and makes each one's writes visible to the next, so `barrier` records nothing.
+A command buffer records dispatches, copies and fills once; the bind groups are made while
+recording, and the `rt_base` uniforms are slots of a few shared uniform buffers. WebGPU command
+buffers cannot be submitted twice, so `submit` encodes the recording into one command encoder
+(consecutive dispatches share one compute pass) and submits it: one encoder per function call.
+WebGPU orders the dispatches of a queue and makes each one's writes visible to the next, so
+`barrier` records nothing. Outputs read right after a run are learned: later runs copy them into
+one readback buffer in the same encoder, and `wait` maps it (one map per call).
+
+What runs on every call (encode, submit, write, wait, map) goes through wgpu-native's C API in
+native.py, not wgpu-py's per-call wrappers, and `wait` polls the device without blocking for up to
+10 ms before it sleeps (RETARGET_WEBGPU_SPIN_US; 0 on a CPU adapter). `timed_submit` (with
+timestamp-query) gives `retarget.bench` the GPU's own time.
 """
 
 from __future__ import annotations
@@ -261,8 +271,9 @@ class WebGpuCommandBuffer:
         return self.device.native.encode(self._segments, copies, timestamps)
 
     def _program(self) -> list[tuple[bool, list]]:
-        """The commands as the C calls that record them: (is a compute pass, [(function, args)]), made once, so
-        that encoding a call is one loop of C calls. A pipeline or bind group already set is not set again."""
+        """The commands as `Queue.encode` takes them, made once, so that encoding a call is a loop of C calls: compute
+        passes of (pipeline, bind group, x, y, z) with None for a pipeline or bind group already set, and the copies
+        and clears between them as (function, args)."""
         native, segments = self.device.native, []
         pipeline = group = None
         for command in self.commands:
@@ -271,12 +282,8 @@ class WebGpuCommandBuffer:
                     segments.append((True, []))
                     pipeline = group = None
                 _, new_pipeline, new_group, counts, _ = command
-                ops = segments[-1][1]
-                if new_pipeline is not pipeline:
-                    ops.append((native.set_pipeline, (new_pipeline._internal,)))
-                if new_group is not group:
-                    ops.append((native.set_bind_group, (0, new_group._internal, 0, native.null)))
-                ops.append((native.dispatch, tuple(counts)))
+                segments[-1][1].append((new_pipeline._internal if new_pipeline is not pipeline else None,
+                                        new_group._internal if new_group is not group else None, *counts))
                 pipeline, group = new_pipeline, new_group
                 continue
             if not segments or segments[-1][0]:

@@ -75,7 +75,7 @@ class Queue:
         self.map_callback = ffi.new("WGPUBufferMapCallbackInfo *")
         self.map_callback.mode = lib.WGPUCallbackMode_AllowProcessEvents
         self.map_callback.callback = self._on_mapped
-        # the pass command functions, bound once (a program's ops call them with the pass first)
+        # the command functions, looked up once
         self.set_pipeline = lib.wgpuComputePassEncoderSetPipeline
         self.set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
         self.dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
@@ -99,9 +99,14 @@ class Queue:
         return out
 
     def encode(self, segments, after=(), pass_descriptors=None):
-        """One command buffer: `segments` are (is a compute pass, [(function, args)]), each function called with
-        the pass (or the encoder) first; then `after`, encoder commands. Raises wgpu's validation error."""
-        lib = self.lib
+        """One finished command buffer (its handle, for `submit`); raises wgpu's validation error.
+
+        `segments`: (True, [(pipeline or None, bind group or None, x, y, z)]) is a compute pass of dispatches (None:
+        the one set before stays); (False, [(function, args)]) are encoder commands, each called as
+        function(encoder, *args). `after`: more encoder commands, at the end. `pass_descriptors`: see
+        `timestamp_pass_descriptors`."""
+        lib, null = self.lib, self.null
+        set_pipeline, set_bind_group, dispatch = self.set_pipeline, self.set_bind_group, self.dispatch
         encoder = lib.wgpuDeviceCreateCommandEncoder(self.device, self.encoder_descriptor)
         try:
             passes = sum(1 for is_pass, _ in segments if is_pass)
@@ -116,8 +121,12 @@ class Queue:
                     descriptor = pass_descriptors[seen == 0, seen == passes - 1][0]
                 seen += 1
                 compute = lib.wgpuCommandEncoderBeginComputePass(encoder, descriptor)
-                for function, args in ops:
-                    function(compute, *args)
+                for pipeline, group, x, y, z in ops:
+                    if pipeline is not None:
+                        set_pipeline(compute, pipeline)
+                    if group is not None:
+                        set_bind_group(compute, 0, group, 0, null)
+                    dispatch(compute, x, y, z)
                 lib.wgpuComputePassEncoderEnd(compute)
                 lib.wgpuComputePassEncoderRelease(compute)
             for function, args in after:
