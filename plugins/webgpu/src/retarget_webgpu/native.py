@@ -162,10 +162,12 @@ class Queue:
                 empty = lib.wgpuDevicePoll(device, False, null)  # true once no submission is in flight
                 if mapped if mapping else empty:
                     return
-        while True:
+        for _ in range(3):  # a blocking poll returns once the queue is empty; the callback has run by then
             empty = lib.wgpuDevicePoll(device, True, null)
             if mapped if mapping else empty:
                 return
+        raise RetargetError("wgpu finished its queue but never called back for a buffer map",
+                            hint="the device may have been lost; `retarget doctor` checks it")
 
     def map_read(self, buffer, size: int, into: np.ndarray) -> None:
         """Map the first `size` bytes of a MAP_READ buffer (waiting for the work that writes it), copy them into
