@@ -349,7 +349,7 @@ class WebGpuDevice:
         spin_us = DEFAULT_GPU_SPIN_US if info.properties.get("adapter_type", "").lower() != "cpu" else 0
         self.native = native.Queue(self.gpu, spin_s=float(os.environ.get(SPIN_ENV) or spin_us) / 1e6)
         # Our kernels index in bounds (the same code runs unchecked on vulkan and cuda), so by default naga leaves
-        # out the checks a browser adds; RETARGET_WEBGPU_CHECKS=1 keeps them (as `retarget_webgpu.export`'s page).
+        # out the checks a browser adds; RETARGET_WEBGPU_CHECKS=1 keeps them.
         self.shader_checks = os.environ.get(CHECKS_ENV, "") not in ("", "0")
         self._scratch: list = []
         self._readback = None
@@ -509,8 +509,9 @@ class WebGpuDevice:
             self._last_run, self._waited = command_buffer, False
 
     def wait(self) -> None:
-        """Block until all submitted work is done: a blocking device poll, on this thread. When the last run has
-        a learned readback, its buffer is mapped first, so the same poll brings the outputs (one map per call)."""
+        """Return when all submitted work is done: device polls on this thread (see native.Queue). When the last
+        run has a learned readback, its buffer is mapped first, so the same polls bring the outputs (one map per
+        call)."""
         with self._lock:
             last = self._last_run
             if last is not None and not self._waited and last.readback_ranges:
