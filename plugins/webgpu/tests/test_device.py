@@ -217,3 +217,18 @@ def test_loading_a_cpu_module_on_webgpu_names_what_it_holds(webgpu_device):
     module, _, _ = mlp_module()
     with pytest.raises(UnknownDeviceError, match="vmvx"):
         retarget.load(retarget.compile(module, "vmvx"), device="webgpu")
+
+
+def test_an_adapter_without_compute_is_listed_unavailable_with_the_reason():
+    """A downlevel adapter (OpenGL ES 3.0: the H100 machine's EGL one) reports zero compute limits; opening it
+    and building a pipeline would lose the device, so it is not offered."""
+    from retarget_webgpu.driver import _info
+
+    class Downlevel:
+        info = {"device": "Some GPU", "backend_type": "OpenGL", "adapter_type": "DiscreteGPU"}
+        features = set()
+        limits = {"max-compute-invocations-per-workgroup": 0, "max-compute-workgroups-per-dimension": 0,
+                  "max-storage-buffers-per-shader-stage": 0, "max-buffer-size": 1 << 28}
+
+    info = _info(3, Downlevel())
+    assert not info.available and "no compute shaders" in info.reason and "Vulkan adapter" in info.reason

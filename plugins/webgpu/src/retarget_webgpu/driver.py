@@ -81,7 +81,20 @@ def _info(index: int, adapter) -> DeviceInfo:
         "features": sorted(adapter.features),
     }
     name = info.get("device") or info.get("description") or "WebGPU adapter"
-    return DeviceInfo(NAME, str(index), f"{name} ({properties['backend']})", properties=properties)
+    why_not = _no_compute(limits)
+    if why_not and properties["backend"] == "OpenGL":
+        why_not += " (an OpenGL ES context older than 3.1); use the same GPU's Vulkan adapter"
+    return DeviceInfo(NAME, str(index), f"{name} ({properties['backend']})", available=not why_not,
+                      reason=why_not, properties=properties)
+
+
+def _no_compute(limits: dict) -> str:
+    """Why an adapter cannot run our kernels, or "": a downlevel adapter (OpenGL ES 3.0, WebGL 2) reports zero
+    compute and storage limits, and every pipeline on it would lose the device."""
+    needed = ("max-compute-invocations-per-workgroup", "max-compute-workgroups-per-dimension",
+              "max-storage-buffers-per-shader-stage")
+    missing = [key for key in needed if limits.get(key, 1) < 1]
+    return f"this adapter has no compute shaders or storage buffers ({', '.join(missing)} = 0)" if missing else ""
 
 
 class WebGpuDriver:
