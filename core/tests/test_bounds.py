@@ -179,6 +179,17 @@ def test_a_variable_reassigned_in_one_branch_takes_both_values_after_it():
         check_kernel(kernel)
 
 
+def test_a_loop_variable_reusing_a_guarded_name_is_not_narrowed_by_the_guard():
+    i = Var("i")
+    body = [Assign("i", Var("wg")), Assign("j", Var("i") * 2),
+            If(Compare("lt", i * 2, const(4)), [Loop("i", 8, [Store("out0", i * 2, const(0.0, F32)),
+                                                              Store("out0", Var("j"), const(0.0, F32))])])]
+    kernel = Kernel("shadow", [Param("out0", F32, 4, "write")], body, (4, 1, 1), ("wg",))
+    with pytest.raises(KernelBoundsError) as e:
+        check_kernel(kernel)
+    assert "%out0[(%i * 2)] may touch elements 0 to 14" in str(e.value) and "%out0[%j]" not in str(e.value)
+
+
 def test_a_body_that_cannot_run_is_not_checked():
     body = [Loop("i", 4, [If(Compare("gt", Var("i"), const(10)), [Store("out0", Var("i") + 100, const(0.0, F32))])])]
     assert check_kernel(Kernel("dead", [Param("out0", F32, 4, "write")], body)) == 0

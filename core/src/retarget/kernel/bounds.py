@@ -361,11 +361,19 @@ class _Checker:
             self.access(f"{what} a {f.rows}x{f.cols} block (stride {s.stride}) at", s.buffer, s.index,
                         (f.rows - 1) * s.stride + f.cols - 1)
 
+    def forget(self, var: str) -> None:
+        """`var` is about to change: drop what guards said about expressions of its old value, and pin the
+        variables defined from it to their ranges now."""
+        for e in [e for e in self.facts if _reads(e, var)]:
+            del self.facts[e]
+        for name in [n for n, d in self.defs.items() if var in _names(d)]:
+            self.ranges[name] = self.range(Var(name))
+            del self.defs[name]
+
     def assign(self, var: str, value: Expr) -> None:
         if value.dtype.is_float:
             return
-        for e in [e for e in self.facts if _reads(e, var)]:  # what a guard said about the old value is stale
-            del self.facts[e]
+        self.forget(var)
         if var in self.mutable or not self.mutable.isdisjoint(_names(value)):
             self.ranges[var] = self.range(value)  # now: a variable it reads may change later
             self.defs.pop(var, None)
@@ -416,6 +424,7 @@ class _Checker:
 
     def iterate(self, s: Loop, var_range: tuple, carried: set) -> None:
         """The loop body with its variable in `var_range`, repeated until its carried variables settle."""
+        self.forget(s.var)  # the loop's variable may reuse a name that guards and definitions outside it read
         before = self._state()
         entry = {v: before[0].get(v, TOP) for v in carried}
         for rounds in range(LOOP_ROUNDS + 1):
