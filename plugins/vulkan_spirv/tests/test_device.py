@@ -686,3 +686,29 @@ def test_a_process_that_opens_a_device_exits_cleanly(vulkan_device):
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_threads_on_memory_the_host_reads_slowly_get_their_answers_and_learn_only_their_own_outputs(
+        vulkan_device, monkeypatch):
+    """Every buffer read as a GPU's BAR is (uncached), so outputs go through learned readbacks: 16 threads
+    share one module, and each function's command buffer learns exactly its own outputs, never another's."""
+    import retarget
+    from retarget.testing.conformance import test_threads
+    from retarget_vulkan_spirv import driver
+
+    made = driver.VulkanBuffer.__init__
+
+    def uncached(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self.cached = False
+
+    monkeypatch.setattr(driver.VulkanBuffer, "__init__", uncached)
+    artifact, calls = test_threads._work(vulkan_device, "vulkan")
+    module = retarget.load(artifact, device=vulkan_device.info.uri)
+    problems = test_threads._run_threads(calls, lambda t: module)
+    assert not problems, "; ".join(problems[:3])
+    for name, function in module.functions.items():
+        outputs = {(function.arena, offset, nbytes) for kind, offset, nbytes in
+                   (meta["slot"] for meta in function.plan["outputs"])}
+        learned = {(buffer, offset, nbytes) for buffer, offset, nbytes in function.command_buffer.readback.ranges}
+        assert learned == outputs, name

@@ -155,3 +155,22 @@ def test_loading_a_cpu_module_on_webgpu_names_what_it_holds(webgpu_device):
     module, _, _ = mlp_module()
     with pytest.raises(UnknownDeviceError, match="vmvx"):
         retarget.load(retarget.compile(module, "vmvx"), device="webgpu")
+
+
+def test_threads_sharing_a_module_learn_only_their_own_outputs(webgpu_device):
+    """16 threads share one module: each function's command buffer learns to copy out exactly its own
+    outputs (a read learns only for the reading thread's own last run), never another function's."""
+    from retarget.testing.conformance import test_threads
+
+    artifact, calls = test_threads._work(webgpu_device, "webgpu")
+    module = retarget.load(artifact, device=webgpu_device.info.uri)
+    problems = test_threads._run_threads(calls, lambda t: module)
+    assert not problems, "; ".join(problems[:3])
+    for name, function in module.functions.items():
+        outputs = {(function.arena, offset, nbytes) for _, offset, nbytes in
+                   (meta["slot"] for meta in function.plan["outputs"])}
+        assert set(function.command_buffer.readback_ranges) == outputs, name
+
+
+def test_opening_a_device_twice_returns_the_same_device(webgpu_device):
+    assert WEBGPU.create(webgpu_device.info.id) is webgpu_device
