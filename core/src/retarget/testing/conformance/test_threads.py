@@ -5,6 +5,7 @@ overlaps: loading, recording, writes, submits, waits and reads). Answers are com
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -14,6 +15,7 @@ from retarget.testing.conformance.fixtures import *  # noqa: F403
 
 THREADS = 16
 ROUNDS = 3  # calls per thread, each with its own inputs
+SWITCH_INTERVAL_S = 1e-6  # Python switches threads as often as it can (default 5 ms): more interleavings
 
 
 def _module():
@@ -75,10 +77,15 @@ def _run_threads(calls, module_for) -> list[str]:
             problems.append(f"thread {t}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=worker, args=(t,), name=f"conformance-{t}") for t in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    finally:
+        sys.setswitchinterval(interval)
     assert not any(thread.is_alive() for thread in threads), "a thread hung: a deadlock in the driver?"
     return problems
 
