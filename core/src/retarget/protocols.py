@@ -173,6 +173,10 @@ class Device(Protocol):
     Optional: a device that can run command buffers in several ways lists them in
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
     `command_buffer(mode=...)`. A device without `modes` has one way.
+
+    Optional: `memory_in_use()` returns the bytes of device memory in use, as the API reports
+    them (cuMemGetInfo) or as the driver tracks them (its allocations); leak checks
+    (`retarget.testing.leaks`) read it. A device without it is checked by host memory alone.
     """
 
     info: DeviceInfo

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import retarget
 from retarget.errors import RetargetError, UnknownDeviceError
 from retarget.ir import dtypes
 from retarget.ir.core import TensorType
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+from retarget.testing.graphs import mlp_module
 from retarget_vulkan_spirv import FORMAT, container
 from retarget_vulkan_spirv.driver import VULKAN, VulkanError, check
 
@@ -692,7 +694,6 @@ def test_threads_on_memory_the_host_reads_slowly_get_their_answers_and_learn_onl
         vulkan_device, monkeypatch):
     """Every buffer read as a GPU's BAR is (uncached), so outputs go through learned readbacks: 16 threads
     share one module, and each function's command buffer learns exactly its own outputs, never another's."""
-    import retarget
     from retarget.testing.conformance import test_threads
     from retarget_vulkan_spirv import driver
 
@@ -712,3 +713,35 @@ def test_threads_on_memory_the_host_reads_slowly_get_their_answers_and_learn_onl
                    (meta["slot"] for meta in function.plan["outputs"])}
         learned = {(buffer, offset, nbytes) for buffer, offset, nbytes in function.command_buffer.readback.ranges}
         assert learned == outputs, name
+
+
+def test_ten_thousand_calls_leak_no_host_or_device_memory(vulkan_device):
+    from retarget.testing import leaks
+
+    module, x, _ = mlp_module()
+    loaded = retarget.load(retarget.compile(module, "vulkan-spirv:host"), device=vulkan_device.info.uri)
+    report = leaks.call_growth(loaded.predict, (x,), 10_000, device=vulkan_device)
+    assert report["device"]["total"] == 0 and report["threads"]["total"] == 0, report
+    assert report["traced"]["total"] < 64 << 10, report
+    assert report["rss"]["total"] is None or report["rss"]["total"] < 8 << 20, report
+
+
+def test_a_hundred_loads_of_a_module_free_every_pipeline_command_buffer_and_allocation(vulkan_device):
+    """What the device holds comes back to where it was. (lavapipe's own resident memory grows by about
+    300 KB for each pipeline it compiles, freed or not: measured in benchmarks/NOTES.md.)"""
+    import gc
+
+    module, x, _ = mlp_module()
+    artifact = retarget.compile(module, "vulkan-spirv:host")
+
+    def load_call_drop():
+        loaded = retarget.load(artifact, device=vulkan_device.info.uri)
+        loaded.predict(x)  # a run and a read: the learned readback's buffers and command buffer too
+
+    load_call_drop()
+    gc.collect()
+    before = dict(vulkan_device.live)
+    for _ in range(100):
+        load_call_drop()
+    gc.collect()
+    assert vulkan_device.live == before

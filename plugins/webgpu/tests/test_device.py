@@ -174,3 +174,28 @@ def test_threads_sharing_a_module_learn_only_their_own_outputs(webgpu_device):
 
 def test_opening_a_device_twice_returns_the_same_device(webgpu_device):
     assert WEBGPU.create(webgpu_device.info.id) is webgpu_device
+
+
+def test_a_hundred_loads_of_a_module_leave_no_wgpu_object_behind(webgpu_device):
+    """Pipelines, bind groups, buffers (the learned readbacks' too), as wgpu-py counts them."""
+    import gc
+
+    from wgpu import diagnostics
+
+    module, x, _ = mlp_module()
+    artifact = retarget.compile(module, "webgpu-spirv:host")
+
+    def load_call_drop():
+        loaded = retarget.load(artifact, device=webgpu_device.info.uri)
+        loaded.predict(x)
+        loaded.predict(x)  # the second call runs the readback the first one's read taught it
+
+    def counts():
+        gc.collect()
+        return {kind: entry["count"] for kind, entry in diagnostics.object_counts.get_dict().items()}
+
+    load_call_drop()
+    before = counts()
+    for _ in range(100):
+        load_call_drop()
+    assert counts() == before

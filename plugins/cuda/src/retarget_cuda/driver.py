@@ -452,10 +452,11 @@ class CudaDevice:
             self.wait()
             return check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
 
-    def memory_info(self) -> tuple[int, int]:
-        """(free, total) bytes of the GPU's memory, as cuMemGetInfo reports them (for leak checks)."""
+    def memory_in_use(self) -> int:
+        """Bytes of the GPU's memory in use (total - free of cuMemGetInfo: every process's, every context's)."""
         self._current()
-        return tuple(int(v) for v in check(_cu().cuMemGetInfo(), "cuMemGetInfo"))
+        free, total = check(_cu().cuMemGetInfo(), "cuMemGetInfo")
+        return int(total) - int(free)
 
     def close(self) -> None:
         """Free the streams and events and release the primary context (also done when the device goes)."""

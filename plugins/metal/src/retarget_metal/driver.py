@@ -329,6 +329,10 @@ class MetalDevice:
                     + "; ".join(short) + "); recompile with --target metal-spirv:host")
         return None
 
+    def memory_in_use(self) -> int:
+        """Bytes the MTLDevice has allocated (its currentAllocatedSize)."""
+        return int(self.mtl.currentAllocatedSize())
+
     def allocate(self, nbytes: int) -> MetalBuffer:
         limit = self.info.properties.get("max_buffer_bytes")
         if limit and nbytes > limit:

@@ -442,6 +442,12 @@ class HipDevice:
         with self._pending_lock:
             del self.pending[:covered]
 
+    def memory_in_use(self) -> int:
+        """Bytes of the GPU's memory in use (total - free of hipMemGetInfo: every process's)."""
+        self._current()
+        free, total = check(_hip().hipMemGetInfo(), "hipMemGetInfo")
+        return int(total) - int(free)
+
     def timed_submit(self, command_buffer: HipCommandBuffer) -> float:
         """Submit, wait, and return the seconds between two events recorded on the stream around the
         work: the GPU's own time, without host copies or Python (`retarget.bench` uses it)."""

@@ -1067,6 +1067,10 @@ class VulkanDevice:
         with self._live_lock:
             self.live[what] += change
 
+    def memory_in_use(self) -> int:
+        """Bytes of VkDeviceMemory this device holds now (every buffer's, staging and readbacks included)."""
+        return self.live["memory_bytes"]
+
     # -- setup ------------------------------------------------------------------------------
 
     def _pick_queue_family(self) -> int:

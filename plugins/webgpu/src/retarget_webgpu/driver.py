@@ -358,6 +358,12 @@ class WebGpuDevice:
                     + "); recompile with --target webgpu-spirv:host (or webgpu-spirv:webgpu)")
         return None
 
+    def memory_in_use(self) -> int:
+        """Bytes of GPU buffers and textures alive in this process, as wgpu-py counts them."""
+        from wgpu import diagnostics
+
+        return int(diagnostics.object_counts.get_dict()["total"].get("resource_mem", 0))
+
     def allocate(self, nbytes: int) -> WebGpuBuffer:
         if nbytes > self.limits["max-buffer-size"]:
             raise WebGpuError(f"a buffer of {nbytes} bytes exceeds this device's max-buffer-size "
