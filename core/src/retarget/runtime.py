@@ -40,11 +40,16 @@ def parse_device(spec: str) -> tuple[str, str]:
 def all_devices() -> list[DeviceInfo]:
     devices = []
     for name, driver in manager().by_name("retarget_drivers").items():
-        try:
-            devices.extend(driver.enumerate())
-        except Exception as e:  # enumerate must not raise; report it instead of failing
-            devices.append(DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}"))
+        devices.extend(_enumerate(name, driver))
     return devices
+
+
+def _enumerate(name: str, driver) -> list[DeviceInfo]:
+    """driver.enumerate(), or one unavailable device saying what it raised (enumerate must not raise)."""
+    try:
+        return list(driver.enumerate())
+    except Exception as e:  # a broken third-party driver: report it instead of failing
+        return [DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}".replace("\n", " "))]
 
 
 def open_device(spec: str):
@@ -54,7 +59,7 @@ def open_device(spec: str):
     if driver is None:
         raise UnknownDeviceError(f"unknown device '{spec}': no driver '{name}'",
                                  hint=suggestion(name, drivers) + " (`retarget drivers` lists them)")
-    infos = driver.enumerate()
+    infos = _enumerate(name, driver)
     available = [d for d in infos if d.available]
     if not available:
         reason = "; ".join(d.reason for d in infos if d.reason) or "it found no device"
