@@ -1,9 +1,13 @@
-"""f16 GEMMs on one GPU target beside torch.matmul (cuBLAS): correctness at small sizes (with a bias+ReLU
-epilogue), then device time at large ones. retarget's time is the device's own (timestamps around one
-submit of the recorded function), torch's is CUDA events around torch.matmul; both are medians.
+"""GEMMs on one GPU target beside torch.matmul (cuBLAS): correctness at small sizes (with a bias+ReLU
+epilogue), then device time at large ones. retarget's time is the device's own (timestamps or events around
+one submit of the recorded function), torch's is CUDA events around torch.matmul; both are medians. f32
+runs with TF32 off in torch (retarget never uses it), f16 on the matrix units where the target has them.
 
-    python3 benchmarks/gpu/gemm.py --target vulkan-spirv:host --device vulkan [--sizes 1024 4096] [--repeats 20]
-(writes $OUT/gemm-<device>.json if OUT is set)
+    python3 benchmarks/gpu/gemm.py --target vulkan-spirv:host --device vulkan [--dtype f16] [--sizes 1024 4096]
+        [--repeats 20] [--variants]
+(writes $OUT/gemm-<device>-<dtype>.json if OUT is set). `--variants` also times each size with other
+register-tile plans of the GPU lowering (`retarget.kernel.lower.REGISTER_TILE_PLANS`; none: the split-reduction
+schedule), for f32.
 """
 
 from __future__ import annotations
@@ -21,9 +25,8 @@ warnings.filterwarnings("ignore")
 
 
 def main():
-    import torch
-
     import retarget
+    import torch
     from retarget.testing.numerics import relative_error
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,7 +34,37 @@ def main():
     parser.add_argument("--device", default="vulkan")
     parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--dtype", choices=["f16", "f32"], default="f16")
+    parser.add_argument("--variants", action="store_true")
     args = parser.parse_args()
+    dt = np.float16 if args.dtype == "f16" else np.float32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    variants = [("default", {})]
+    if args.variants:
+        variants += [("runs of 1", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 8, 1), (16, 16, 4, 4, 16, 1))}),
+                     ("tile_k 16", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 16, 4), (16, 16, 4, 4, 16, 4))}),
+                     ("8x4 a thread", {"REGISTER_TILE_PLANS": ((16, 32, 8, 4, 8, 4), (16, 16, 4, 4, 16, 4))}),
+                     ("split reduction", {"REGISTER_TILE_PLANS": ()})]
+
+    def device_ms(loaded, fn) -> float:
+        device = loaded.device
+        if hasattr(device, "time"):
+            seconds = device.time(fn.command_buffer, args.repeats)
+        else:
+            seconds = [device.timed_submit(fn.command_buffer) for _ in range(args.repeats)]
+        return statistics.median(seconds) * 1e3
+
+    def compiled(module, inputs, patch):
+        import retarget.kernel.lower as lower
+
+        saved = {key: getattr(lower, key) for key in patch}
+        for key, value in patch.items():
+            setattr(lower, key, value)
+        try:
+            return retarget.compile(module, args.target, example_inputs=inputs)
+        finally:
+            for key, value in saved.items():
+                setattr(lower, key, value)
 
     class MatmulBiasRelu(torch.nn.Module):
         def forward(self, a, b, bias):
@@ -44,7 +77,7 @@ def main():
     rng = np.random.default_rng(0)
     rows = []
     for m, n, kk in ((512, 512, 512), (70, 200, 96)):  # correctness, awkward shapes included
-        a, b, bias = (rng.standard_normal(s).astype(np.float16) for s in ((m, kk), (kk, n), (n,)))
+        a, b, bias = (rng.standard_normal(s).astype(dt) for s in ((m, kk), (kk, n), (n,)))
         art = retarget.compile(MatmulBiasRelu(), args.target, example_inputs=tuple(map(torch.from_numpy, (a, b, bias))))
         out = retarget.load(art, device=args.device).main(a, b, bias)
         expected = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32), 0)
@@ -52,19 +85,10 @@ def main():
         rows.append({"check": f"{m}x{n}x{kk} +bias relu", "relative_error": float(err)})
         print(f"check {m}x{n}x{kk}: relative error {err:.1e}", flush=True)
     for size in args.sizes:
-        a, b = (rng.standard_normal((size, size)).astype(np.float16) for _ in range(2))
-        start = time.perf_counter()
-        art = retarget.compile(Matmul(), args.target, example_inputs=(torch.from_numpy(a), torch.from_numpy(b)))
-        compile_s = time.perf_counter() - start
-        loaded = retarget.load(art, device=args.device)
-        fn = loaded.main
-        out = fn(a, b)
+        a, b = (rng.standard_normal((size, size)).astype(dt) for _ in range(2))
         cuda = torch.cuda.is_available()
         ta, tb = (torch.from_numpy(x).cuda() if cuda else torch.from_numpy(x) for x in (a, b))
-        expected = (ta.float() @ tb.float()).cpu().numpy()
-        err = relative_error(out.astype(np.float32), expected)
-        seconds = loaded.device.time(fn.command_buffer, args.repeats)
-        ours = statistics.median(seconds) * 1e3
+        expected = (ta.double() @ tb.double()).cpu().numpy()
         torch_ms = [float("nan")] * 4
         for _ in range(args.repeats + 3 if cuda else 0):
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -75,13 +99,25 @@ def main():
             torch_ms.append(begin.elapsed_time(end))
         theirs = statistics.median(torch_ms[3:])  # nan without CUDA (a local dry run)
         flop = 2 * size**3
-        row = {"size": size, "retarget_ms": ours, "torch_ms": theirs, "retarget_tflops": flop / ours / 1e9,
-               "torch_tflops": flop / theirs / 1e9, "relative_error": float(err), "compile_s": compile_s}
-        rows.append(row)
-        print(f"gemm {size}^3 f16: retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} TFLOP/s), torch {theirs:.3f} ms "
-              f"({row['torch_tflops']:.1f} TFLOP/s), ratio {theirs / ours:.2f}x, rel err {err:.1e}", flush=True)
+        for variant, env in variants:
+            start = time.perf_counter()
+            art = compiled(Matmul(), (torch.from_numpy(a), torch.from_numpy(b)), env)
+            compile_s = time.perf_counter() - start
+            loaded = retarget.load(art, device=args.device)
+            fn = loaded.main
+            out = fn(a, b)
+            err = relative_error(out.astype(np.float64), expected)
+            ours = device_ms(loaded, fn)
+            row = {"size": size, "dtype": args.dtype, "variant": variant, "retarget_ms": ours, "torch_ms": theirs,
+                   "retarget_tflops": flop / ours / 1e9, "torch_tflops": flop / theirs / 1e9,
+                   "relative_error": float(err), "compile_s": compile_s}
+            rows.append(row)
+            print(f"gemm {size}^3 {args.dtype} ({variant}): retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} "
+                  f"TFLOP/s), torch {theirs:.3f} ms ({row['torch_tflops']:.1f} TFLOP/s), "
+                  f"ratio {theirs / ours:.2f}x, rel err {err:.1e}", flush=True)
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], f"gemm-{args.device.partition(':')[0]}.json"), "w") as f:
+        name = f"gemm-{args.device.partition(':')[0]}-{args.dtype}.json"
+        with open(os.path.join(os.environ["OUT"], name), "w") as f:
             json.dump({"target": args.target, "rows": rows}, f, indent=1)
 
 

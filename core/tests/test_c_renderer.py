@@ -171,6 +171,9 @@ CASES = {
 }
 
 
+C99_INDEX32 = dataclasses.replace(C99, name="c99-index32", index32=True)  # CUDA's, HIP's, MSL's, OpenCL's choice
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_rendered_c99_kernels_match_the_vmvx_interpreter_for_cpu_and_gpu_schedules(case, tmp_path):
     module = CASES[case]()
@@ -185,10 +188,12 @@ def test_rendered_c99_kernels_match_the_vmvx_interpreter_for_cpu_and_gpu_schedul
             grids.append(cpu.workgroup_count[0])
             jobs += [(cpu, d.function), (dataclasses.replace(gpu, name=gpu.name + "_gpu"), d.function)]
     lib = _compile(render_module([kern for kern, _ in jobs], C99), tmp_path)
-    for kern, fn in jobs:
+    gpu_jobs = [(kern, fn) for kern, fn in jobs if kern.thread_vars]
+    lib32 = _compile(render_module([kern for kern, _ in gpu_jobs], C99_INDEX32), tmp_path, "index32")
+    for library, kern, fn in [(lib, *job) for job in jobs] + [(lib32, *job) for job in gpu_jobs]:
         inputs = [_random(a.type) for a in fn.args]
         expected = run_function(fn, inputs)[0]
-        got = _call(lib, kern, inputs).reshape(expected.shape)
+        got = _call(library, kern, inputs).reshape(expected.shape)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=kern.name)
     if case.startswith("big_"):
         assert max(grids) > 1, "this case should exercise several CPU workgroups"
@@ -323,7 +328,8 @@ def test_c99_runs_a_workgroup_s_threads_as_loops_cut_at_its_barriers(tmp_path):
     assert "barrier" not in source and source.count("for (int64_t tid = 0; tid < 64; tid++)") == 2
     x = rng.standard_normal(THREADS).astype(np.float32)
     np.testing.assert_array_equal(_call(_compile(render_module([kern], C99), tmp_path), kern, [x]), x[::-1])
-    assert "__syncthreads();" in render_kernel(kern, CUDA) and "__shared__ float part[64];" in render_kernel(kern, CUDA)
+    assert "__syncthreads();" in render_kernel(kern, CUDA)
+    assert "__shared__ __align__(16) float part[64];" in render_kernel(kern, CUDA)
 
 
 def test_a_variable_first_assigned_in_a_loop_is_declared_in_that_loop():

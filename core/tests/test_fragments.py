@@ -215,7 +215,10 @@ def test_interior_tiles_stage_without_clamps_or_selects_behind_a_uniform_if():
     kernel = lower_dispatch(_dispatch(_matmul((300, 96), (96, 260), F16)), _big_gpu(WMMA_F16))
     assert kernel.schedule["interior_tiles"] == "4/9"
     interior, edge = _paths(kernel)
-    tile_vars = {s.var for s in kernel.body if isinstance(s, k.Assign) and _names(s.value) <= {"wg", "tile1"}}
+    tile_vars = {"wg"}  # the variables computed from the workgroup id alone
+    for s in kernel.body:
+        if isinstance(s, k.Assign) and _names(s.value) <= tile_vars:
+            tile_vars.add(s.var)
     for path in (interior, edge):  # the conditions read the workgroup id only, so the barriers inside are legal
         assert _names(path.cond) <= tile_vars
     exprs = list(k.walk_exprs(interior.body))
@@ -395,6 +398,22 @@ CASES = {  # name -> (function, target, tolerance); the whole function is one ke
     "small_interior_and_edges": (lambda: _dispatch(_matmul((64, 48), (48, 40))), _gpu(SIMDGROUP), 1e-5),
 }
 
+# The register-tiled matmul: a target without fragment shapes, one multiprocessor (so a tile or two fill it).
+SIMT = _gpu(multiprocessors=1)
+REGISTER_CASES = {  # name -> (function, target, tolerance, the register tile it takes)
+    "rt_interior_bias_relu": (lambda: _dispatch(_matmul((256, 64), (64, 256), bias_relu=True)), SIMT, 1e-5, "8x8"),
+    "rt_edges_ragged_k": (lambda: _dispatch(_matmul((150, 70), (70, 200))), SIMT, 1e-5, "8x8"),
+    "rt_batched": (lambda: _dispatch(_matmul((2, 130, 40), (40, 140))), SIMT, 1e-5, "8x8"),
+    "rt_broadcast_batches": (lambda: _dispatch(_matmul((2, 1, 70, 16), (3, 16, 66))), SIMT, 1e-5, "8x8"),
+    "rt_transposed_b": (lambda: _matmul((128, 32), (32, 100), transpose_b=True), SIMT, 1e-5, "8x8"),
+    "rt_prologue": (lambda: _matmul((128, 48), (48, 130), scale_a=True), SIMT, 1e-5, "8x8"),
+    "rt_halves_staged_as_f32": (lambda: _dispatch(_matmul((130, 40), (40, 128), F16, bias_relu=True)), SIMT, 2e-3,
+                                "8x8"),
+    "rt_small_plan": (lambda: _dispatch(_matmul((40, 24), (24, 70))), SIMT, 1e-5, "4x4"),
+    "rt_one_copy": (lambda: _dispatch(_matmul((130, 40), (40, 140))), _gpu(shared=12 * 1024, multiprocessors=1),
+                    1e-5, "8x8"),
+}
+
 
 def _random(t: TensorType) -> np.ndarray:
     return rng.standard_normal(t.shape).astype(t.dtype.np_dtype)
@@ -406,7 +425,7 @@ def c99_kernels(tmp_path_factory):
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     kernels = {}
-    for name, (make, desc, _) in CASES.items():
+    for name, (make, desc, *_) in (CASES | REGISTER_CASES).items():
         fn = make()
         kernels[name] = (dataclasses.replace(lower_dispatch(fn, desc), name=f"k_{name}"), fn)
     tmp = tmp_path_factory.mktemp("fragments")
@@ -439,3 +458,44 @@ def test_the_portable_expansion_in_c99_matches_the_reference(c99_kernels, case):
     got = _call(library, kernel, inputs).reshape(expected.shape)
     tolerance = CASES[case][2]
     np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("case", list(REGISTER_CASES))
+def test_the_register_tiled_matmul_in_c99_matches_the_reference(c99_kernels, case):
+    kernel, fn, library = c99_kernels[case]
+    _, _, tolerance, tile = REGISTER_CASES[case]
+    assert kernel.schedule["register_tile"] == tile and not k.has_fragments(kernel.body)
+    inputs = [_random(a.type) for a in fn.args]
+    expected = run_function(fn, inputs)[0]
+    got = _call(library, kernel, inputs).reshape(expected.shape)
+    np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+
+def test_a_register_tile_plan_needs_tiles_for_every_multiprocessor():
+    square = _dispatch(_matmul((256, 64), (64, 256)))
+    assert lower_dispatch(square, _gpu(multiprocessors=4)).schedule["register_tile"] == "8x8"  # 2 x 2 tiles of 128
+    assert lower_dispatch(square, _gpu(multiprocessors=16)).schedule["register_tile"] == "4x4"  # 4 x 4 tiles of 64
+    assert "register_tile" not in lower_dispatch(square, _gpu(multiprocessors=1000)).schedule  # the split reduction
+
+
+def test_a_warp_reads_the_staged_tiles_in_runs_of_four_consecutive_words():
+    """Each thread reads its columns of B (and rows of A) in runs of 4 consecutive words, and the 16 threads
+    along N read 64 consecutive words: vector loads with no bank conflicts."""
+    kernel = lower_dispatch(_dispatch(_matmul((256, 64), (64, 256))), SIMT)
+    assert kernel.schedule["register_group"] == 4
+    for prefix, threads in (("b_tile", range(16)), ("a_tile", range(0, 256, 16))):
+        (tile,) = [s.name for s in _statements(kernel, k.Local) if s.shared and s.name.startswith(prefix)]
+        ((loop_var, read),) = [(loop.var, s.value) for loop in k.walk_stmts(kernel.body) if isinstance(loop, k.Loop)
+                               for s in loop.body if isinstance(s, k.Store) and isinstance(s.value, k.Load)
+                               and s.value.buffer == tile]
+        words = []
+        for t in threads:
+            env = {"tid": t, "wg": 0}
+            for s in kernel.body:  # the thread's own variables, from its id
+                if isinstance(s, k.Assign) and _names(s.value) <= set(env):
+                    env[s.var] = _evaluate(s.value, env)
+            env.update({name: 0 for name in _names(read.index) - set(env) - {loop_var}})  # step 0, k 0
+            run = [_evaluate(read.index, {**env, loop_var: e}) for e in range(4)]
+            assert run == list(range(run[0], run[0] + 4)), prefix
+            words += run
+        assert words == list(range(words[0], words[0] + 64)), prefix

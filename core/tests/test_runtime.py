@@ -214,8 +214,23 @@ def test_an_array_on_a_device_is_refused_naming_the_argument(predict):
         def __dlpack_device__(self):
             return (2, 1)
 
-    with pytest.raises(InputError, match=r"input 0 \('x'\) of predict is an array on cuda:1; this call takes host"):
+    with pytest.raises(InputError, match=r"input 0 \('x'\) of predict is an array on cuda:1; this module runs on local"):
         predict[0](CudaTensor())
+
+
+def test_device_outputs_need_a_driver_that_hands_out_dlpack_arrays(predict):
+    fn, x, expected = predict
+    with pytest.raises(InputError, match="cannot hand out device arrays"):
+        fn(x, output="device")
+    with pytest.raises(InputError, match="output must be 'host' or 'device'"):
+        fn(x, output="gpu")
+    np.testing.assert_allclose(fn(x, output="host"), expected, rtol=1e-6)
+
+
+def test_a_mode_the_device_does_not_have_is_refused(mlp):
+    module, _, _ = mlp
+    with pytest.raises(InputError, match="local-sync:0 has no command-buffer mode 'graph'"):
+        retarget.load(retarget.compile(module, "vmvx"), device="local-sync", mode="graph")
 
 
 def test_the_wrong_number_of_inputs_shows_the_signature(predict):

@@ -9,6 +9,7 @@
 __version__ = "0.1.0"
 
 from .compiler import compile  # noqa: E402,A004
+from .dlpack import DeviceArray  # noqa: E402
 from .errors import RetargetError  # noqa: E402
 from .module_format import Artifact  # noqa: E402
 from .runtime import LoadedModule, load  # noqa: E402
@@ -46,4 +47,4 @@ def devices() -> list:
     return all_devices()
 
 
-__all__ = ["Artifact", "LoadedModule", "RetargetError", "compile", "devices", "drivers", "load", "plugins", "targets"]
+__all__ = ["Artifact", "DeviceArray", "LoadedModule", "RetargetError", "compile", "devices", "drivers", "load", "plugins", "targets"]

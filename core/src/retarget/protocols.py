@@ -177,6 +177,13 @@ class Device(Protocol):
     Optional: `memory_in_use()` returns the bytes of device memory in use, as the API reports
     them (cuMemGetInfo) or as the driver tracks them (its allocations); leak checks
     (`retarget.testing.leaks`) read it. A device without it is checked by host memory alone.
+
+    Optional, for DLPack (arrays of other libraries in, `retarget.DeviceArray` out; see
+    `retarget.dlpack`): `dlpack_device` (DLPack's (device type, id) of this device), `dlpack_stream`
+    (what a producer's `__dlpack__(stream=...)` gets, or None), `wrap(address, nbytes)` (memory someone
+    else owns as a Buffer, never freed by the device), `address(buffer)` (a buffer's device address),
+    and `copy(src, src_offset, dst, dst_offset, nbytes)` (a device-side copy, ordered with the
+    device's other work, as `write` is). A device without them takes and returns host arrays only.
     """
 
     info: DeviceInfo

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from . import dlpack
 from .compiler import desc_from_json
 from .errors import DeviceMemoryError, InputError, ModuleFormatError, UnknownDeviceError, suggestion
 from .ir.dtypes import dtype as lookup_dtype
@@ -121,6 +122,7 @@ class Function:
         this function's buffers, in `mode` (one of the device's `modes`; None: its default).
         `retarget.bench` records one dispatch at a time, and each mode in turn."""
         device = self.module.device
+        mode = mode or self.module.mode
         cb = device.command_buffer() if mode is None else device.command_buffer(mode=mode)
         for cmd in self.plan["program"] if commands is None else commands:
             if cmd["op"] == "barrier":
@@ -131,48 +133,115 @@ class Function:
         cb.end()
         return cb
 
-    def check_inputs(self, args) -> list[np.ndarray]:
-        """The call's arguments as C-contiguous host arrays, checked against the signature before any
-        dispatch; an InputError names the first argument that does not fit.
+    def check_inputs(self, args) -> list[np.ndarray | dlpack.Borrowed]:
+        """The call's arguments as C-contiguous host arrays (or arrays borrowed on this module's device),
+        checked against the signature before any dispatch; an InputError names the first argument that
+        does not fit.
 
-        - device: host memory only; an array on a device (by its `__dlpack_device__`) is refused.
+        - device: host memory, or (through DLPack) memory of the device the module runs on, when its driver
+          takes DLPack arrays (cuda); an array on another device is refused.
         - dtype: a numpy array's dtype must be the input's exactly (in either byte order); Python
           numbers and lists are converted to it when that keeps their kind (int to float is fine,
           float to int is not).
         - shape: exactly the input's.
-        - layout: a non-contiguous array (a slice, a transpose) is copied into C order."""
+        - layout: a non-contiguous host array (a slice, a transpose) is copied into C order; a device
+          array must be C-contiguous."""
         if len(args) != len(self.input_types):
             raise InputError(f"{self.signature} takes {len(self.input_types)} inputs, got {len(args)}")
         arrays = []
-        for i, (arg, t, meta) in enumerate(zip(args, self.input_types, self.plan["inputs"])):
-            where = f"input {i} ('{meta['name']}') of {self.name}"
-            a = _host_array(arg, t.dtype.np_dtype, where)
-            if a.dtype != t.dtype.np_dtype:
-                if a.dtype.newbyteorder("=") != t.dtype.np_dtype:
-                    raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
-                                     hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
-                a = a.astype(t.dtype.np_dtype)
-            if a.shape != t.shape:
-                raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
-                                 hint=f"the function expects {t}")
-            arrays.append(np.ascontiguousarray(a))
+        try:
+            for i, (arg, t, meta) in enumerate(zip(args, self.input_types, self.plan["inputs"])):
+                where = f"input {i} ('{meta['name']}') of {self.name}"
+                borrowed = self._borrow(arg, where)
+                if borrowed is not None:
+                    arrays.append(borrowed)
+                    _check_borrowed(borrowed, t, where)
+                    continue
+                a = _host_array(arg, t.dtype.np_dtype, where)
+                if a.dtype != t.dtype.np_dtype:
+                    if a.dtype.newbyteorder("=") != t.dtype.np_dtype:
+                        raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
+                                         hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
+                    a = a.astype(t.dtype.np_dtype)
+                if a.shape != t.shape:
+                    raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
+                                     hint=f"the function expects {t}")
+                arrays.append(np.ascontiguousarray(a))
+        except BaseException:
+            for a in arrays:
+                if isinstance(a, dlpack.Borrowed):
+                    a.release()
+            raise
         return arrays
 
-    def __call__(self, *args):
-        arrays = self.check_inputs(args)
+    def _borrow(self, arg, where: str) -> dlpack.Borrowed | None:
+        """`arg` borrowed through DLPack when it lives on a device other than the host; None for host arrays."""
+        if isinstance(arg, np.ndarray):
+            return None
+        place = dlpack.device_of(arg)
+        if place is None or place[0] == dlpack.CPU:
+            return None
         device = self.module.device
-        with self._lock:
-            for a, meta in zip(arrays, self.plan["inputs"]):
-                _, offset, _ = meta["slot"]
-                device.write(self.arena, offset, a)
-            device.submit(self.command_buffer)
-            device.wait()
-            outs = []
-            for t, meta in zip(self.output_types, self.plan["outputs"]):
-                kind, offset, nbytes = meta["slot"]
-                raw = device.read(self._buffer(kind), offset, nbytes)
-                outs.append(raw.view(t.dtype.np_dtype).reshape(t.shape))
+        ours = getattr(device, "dlpack_device", None)
+        if place != ours:
+            here = f"this module runs on {device.info.uri}"
+            raise InputError(f"{where} is an array on {dlpack.device_name(place)}; {here}",
+                             hint="copy it to the host first, e.g. x.cpu().numpy()" if ours is None else
+                             f"move it to {dlpack.device_name(ours)}, or copy it to the host")
+        return dlpack.borrow(arg, stream=getattr(device, "dlpack_stream", None))
+
+    def __call__(self, *args, output: str | None = None):
+        """Run the function. Inputs: numpy arrays (or anything numpy reads), or arrays on the module's
+        device through DLPack. `output`: "host" returns numpy arrays, "device" `retarget.DeviceArray`s
+        that stay on the device (DLPack out, e.g. `torch.from_dlpack(y)`); the default is "device" when an
+        input came from the device, else "host"."""
+        arrays = self.check_inputs(args)
+        borrowed = [a for a in arrays if isinstance(a, dlpack.Borrowed)]
+        device = self.module.device
+        if output is None:
+            output = "device" if borrowed else "host"
+        if output not in ("host", "device"):
+            raise InputError(f"output must be 'host' or 'device', not {output!r}")
+        if output == "device" and getattr(device, "dlpack_device", None) is None:
+            raise InputError(f"{device.info.uri} cannot hand out device arrays (its driver has no DLPack support)",
+                             hint="leave out output='device' to get numpy arrays")
+        try:
+            with self._lock:
+                for a, meta in zip(arrays, self.plan["inputs"]):
+                    _, offset, _ = meta["slot"]
+                    if isinstance(a, dlpack.Borrowed):
+                        device.copy(device.wrap(a.address, a.nbytes), 0, self.arena, offset, a.nbytes)
+                    else:
+                        device.write(self.arena, offset, a)
+                device.submit(self.command_buffer)
+                outs = []
+                for t, meta in zip(self.output_types, self.plan["outputs"]):
+                    kind, offset, nbytes = meta["slot"]
+                    if output == "device":
+                        held = _allocate(device, nbytes, f"an output of function '{self.name}'")
+                        device.copy(self._buffer(kind), offset, held, 0, nbytes)
+                        outs.append(dlpack.DeviceArray(device, held, t.shape, t.dtype))
+                device.wait()
+                if output == "host":
+                    for t, meta in zip(self.output_types, self.plan["outputs"]):
+                        kind, offset, nbytes = meta["slot"]
+                        raw = device.read(self._buffer(kind), offset, nbytes)
+                        outs.append(raw.view(t.dtype.np_dtype).reshape(t.shape))
+        finally:
+            for a in borrowed:
+                a.release()
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _check_borrowed(a: dlpack.Borrowed, t, where: str) -> None:
+    if a.dtype != t.dtype:
+        raise InputError(f"{where} must be {t.dtype}, got a device array of {a.dtype}",
+                         hint="convert it on the device first, e.g. x.to(torch.float32)")
+    if a.shape != t.shape:
+        raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
+                         hint=f"the function expects {t}")
+    if not a.contiguous:
+        raise InputError(f"{where} is a non-contiguous device array", hint="make it contiguous, e.g. x.contiguous()")
 
 
 def _allocate(device, nbytes: int, what: str):
@@ -183,23 +252,9 @@ def _allocate(device, nbytes: int, what: str):
                                 hint="free memory, or use a device with more") from None
 
 
-# DLPack's device types, for naming where an argument lives (kDLCPU is 1).
-_DLPACK_DEVICES = {2: "cuda", 3: "cuda-host", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm", 13: "cuda-managed",
-                   14: "oneapi", 15: "webgpu"}
-
-
 def _host_array(arg, np_dtype, where: str) -> np.ndarray:
     if isinstance(arg, np.ndarray):
         return arg
-    if hasattr(arg, "__dlpack_device__"):
-        try:
-            kind, index = arg.__dlpack_device__()
-        except Exception:  # a foreign object's method: its failure only means we cannot tell
-            kind, index = 1, 0
-        if kind != 1:
-            device = f"{_DLPACK_DEVICES.get(int(kind), f'DLPack device type {kind}')}:{index}"
-            raise InputError(f"{where} is an array on {device}; this call takes host memory",
-                             hint="copy it to the host first, e.g. x.cpu().numpy()")
     try:
         natural = np.asarray(arg)
     except (ValueError, TypeError, RuntimeError) as e:  # ragged lists; torch's tensors that require grad
@@ -216,9 +271,15 @@ def _host_array(arg, np_dtype, where: str) -> np.ndarray:
 class LoadedModule:
     """A module on a device. Functions are attributes: `m.predict(x)`."""
 
-    def __init__(self, artifact: Artifact, device_spec: str = "auto"):
+    def __init__(self, artifact: Artifact, device_spec: str = "auto", mode: str | None = None):
         self.artifact = artifact
         self.device, self.variant = self._choose(device_spec)
+        modes = getattr(self.device, "modes", None) or ()
+        if mode is not None and mode not in modes:
+            raise InputError(f"{self.device.info.uri} has no command-buffer mode '{mode}'",
+                             hint=f"its modes: {', '.join(modes)}" if modes else "it runs command buffers one way; "
+                             "leave out the mode")
+        self.mode = mode
         self.executable = self.device.load_executable(self.variant)
         constants = artifact.constants()
         self.constants = _allocate(self.device, len(constants), "the module's constants")
@@ -282,17 +343,19 @@ class LoadedModule:
         return self.functions[name]
 
 
-def load(source, device: str = "auto", *, trusted_keys=None) -> LoadedModule:
+def load(source, device: str = "auto", *, mode: str | None = None, trusted_keys=None) -> LoadedModule:
     """Load a module (an `Artifact` or a .rtm path) onto `device`.
 
+    `mode` picks how the device runs the recorded command buffers, one of its `modes` (cuda: "graph",
+    the default, "stream" or "direct"; None: the device's default).
     With `trusted_keys` (Ed25519 public keys: paths of PEM files, PEM bytes, or raw keys) a module file
     must be signed by one of them (`retarget compile --sign KEY`), or it is refused with a SignatureError."""
     if isinstance(source, Artifact):
         if trusted_keys is not None:
             raise InputError("trusted_keys checks the signature of a module file; an Artifact in memory has none",
                              hint="save it and load the file, or leave out trusted_keys")
-        return LoadedModule(source, device)
-    return LoadedModule(read(source, trusted_keys=trusted_keys), device)
+        return LoadedModule(source, device, mode)
+    return LoadedModule(read(source, trusted_keys=trusted_keys), device, mode)
 
 
 def parse_input(text: str) -> np.ndarray:

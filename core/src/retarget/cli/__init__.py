@@ -236,12 +236,15 @@ def run(
     trusted_key: Annotated[list[Path] | None, typer.Option(
         "--trusted-key",
         help="Run the module only if one of these Ed25519 public keys (PEM) signed it; repeatable.")] = None,
+    mode: Annotated[str | None, typer.Option(
+        "--mode", help="How the device runs the function's command buffer, for a device with several ways "
+        "(cuda: graph, the default; stream; direct, which waits after each dispatch so an error names it).")] = None,
     as_json: JsonFlag = False,
 ):
     """Run one function of a module with the given inputs and print (or save) its results."""
     from ..runtime import load, parse_input
 
-    loaded = load(module, device=device, trusted_keys=trusted_key or None)
+    loaded = load(module, device=device, mode=mode, trusted_keys=trusted_key or None)
     if list_functions:
         sigs = [str(f.signature) for f in loaded.functions.values()]
         return _print_json(sigs) if as_json else [out.print(s) for s in sigs]

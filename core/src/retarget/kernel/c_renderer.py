@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
+from .index32 import I32, fits, narrow_indices
 from .portable import expand_fragments, serialize_threads
 
 F32 = DTYPES["f32"]
@@ -186,6 +187,7 @@ class Dialect:
     helpers: tuple = ()  # (name, kinds, body) replacing `HELPERS`; empty: the C helpers
     cast_helper: str = ""  # replacing `CAST_HELPER`
     fragments: FragmentSpelling | None = None  # None: the portable expansion
+    index32: bool = False  # index arithmetic in 32 bits where the kernel's buffers allow (see index32.py)
 
 
 C99 = Dialect(
@@ -226,6 +228,8 @@ CUDA = Dialect(
     inf="__int_as_float(0x7f800000)",
     nan="__int_as_float(0x7fffffff)",
     preamble="#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
+    index32=True,
+    shared_array="{shared} __align__(16) {T} {name}[{size}];",  # 16-byte aligned: runs of 4 words load as one
     # wmma (sm_70 and newer; bf16 from sm_80): the target advertises only what its arch has.
     fragments=FragmentSpelling(
         shapes=((16, 16, 16, "f16", "f32"), (16, 16, 16, "bf16", "f32")),
@@ -253,6 +257,7 @@ HIP = replace(
     inf="__builtin_huge_valf()",
     nan="__builtin_nanf(\"\")",
     preamble="#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n#include <hip/hip_bf16.h>",
+    shared_array=Dialect.shared_array,
     fragments=None,  # until HIP spells rocWMMA/MFMA: the portable expansion
 )
 
@@ -279,6 +284,7 @@ OPENCL = Dialect(
     as_float="as_float({0})", as_uint="as_uint({0})",
     preamble=("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"  # half arithmetic and convert_half_rte
               "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"),
+    index32=True,
 )
 
 MSL = Dialect(
@@ -301,6 +307,7 @@ MSL = Dialect(
     unroll="#pragma unroll",
     long_suffix="L",
     preamble="#include <metal_stdlib>\nusing namespace metal;",
+    index32=True,
     # SIMD-group matrices (Apple7 and newer): 8x8, f32 or f16 inputs (mixed with an f32 accumulator).
     fragments=FragmentSpelling(
         shapes=((8, 8, 8, "f32", "f32"), (8, 8, 8, "f16", "f32")),
@@ -535,6 +542,10 @@ class _Renderer:
                 kn = expand_fragments(kn)
         if d.thread_id is None and kn.thread_vars and _has(kn.body, (k.Barrier,), shared=True):
             kn = serialize_threads(kn)  # a workgroup is one call here: its threads become loops, cut at barriers
+        index_dt = k.INDEX
+        if d.index32 and fits(kn):
+            kn, index_dt = narrow_indices(kn), I32
+        self.index_ctype = self.ctype(index_dt)
         self.k = kn
         # Half arrays that only move elements (a matmul's staging registers) keep them as stored: no conversions.
         self.stored |= {name for name in k.copy_arrays(kn)
@@ -549,7 +560,7 @@ class _Renderer:
                 self.globals.append(d.global_param.format(**fields))
             if d.prologue:
                 self.emit(d.prologue.format(**fields))
-        index = self.ctype(k.INDEX)
+        index = self.index_ctype
         for n, var in enumerate(kn.workgroup_vars):
             self.emit(d.declare_const.format(T=index, name=var, value=d.group_id.format(n=n, x=XYZ[n])))
         loops = []
@@ -599,7 +610,7 @@ class _Renderer:
             return
         if s.kind == "unroll" and self.d.unroll:
             self.emit(self.d.unroll.format(n=min(s.extent, 65534)))
-        index = self.ctype(k.INDEX)
+        index = self.index_ctype
         self.block(self.d.loop.format(T=index, var=s.var, start=s.start, end=s.start + s.extent), s.body)
 
     def stmt_if(self, s: k.If) -> None:

@@ -419,6 +419,56 @@ class _Lowering:
                 body += columns(k.const(m - tail_rows), tail_rows)
         return wrap_batch(body)
 
+    def _register_tiled_matmul(self, op, plan: RegisterTiles) -> list:
+        """The SIMT tiled matmul (`_staged_matmul` stages the operands, A k-major): thread (tr, tc) of a
+        thread_rows x thread_cols workgroup accumulates `rows` x `cols` outputs of the tile in registers,
+        its rows in runs of `group` (see `RegisterTiles.offset`), its columns likewise. Each reduction
+        step it reads its rows of the staged A and its columns of the staged B into registers, then does
+        rows x cols multiply-adds: each shared-memory read feeds `cols` (or `rows`) of them. The epilogue
+        stores straight from the registers."""
+        out = op.result.type
+        *_, m, n = out.shape
+        dt = plan.dtype
+        self.schedule.update(register_tile=f"{plan.rows}x{plan.cols}", register_group=plan.group,
+                             threads_mn=f"{plan.thread_rows}x{plan.thread_cols}")
+        tid = Var("tid")
+        trow, tcol, acc, av, bv, kv = (self.fresh(p) for p in ("trow", "tcol", "acc", "av", "bv", "ks"))
+        i, j = self.fresh("i"), self.fresh("j")
+
+        def setup(tiles: _Tiles) -> list:
+            return [Assign(trow, (tid // plan.thread_cols) * plan.group),
+                    Assign(tcol, (tid % plan.thread_cols) * plan.group),
+                    Local(acc, plan.rows * plan.cols, dt),
+                    Local(av, plan.rows, dt),
+                    Local(bv, plan.cols, dt),
+                    Loop(i, plan.rows * plan.cols, [Store(acc, Var(i), k.const(0, dt))], "unroll")]
+
+        def multiply(tiles: _Tiles, step: Expr) -> list:
+            a_col = tiles.a_at(step) + Var(kv) * tiles.a_stride + Var(trow)
+            b_col = tiles.b_at(step) + Var(kv) * tiles.b_stride + Var(tcol)
+            product = k.Binary("mul", Load(av, Var(i), dt), Load(bv, Var(j), dt))
+            at = Var(i) * plan.cols + Var(j)
+            return [Loop(kv, plan.tile_k, [
+                Loop(i, plan.rows, [Store(av, Var(i), Load(tiles.a_tile, a_col + plan.offset(Var(i), plan.thread_rows),
+                                                           dt))], "unroll"),
+                Loop(j, plan.cols, [Store(bv, Var(j), Load(tiles.b_tile, b_col + plan.offset(Var(j), plan.thread_cols),
+                                                           dt))], "unroll"),
+                Loop(i, plan.rows, [Loop(j, plan.cols, [
+                    Store(acc, at, k.Binary("add", Load(acc, at, dt), product))], "unroll")], "unroll"),
+            ], "unroll")]
+
+        def epilogue(tiles: _Tiles) -> list:
+            row = Var(tiles.m0) + Var(trow) + plan.offset(Var(i), plan.thread_rows)
+            col = Var(tiles.n0) + Var(tcol) + plan.offset(Var(j), plan.thread_cols)
+            self.override[op.result] = _narrow(Load(acc, Var(i) * plan.cols + Var(j), dt), out.dtype)
+            inside = _all(([Compare("lt", row, k.const(m))] if m % plan.tile_m else []) +
+                          ([Compare("lt", col, k.const(n))] if n % plan.tile_n else []))
+            store = self.store(tiles.bvars + [row, col])
+            return [Loop(i, plan.rows, [Loop(j, plan.cols, [If(inside, [store]) if inside is not None else store],
+                                             "unroll")], "unroll")]
+
+        return self._staged_matmul(op, plan.tiles(), setup, multiply, epilogue)
+
     def _conv2d(self, op) -> list:
         x, w = op.operands
         out = op.result.type
@@ -794,14 +844,125 @@ def _spread(rows: int, cols: int, threads: int, t: Expr, along_rows: bool) -> _S
     return _Spread(row, col, rows, cols, threads, used, -(-rows * cols // used), along_rows)
 
 
+@dataclass
+class _Tiles:
+    """The staged tiles of one tiled matmul: tile_m x tile_k of A and tile_k x tile_n of B per step, in
+    `stages` copies, rows `a_stride` / `b_stride` elements apart, staged in `dtype` by `threads` threads.
+    `_staged_matmul` names the rest (the tile origin, the shared arrays, the batch index variables)."""
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    a_stride: int
+    b_stride: int
+    dtype: DType
+    threads: int
+    a_transposed: bool = False  # A staged k-major (tile_k rows of tile_m), a_stride apart
+    m0: str = ""
+    n0: str = ""
+    a_tile: str = ""
+    b_tile: str = ""
+    bvars: list = None
+
+    @property
+    def stage_elements(self) -> tuple[int, int]:
+        return (self.tile_k if self.a_transposed else self.tile_m) * self.a_stride, self.tile_k * self.b_stride
+
+    def a_at(self, step: Expr) -> Expr:
+        """Where step `step`'s copy of the A tile starts."""
+        return (step % self.stages) * self.stage_elements[0]
+
+    def b_at(self, step: Expr) -> Expr:
+        return (step % self.stages) * self.stage_elements[1]
+
+
+# The register-tiled matmul (float matmuls on GPUs without fragment shapes for their type, f32 above all):
+# (threads along M, threads along N, rows and columns each thread holds, tile_k, group), largest first. A
+# thread's rows come in runs of `group` consecutive rows, the runs `threads along M` runs apart, and so do its
+# columns: a warp's reads of the staged tiles are runs of consecutive words (vector loads where the language
+# makes them: 4 words a load for a group of 4) and its stores of C coalesce. A is staged k-major, so a thread's
+# rows of one k are consecutive too.
+REGISTER_TILE_PLANS = ((16, 16, 8, 8, 8, 4), (16, 16, 4, 4, 16, 4), (8, 16, 4, 4, 16, 4))
+REGISTER_TILE_MIN_WAVES = 1  # a plan is taken when its tiles give each multiprocessor at least this many
+
+
+@dataclass(frozen=True)
+class RegisterTiles:
+    thread_rows: int
+    thread_cols: int
+    rows: int  # of the output, per thread
+    cols: int
+    tile_k: int
+    group: int  # consecutive rows (and columns) in each run of a thread's
+    stages: int
+    dtype: DType  # what the tiles are staged in
+
+    @property
+    def tile_m(self) -> int:
+        return self.thread_rows * self.rows
+
+    @property
+    def tile_n(self) -> int:
+        return self.thread_cols * self.cols
+
+    @property
+    def threads(self) -> int:
+        return self.thread_rows * self.thread_cols
+
+    def tiles(self) -> _Tiles:
+        return _Tiles(self.tile_m, self.tile_n, self.tile_k, self.stages, _padded(self.tile_m, self.dtype),
+                      _padded(self.tile_n, self.dtype), self.dtype, self.threads, a_transposed=True)
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * sum(self.tiles().stage_elements) * self.dtype.itemsize
+
+    def offset(self, i: Expr, threads: int) -> Expr:
+        """Where element `i` of a thread's rows (or columns) is, past the thread's own first one."""
+        if self.group == 1:
+            return _times(i, threads)
+        return _times(i // self.group, threads * self.group) + i % self.group
+
+
+def matmul_register_tiles(fn: Function, desc: TargetDesc) -> RegisterTiles | None:
+    """The register-tiled matmul's plan for dispatch `fn` on `desc`: the first of `REGISTER_TILE_PLANS`
+    that fits the target's workgroup size and shared memory (two staged copies where they fit) and gives
+    its multiprocessors `REGISTER_TILE_MIN_WAVES` tiles each, or None (small matrices keep the split
+    reduction, which spreads fewer outputs over more threads)."""
+    roots = [op for op in fn.ops if op.name in ROOTS]
+    if desc.max_workgroup_size <= 1 or not desc.shared_memory_bytes or len(roots) != 1 \
+            or roots[0].name != "rt.matmul" or not roots[0].result.type.dtype.is_float:
+        return None
+    op = roots[0]
+    *batch, m, n = op.result.type.shape
+    kk = op.operands[0].type.shape[-1]
+    batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
+    dt = _accumulator(op.result.type.dtype)
+    for thread_rows, thread_cols, rows, cols, tk, group in REGISTER_TILE_PLANS:
+        for stages in (2, 1):
+            plan = RegisterTiles(thread_rows, thread_cols, rows, cols, tk, group, stages, dt)
+            if plan.threads > desc.max_workgroup_size or plan.shared_bytes > desc.shared_memory_bytes:
+                continue
+            if m < plan.tile_m // 2 or n < plan.tile_n // 2 or kk < tk:
+                break
+            if batches * -(-m // plan.tile_m) * -(-n // plan.tile_n) >= REGISTER_TILE_MIN_WAVES * multiprocessors:
+                return plan
+            break
+    return None
+
+
 class _Staged:
-    """One operand of the tiled fragment matmul, staged through registers into a shared tile of `rows` x
-    `cols` (rows `stride` elements apart); `k_side` ("row" or "col") is the side the reduction steps along,
-    and the tile's other side starts at `origin`."""
+    """One operand of a tiled matmul, staged through registers into a shared tile of `rows` x `cols`
+    (rows `stride` elements apart; with `transposed`, stored column by column, columns `stride` apart);
+    `k_side` ("row" or "col") is the side the reduction steps along, and the tile's other side starts at
+    `origin`."""
 
     def __init__(self, lowering: _GpuLowering, x: Value, rows: int, cols: int, stride: int, tile: str,
-                 k_side: str, origin: Expr, out_shape, bvars: list[Expr]):
+                 k_side: str, origin: Expr, out_shape, bvars: list[Expr], transposed: bool = False):
         self.lowering, self.x, self.rows, self.cols, self.stride, self.tile = lowering, x, rows, cols, stride, tile
+        self.transposed = transposed
         self.k_side, self.origin, self.bvars, self.out_shape = k_side, origin, bvars, out_shape
         self.layout = lowering.strided_operand(x, len(out_shape))
         names = ("r", "base", "kb", "tr", "tc", "so", "e")
@@ -816,7 +977,8 @@ class _Staged:
         out = [Local(self.regs, self.spread.count, dt),
                Assign(self.row_t, self.spread.row),
                Assign(self.col_t, self.spread.col),
-               Assign(self.shared_at, Var(self.row_t) * self.stride + Var(self.col_t))]
+               Assign(self.shared_at, Var(self.col_t) * self.stride + Var(self.row_t) if self.transposed
+                      else Var(self.row_t) * self.stride + Var(self.col_t))]
         if unguarded and strides is not None:
             row, col = self.at(k.const(0), k.const(0), k.const(0))
             offset: Expr = k.const(0)
@@ -873,8 +1035,8 @@ class _Staged:
         """The shared tile (its copy at element `offset`) = the registers."""
         def element(e):
             dr, dc = self.spread.offset(e)
-            at = offset + Var(self.shared_at) + (_times(dr, self.stride) + dc)
-            return [Store(self.tile, at, Load(self.regs, e, dt))]
+            step = _times(dc, self.stride) + dr if self.transposed else _times(dr, self.stride) + dc
+            return [Store(self.tile, offset + Var(self.shared_at) + step, Load(self.regs, e, dt))]
 
         return self.element_loop(element)
 
@@ -977,6 +1139,9 @@ class _GpuLowering(_Lowering):
         plan = matmul_fragments(self.fn, self.desc)
         if plan is not None:
             return self._fragment_matmul(op, plan)
+        tiled = matmul_register_tiles(self.fn, self.desc)
+        if tiled is not None:
+            return self._register_tiled_matmul(op, tiled)
         a, b = op.operands
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
@@ -1019,110 +1184,129 @@ class _GpuLowering(_Lowering):
         return self.inputs[v], out, v.type.dtype
 
     def _fragment_matmul(self, op, plan: FragmentTiles) -> list:
-        """The tiled fragment matmul. Each workgroup computes one tile_m x tile_n output tile of one batch
-        element; each subgroup owns frag_rows x frag_cols accumulator fragments of it.
-
-        The reduction steps by tile_k. Each thread loads its share of the next step's A (tile_m x tile_k)
-        and B (tile_k x tile_n) elements into registers before the subgroups multiply the current step's
-        fragments out of shared memory, and stores them there afterwards (into the other staged copy when
-        there are two, else after a barrier): global loads overlap the multiply-accumulates. Consecutive
-        threads read consecutive elements of each operand's contiguous side, so loads coalesce.
-
-        Interior tiles (inside M and N, with K a multiple of tile_k) stage each element unguarded: an
-        operand that is an input of the dispatch (through broadcasts and transposes only) from a per-thread
-        base address computed once, plus a constant; any other operand through the dispatch's own
-        expression (the prologue inlined). Edge tiles clamp every index and put zeros past the edges, so any
-        M, N, K work. A uniform `If` on the workgroup id picks the path, so barriers stay legal inside.
-
-        Then each subgroup stores its accumulators, one at a time, to its own m x n scratch in shared
-        memory, and its threads write them through the epilogue (bias, activation, cast), guarded by the
-        bounds where tiles can cross them."""
+        """The tiled fragment matmul (`_staged_matmul` stages the operands): each subgroup owns
+        frag_rows x frag_cols accumulator fragments of the workgroup's output tile and multiplies them
+        out of the staged tiles with fragment statements. Then each subgroup stores its accumulators, one
+        at a time, to its own m x n scratch in shared memory, and its threads write them through the
+        epilogue (bias, activation, cast), guarded by the bounds where tiles can cross them."""
         shape = plan.shape
-        a, b = op.operands
-        out = op.result.type
-        *batch, m, n = out.shape
-        kk = a.type.shape[-1]
-        tm, tn, tk, threads, width = plan.tile_m, plan.tile_n, plan.tile_k, plan.threads, shape.width
-        tiles_m, tiles_n, steps = -(-m // tm), -(-n // tn), -(-kk // tk)
-        full_m, full_n = m // tm, n // tn
-        interior = full_m * full_n if kk % tk == 0 else 0
-        batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
-        self.threads = threads
-        self.grid = batches * tiles_m * tiles_n
-        self.schedule.update(fragments=shape.name, fragment_width=width, tile_m=tm, tile_n=tn, tile_k=tk,
+        tm, tn, tk, width = plan.tile_m, plan.tile_n, plan.tile_k, shape.width
+        self.schedule.update(fragments=shape.name, fragment_width=width,
                              subgroups=f"{plan.sg_rows}x{plan.sg_cols}",
-                             subgroup_fragments=f"{plan.frag_rows}x{plan.frag_cols}", stages=plan.stages,
-                             interior_tiles=f"{interior}/{tiles_m * tiles_n}")
+                             subgroup_fragments=f"{plan.frag_rows}x{plan.frag_cols}")
+        tid = Var("tid")
+        sg, lane, sr, sc, a_frag, kv = (self.fresh(p) for p in ("sg", "lane", "sr", "sc", "af", "ks"))
+        c_tile = self.fresh("c_tile")
+        acc, frag_a, frag_b = [], [], []
 
-        tid, wg = Var("tid"), Var("wg")
-        tile, bi, tr, tc, m0, n0 = (self.fresh(p) for p in ("tile", "b", "tr", "tc", "m0", "n0"))
-        sg, lane, sr, sc, a_frag = (self.fresh(p) for p in ("sg", "lane", "sr", "sc", "af"))
-        kt, kv = self.fresh("kt"), self.fresh("ks")
-        a_tile, b_tile, c_tile = (self.fresh(p) for p in ("a_tile", "b_tile", "c_tile"))
-        body: list = [Assign(tile, wg % (tiles_m * tiles_n))] if batch else [Assign(tile, wg)]
-        if batch:
-            body.append(Assign(bi, wg // (tiles_m * tiles_n)))
-        a_elements, b_elements = plan.stage_elements
-        body += [
-            Assign(tr, Var(tile) // tiles_n),
-            Assign(tc, Var(tile) % tiles_n),
-            Assign(m0, Var(tr) * tm),
-            Assign(n0, Var(tc) * tn),
-            Assign(sg, tid // width),
-            Assign(lane, tid % width),
-            Assign(sr, (Var(sg) // plan.sg_cols) * (plan.frag_rows * shape.m)),
-            Assign(sc, (Var(sg) % plan.sg_cols) * (plan.frag_cols * shape.n)),
-            Assign(a_frag, Var(sr) * plan.a_stride),
-            Local(a_tile, plan.stages * a_elements, shape.dtype, shared=True),
-            Local(b_tile, plan.stages * b_elements, shape.dtype, shared=True),
-            Local(c_tile, plan.subgroups * shape.m * plan.c_stride, shape.acc, shared=True),
-        ]
-        bvars = [Var(name) for name in (self.fresh("bb") for _ in batch)]
-        body += [Assign(v.name, e) for v, e in zip(bvars, _delinearize(Var(bi), batch))]
+        def setup(tiles: _Tiles) -> list:
+            body = [Assign(sg, tid // width),
+                    Assign(lane, tid % width),
+                    Assign(sr, (Var(sg) // plan.sg_cols) * (plan.frag_rows * shape.m)),
+                    Assign(sc, (Var(sg) % plan.sg_cols) * (plan.frag_cols * shape.n)),
+                    Assign(a_frag, Var(sr) * plan.a_stride),
+                    Local(c_tile, plan.subgroups * shape.m * plan.c_stride, shape.acc, shared=True)]
 
-        def fragment(role: str, fill=None) -> str:
-            name = self.fresh({"a": "fa", "b": "fb", "acc": "acc"}[role])
-            body.append(Fragment(name, role, shape.m, shape.n, shape.k, shape.dtype, shape.acc, shape.width, fill))
-            return name
+            def fragment(role: str, fill=None) -> str:
+                name = self.fresh({"a": "fa", "b": "fb", "acc": "acc"}[role])
+                body.append(Fragment(name, role, shape.m, shape.n, shape.k, shape.dtype, shape.acc, shape.width, fill))
+                return name
 
-        acc = [[fragment("acc", 0.0) for _ in range(plan.frag_cols)] for _ in range(plan.frag_rows)]
-        frag_a = [fragment("a") for _ in range(plan.frag_rows)]
-        frag_b = [fragment("b") for _ in range(plan.frag_cols)]
+            acc.extend([fragment("acc", 0.0) for _ in range(plan.frag_cols)] for _ in range(plan.frag_rows))
+            frag_a.extend(fragment("a") for _ in range(plan.frag_rows))
+            frag_b.extend(fragment("b") for _ in range(plan.frag_cols))
+            return body
 
-        staged = [_Staged(self, x, rows, cols, stride, name, k_side, origin, out.shape, bvars)
-                  for x, rows, cols, stride, name, k_side, origin in (
-                      (a, tm, tk, plan.a_stride, a_tile, "col", Var(m0)),
-                      (b, tk, tn, plan.b_stride, b_tile, "row", Var(n0)))]
-        for st in staged:
-            body += st.declare(threads, shape.dtype, interior > 0)
-
-        def stage(step: Expr, elements: int) -> Expr:
-            return (step % plan.stages) * elements
-
-        def mma(step: Expr) -> list:
-            loads = [FragmentLoad(frag_a[i], a_tile, stage(step, a_elements) + Var(a_frag) + Var(kv) * shape.k
+        def mma(tiles: _Tiles, step: Expr) -> list:
+            a_at, b_at = tiles.a_at(step), tiles.b_at(step)
+            loads = [FragmentLoad(frag_a[i], tiles.a_tile, a_at + Var(a_frag) + Var(kv) * shape.k
                                   + i * shape.m * plan.a_stride, plan.a_stride) for i in range(plan.frag_rows)]
-            loads += [FragmentLoad(frag_b[j], b_tile, stage(step, b_elements) + Var(kv) * (shape.k * plan.b_stride)
+            loads += [FragmentLoad(frag_b[j], tiles.b_tile, b_at + Var(kv) * (shape.k * plan.b_stride)
                                    + Var(sc) + j * shape.n, plan.b_stride) for j in range(plan.frag_cols)]
             loads += [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
                       for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
             return [Loop(kv, plan.k_steps, loads, "unroll")]
 
+        def epilogue(tiles: _Tiles) -> list:
+            return self._fragment_epilogue(op, plan, acc, c_tile, tiles.bvars, Var(tiles.m0) + Var(sr),
+                                           Var(tiles.n0) + Var(sc), Var(sg), Var(lane))
+
+        return self._staged_matmul(op, _Tiles(tm, tn, tk, plan.stages, plan.a_stride, plan.b_stride, shape.dtype,
+                                              plan.threads), setup, mma, epilogue)
+
+    def _staged_matmul(self, op, tiles: _Tiles, setup, compute, epilogue) -> list:
+        """The skeleton every tiled matmul shares. Each workgroup computes one tile_m x tile_n output tile
+        of one batch element, stepping the reduction by tile_k: `setup(tiles)` declares the schedule's
+        own state, `compute(tiles, step)` multiplies step `step` out of the staged A and B tiles, and
+        `epilogue(tiles)` writes the output tile (its origin `tiles.m0`, `tiles.n0`).
+
+        Each thread loads its share of the next step's A (tile_m x tile_k) and B (tile_k x tile_n)
+        elements into registers before `compute` runs on the current step, and stores them into shared
+        memory afterwards (into the other staged copy when there are two, else after a barrier): global
+        loads overlap the arithmetic. Consecutive threads read consecutive elements of each operand's
+        contiguous side, so loads coalesce.
+
+        Interior tiles (inside M and N, with K a multiple of tile_k) stage each element unguarded: an
+        operand that is an input of the dispatch (through broadcasts and transposes only) from a per-thread
+        base address computed once, plus a constant; any other operand through the dispatch's own
+        expression (the prologue inlined). Edge tiles clamp every index and put zeros past the edges, so any
+        M, N, K work. A uniform `If` on the workgroup id picks the path, so barriers stay legal inside."""
+        a, b = op.operands
+        out = op.result.type
+        *batch, m, n = out.shape
+        kk = a.type.shape[-1]
+        tm, tn, tk = tiles.tile_m, tiles.tile_n, tiles.tile_k
+        tiles_m, tiles_n, steps = -(-m // tm), -(-n // tn), -(-kk // tk)
+        full_m, full_n = m // tm, n // tn
+        interior = full_m * full_n if kk % tk == 0 else 0
+        batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        self.threads = tiles.threads
+        self.grid = batches * tiles_m * tiles_n
+        self.schedule.update(tile_m=tm, tile_n=tn, tile_k=tk, stages=tiles.stages,
+                             interior_tiles=f"{interior}/{tiles_m * tiles_n}")
+
+        wg = Var("wg")
+        tile, bi, tr, tc = (self.fresh(p) for p in ("tile", "b", "tr", "tc"))
+        tiles.m0, tiles.n0 = self.fresh("m0"), self.fresh("n0")
+        tiles.a_tile, tiles.b_tile = self.fresh("a_tile"), self.fresh("b_tile")
+        body: list = [Assign(tile, wg % (tiles_m * tiles_n))] if batch else [Assign(tile, wg)]
+        if batch:
+            body.append(Assign(bi, wg // (tiles_m * tiles_n)))
+        a_elements, b_elements = tiles.stage_elements
+        body += [
+            Assign(tr, Var(tile) // tiles_n),
+            Assign(tc, Var(tile) % tiles_n),
+            Assign(tiles.m0, Var(tr) * tm),
+            Assign(tiles.n0, Var(tc) * tn),
+            Local(tiles.a_tile, tiles.stages * a_elements, tiles.dtype, shared=True),
+            Local(tiles.b_tile, tiles.stages * b_elements, tiles.dtype, shared=True),
+        ]
+        tiles.bvars = [Var(name) for name in (self.fresh("bb") for _ in batch)]
+        body += [Assign(v.name, e) for v, e in zip(tiles.bvars, _delinearize(Var(bi), batch))]
+        body += setup(tiles)
+
+        staged = [_Staged(self, x, rows, cols, stride, name, k_side, origin, out.shape, tiles.bvars, transposed)
+                  for x, rows, cols, stride, name, k_side, origin, transposed in (
+                      (a, tm, tk, tiles.a_stride, tiles.a_tile, "col", Var(tiles.m0), tiles.a_transposed),
+                      (b, tk, tn, tiles.b_stride, tiles.b_tile, "row", Var(tiles.n0), False))]
+        for st in staged:
+            body += st.declare(tiles.threads, tiles.dtype, interior > 0)
+        kt = self.fresh("kt")
+
         def pipeline(unguarded: bool) -> list:
             def load(step: Expr) -> list:
-                return [s for st in staged for s in st.load(step, tk, unguarded, (m, kk, n), shape.dtype)]
+                return [s for st in staged for s in st.load(step, tk, unguarded, (m, kk, n), tiles.dtype)]
 
             def store(step: Expr) -> list:
-                return [s for st, size in zip(staged, (a_elements, b_elements))
-                        for s in st.store(stage(step, size), shape.dtype)]
+                return [s for st, at in zip(staged, (tiles.a_at, tiles.b_at)) for s in st.store(at(step), tiles.dtype)]
 
             out_stmts = load(k.const(0)) + store(k.const(0)) + [k.Barrier()]
             if steps == 1:
-                return out_stmts + mma(k.const(0))
+                return out_stmts + compute(tiles, k.const(0))
             following = Var(kt) + 1
             more = Compare("lt", following, k.const(steps))
-            loop = [If(more, load(following)), *mma(Var(kt))]
-            loop += [k.Barrier()] if plan.stages == 1 else []
+            loop = [If(more, load(following)), *compute(tiles, Var(kt))]
+            loop += [k.Barrier()] if tiles.stages == 1 else []
             loop += [If(more, store(following)), k.Barrier()]
             return out_stmts + [Loop(kt, steps, loop)]
 
@@ -1139,8 +1323,7 @@ class _GpuLowering(_Lowering):
                     c = Compare("ge", Var(v), k.const(full))
                     edge = c if edge is None else k.Binary("or", edge, c)
             body += [If(inside, pipeline(True)), If(edge, pipeline(False))]
-        return body + self._fragment_epilogue(op, plan, acc, c_tile, bvars, Var(m0) + Var(sr), Var(n0) + Var(sc),
-                                              Var(sg), Var(lane))
+        return body + epilogue(tiles)
 
     def _fragment_epilogue(self, op, plan: FragmentTiles, acc, c_tile: str, bvars, row0: Expr, col0: Expr,
                            sg: Expr, lane: Expr) -> list:

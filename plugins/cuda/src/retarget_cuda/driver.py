@@ -1,16 +1,23 @@
 """The `cuda` HAL driver, through the CUDA driver API (`cuda.bindings.driver`).
 
 One device is one GPU's primary context (the one the CUDA runtime, and so torch, also
-uses) and one non-blocking stream; all work of a device runs in that stream's order.
-A command buffer records launches, copies and fills. `submit` runs them in one of two modes:
+uses) and one stream, which runs in order with the legacy default stream; all work of a device
+runs in that stream's order.
+A command buffer records launches, copies and fills. `submit` runs them in one of three modes:
 
-- direct: each command is issued on the stream (one cuLaunchKernel per dispatch);
-- graph (the default): the first submit captures the commands into a CUDA graph,
-  later submits replay it with one cuGraphLaunch.
+- graph (the default): the first submit captures the commands into a CUDA graph, later
+  submits replay it with one cuGraphLaunch;
+- stream: each command is issued on the stream (one cuLaunchKernel per dispatch), back to back;
+- direct: each command is issued and waited for before the next, so an error names the
+  dispatch that raised it (slow: for debugging a kernel).
 
-`RETARGET_CUDA_GRAPHS=0` or `device.graphs = False` picks direct mode; `command_buffer(mode=...)`
-picks a mode for one command buffer. Every CUresult is checked; a failure raises `CudaError`
-naming the call and the error.
+`retarget.load(..., mode=...)`, `retarget run --mode`, or `RETARGET_CUDA_MODE` pick the mode
+(`RETARGET_CUDA_GRAPHS=0`, the older spelling, means stream). Every CUresult is checked; a failure
+raises `CudaError` naming the call and the error.
+
+DLPack: arrays of this GPU (torch, cupy, jax) go in without a trip through the host (`wrap` and
+`copy`, ordered after the producer's work through DLPack's stream argument), and outputs come out as
+`retarget.DeviceArray`s over memory this driver allocated (`address`).
 
 Threads: a device may be used from several threads at once. Every call makes the device's context
 current on the calling thread first (a new thread has none). Graphs are captured on a stream of their
@@ -33,6 +40,19 @@ from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 from . import FORMAT
 
 NAME = "cuda"
+
+
+MODES = ("graph", "stream", "direct")
+SPARE_BYTES = 256 << 20  # freed buffers a device keeps for reuse, at most
+
+
+def _default_mode() -> str:
+    mode = os.environ.get("RETARGET_CUDA_MODE", "").strip().lower()
+    if mode in MODES:
+        return mode
+    if os.environ.get("RETARGET_CUDA_GRAPHS", "1").lower() in ("0", "false", "no", "off"):
+        return "stream"
+    return "graph"
 
 
 class CudaError(RetargetError):
@@ -189,17 +209,24 @@ def _version(v: int) -> str:
 
 
 class CudaBuffer:
-    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value)."""
+    """`nbytes` of device memory at `address` (a CUdeviceptr's integer value): allocated here (or reused from
+    the device's spares), or with `address` given and not `owned`, memory someone else owns, which `free`
+    leaves alone."""
 
-    def __init__(self, device: CudaDevice, nbytes: int):
+    def __init__(self, device: CudaDevice, nbytes: int, address: int | None = None, owned: bool | None = None):
         self.device, self.nbytes = device, nbytes
-        self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})"))
+        self.owned = address is None if owned is None else owned
+        self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")) if address is None \
+            else address
 
     def free(self) -> None:
-        if self.address:
+        if not self.owned:
+            self.address = 0
+        elif self.address:
             address, self.address = self.address, 0
-            self.device._current()
-            check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
+            if not self.device.recycle(address, self.nbytes):
+                self.device._current()
+                check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
 
     def __del__(self):
         try:
@@ -237,22 +264,24 @@ def _check_range(buffer: CudaBuffer, offset: int, nbytes: int, what: str) -> Non
 class CudaCommandBuffer:
     """Recorded commands, each a callable issuing one driver call on a stream.
 
-    The stream orders everything, so a barrier needs no command of its own. `mode` is
-    "graph", "direct", or None: the device's `graphs` setting when it is submitted."""
+    The stream orders everything, so a barrier needs no command of its own. `mode` is one of
+    `MODES`, or None: the device's default when it is submitted."""
 
     def __init__(self, device: CudaDevice, mode: str | None = None):
         self.device = device
         self.mode = mode
         self.commands: list = []
+        self.names: list[str] = []  # what each command is, for errors in direct mode
         self.keep: list = []  # kernel-parameter arrays the launches point into
         self.ended = False
         self.graph = None
         self.graph_exec = None
 
-    def _add(self, command) -> None:
+    def _add(self, command, what: str) -> None:
         if self.ended:
             raise RuntimeError("command buffer already ended; record a new one")
         self.commands.append(command)
+        self.names.append(what)
 
     def dispatch(self, executable: CudaExecutable, entry: int, bindings) -> None:
         ep = executable.entry_points[entry]
@@ -271,7 +300,7 @@ class CudaCommandBuffer:
         def launch(stream):
             check(cu.cuLaunchKernel(function, *grid, *block, 0, stream, params, 0), f"cuLaunchKernel({ep.name})")
 
-        self._add(launch)
+        self._add(launch, f"dispatch {ep.name}")
 
     def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
         _check_range(src, src_offset, nbytes, "copying from")
@@ -279,14 +308,16 @@ class CudaCommandBuffer:
         cu = _cu()
         self.keep.append((src, dst))
         s, d = cu.CUdeviceptr(src.address + src_offset), cu.CUdeviceptr(dst.address + dst_offset)
-        self._add(lambda stream: check(cu.cuMemcpyDtoDAsync(d, s, nbytes, stream), "cuMemcpyDtoDAsync"))
+        self._add(lambda stream: check(cu.cuMemcpyDtoDAsync(d, s, nbytes, stream), "cuMemcpyDtoDAsync"),
+                  f"a copy of {nbytes} bytes")
 
     def fill(self, buffer: CudaBuffer, offset: int, nbytes: int, value: int) -> None:
         _check_range(buffer, offset, nbytes, "filling")
         cu = _cu()
         self.keep.append(buffer)
         d = cu.CUdeviceptr(buffer.address + offset)
-        self._add(lambda stream: check(cu.cuMemsetD8Async(d, value & 0xFF, nbytes, stream), "cuMemsetD8Async"))
+        self._add(lambda stream: check(cu.cuMemsetD8Async(d, value & 0xFF, nbytes, stream), "cuMemsetD8Async"),
+                  f"a fill of {nbytes} bytes")
 
     def barrier(self) -> None:
         """Commands already run in stream order."""
@@ -336,16 +367,22 @@ class CudaDevice:
         self.info = info
         self.ordinal = int(info.id)
         self.compute_capability = tuple(int(p) for p in info.properties["compute_capability"].split("."))
-        self.graphs = os.environ.get("RETARGET_CUDA_GRAPHS", "1") not in ("0", "false", "no", "off")
+        self.default_mode = _default_mode()
         self.cu_device = check(cu.cuDeviceGet(self.ordinal), "cuDeviceGet")
         self.context = check(cu.cuDevicePrimaryCtxRetain(self.cu_device), "cuDevicePrimaryCtxRetain")
         self._current()
-        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
+        # A blocking stream: it runs in order with the legacy default stream (torch's, by default), so arrays
+        # that torch wrote there are ready for us, and ours for torch, without an event per call.
+        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_DEFAULT.value), "cuStreamCreate")
         self.capture_stream = None  # made on the first capture: graphs are captured there, under the lock
         self.pending: list = []  # host arrays of copies still in flight, kept alive until a wait covers them
         self._pending_lock = threading.Lock()
         self._lock = threading.RLock()  # submits, captures, timing
         self._events = None  # (start, end) for timed_submit, made on first use
+        self._spare: dict[int, list[int]] = {}  # nbytes -> addresses of freed buffers, for reuse (see recycle)
+        self._spare_bytes = 0
+        self._released = False  # a buffer was recycled since the context last synchronised
+        self._pool_lock = threading.Lock()
 
     def _current(self) -> None:
         check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -357,7 +394,26 @@ class CudaDevice:
 
     def allocate(self, nbytes: int) -> CudaBuffer:
         self._current()
+        with self._pool_lock:
+            spare = self._spare.get(nbytes)
+            if spare:
+                if self._released:  # another stream may still read a recycled buffer: let all work finish
+                    check(_cu().cuCtxSynchronize(), "cuCtxSynchronize")
+                    self._released = False
+                self._spare_bytes -= nbytes
+                return CudaBuffer(self, nbytes, address=spare.pop(), owned=True)
         return CudaBuffer(self, nbytes)
+
+    def recycle(self, address: int, nbytes: int) -> bool:
+        """Keep a freed buffer for the next allocation of its size (a function's outputs, handed out through
+        DLPack and dropped each call, cost neither a cuMemAlloc nor a cuMemFree). False: free it now."""
+        with self._pool_lock:
+            if self.stream is None or nbytes > SPARE_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
+                return False
+            self._spare.setdefault(nbytes, []).append(address)
+            self._spare_bytes += nbytes
+            self._released = True
+            return True
 
     def write(self, buffer: CudaBuffer, offset: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -404,11 +460,11 @@ class CudaDevice:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return ("graph", "direct") if self.graphs else ("direct", "graph")
+        return (self.default_mode, *(m for m in MODES if m != self.default_mode))
 
     def command_buffer(self, mode: str | None = None) -> CudaCommandBuffer:
-        if mode is not None and mode not in ("graph", "direct"):
-            raise ValueError(f"cuda command buffers run as 'graph' or 'direct', not '{mode}'")
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"cuda command buffers run as {', '.join(repr(m) for m in MODES)}, not '{mode}'")
         return CudaCommandBuffer(self, mode)
 
     def submit(self, command_buffer: CudaCommandBuffer) -> None:
@@ -416,8 +472,8 @@ class CudaDevice:
             self._current()
             if not command_buffer.commands:
                 return
-            graph = command_buffer.mode == "graph" if command_buffer.mode else self.graphs
-            if graph and command_buffer.ended:
+            mode = command_buffer.mode or self.default_mode
+            if mode == "graph" and command_buffer.ended:
                 if command_buffer.graph_exec is None:
                     if self.capture_stream is None:
                         cu = _cu()
@@ -425,8 +481,40 @@ class CudaDevice:
                                                     "cuStreamCreate")
                     command_buffer.capture(self.capture_stream)
                 check(_cu().cuGraphLaunch(command_buffer.graph_exec, self.stream), "cuGraphLaunch")
+            elif mode == "direct":
+                for command, what in zip(command_buffer.commands, command_buffer.names):
+                    command(self.stream)
+                    check(_cu().cuStreamSynchronize(self.stream), f"cuStreamSynchronize after {what}")
             else:
                 command_buffer.issue(self.stream)
+
+    # -- DLPack (see retarget.dlpack) ------------------------------------------------------------------------
+    @property
+    def dlpack_device(self) -> tuple[int, int]:
+        return (2, self.ordinal)  # kDLCUDA
+
+    @property
+    def dlpack_stream(self) -> int:
+        """What a producer's `__dlpack__(stream=...)` gets: 1, the legacy default stream, which our blocking
+        stream follows. A producer on that stream (torch's default) then needs no event at all."""
+        return 1
+
+    def wrap(self, address: int, nbytes: int) -> CudaBuffer:
+        """Device memory someone else owns (a torch tensor's storage) as a buffer; never freed here."""
+        return CudaBuffer(self, nbytes, address=address)
+
+    def address(self, buffer: CudaBuffer) -> int:
+        return buffer.address
+
+    def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
+        """A device-to-device copy, in stream order with the rest of the device's work."""
+        _check_range(src, src_offset, nbytes, "copying from")
+        _check_range(dst, dst_offset, nbytes, "copying to")
+        if nbytes:
+            cu = _cu()
+            self._current()
+            to, source = cu.CUdeviceptr(dst.address + dst_offset), cu.CUdeviceptr(src.address + src_offset)
+            check(cu.cuMemcpyDtoDAsync(to, source, nbytes, self.stream), "cuMemcpyDtoDAsync")
 
     def wait(self) -> None:
         self._current()
@@ -453,10 +541,12 @@ class CudaDevice:
             return check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
 
     def memory_in_use(self) -> int:
-        """Bytes of the GPU's memory in use (total - free of cuMemGetInfo: every process's, every context's)."""
+        """Bytes of the GPU's memory in use (total - free of cuMemGetInfo: every process's, every context's),
+        less the freed buffers this device keeps for reuse."""
         self._current()
         free, total = check(_cu().cuMemGetInfo(), "cuMemGetInfo")
-        return int(total) - int(free)
+        with self._pool_lock:
+            return int(total) - int(free) - self._spare_bytes
 
     def close(self) -> None:
         """Free the streams and events and release the primary context (also done when the device goes)."""
@@ -470,6 +560,10 @@ class CudaDevice:
                 if stream is not None:
                     check(cu.cuStreamDestroy(stream), "cuStreamDestroy")
             self.stream = self.capture_stream = None
+            with self._pool_lock:
+                for address in (a for spare in self._spare.values() for a in spare):
+                    check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
+                self._spare.clear()
             check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
 
     def __del__(self):

@@ -1,0 +1,142 @@
+"""32-bit index arithmetic for a kernel whose buffers all hold fewer than 2^31 elements.
+
+The kernel IR computes indices in i64, which is exact for any buffer; on a GPU, 64-bit integer
+arithmetic costs two instructions or more per op and twice the registers (a CUDA SGEMM's registers
+went from 167 to fewer, ResNet-18 ran 20% faster on an H100 with indices in 32 bits). Vulkan and
+WebGPU already compute indices in 32 bits; `narrow_indices` lets a C-like dialect do the same.
+
+What is narrowed: index variables (the workgroup and thread ids, loop counters, and every scalar whose
+assigned values are all index arithmetic) and the index arithmetic itself (index constants, and
+add/sub/mul/div/rem/min/max/select of narrowed values). i64 *data* stays i64: a value loaded from a
+buffer or cast from one (a gather's index, argmax's answer) is not index arithmetic, and where index
+arithmetic meets it, the narrowed side is widened back, so the kernel stays well typed and every
+i64 tensor computes exactly as before.
+
+Why it is safe: every index the kernel forms lands in a buffer of fewer than 2^31 elements, and the
+intermediate terms of the lowering's index arithmetic (a row times its stride, a tile's origin plus
+an offset, a padded coordinate) are bounded by the index they build, so none overflows 32 bits.
+A kernel whose buffers or grid are larger is left as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..ir.dtypes import DTYPES
+from . import ir as k
+
+I32 = DTYPES["i32"]
+LIMIT = 2**31 - 1
+_INDEX_OPS = ("add", "sub", "mul", "div", "rem", "min", "max")
+
+
+def fits(kernel: k.Kernel) -> bool:
+    """Whether every buffer, private array and the whole grid of threads stay below 2^31."""
+    sizes = [p.size for p in kernel.params]
+    sizes += [s.size for s in k.walk_stmts(kernel.body) if isinstance(s, k.Local)]
+    threads = math.prod(kernel.workgroup_count) * math.prod(kernel.workgroup_size)
+    return max(sizes, default=0) <= LIMIT and threads <= LIMIT
+
+
+def narrow_indices(kernel: k.Kernel) -> k.Kernel:
+    """`kernel` with its index arithmetic in i32 (its workgroup, thread and loop variables are i32
+    after this, and a renderer declares them so), or `kernel` itself when it does not `fit`."""
+    if not fits(kernel):
+        return kernel
+    index_vars = _index_variables(kernel)
+    return replace(kernel, body=_Narrow(index_vars).stmts(kernel.body))
+
+
+def _index_variables(kernel: k.Kernel) -> set[str]:
+    """Variables every value of which is index arithmetic: the ids and loop counters, and the scalars
+    assigned only index arithmetic of those (a fixpoint: a scalar falls out when a value it is assigned
+    reads one that fell out)."""
+    assigns: dict[str, list[k.Expr]] = {}
+    loops = set(kernel.workgroup_vars) | set(kernel.thread_vars)
+    for s in k.walk_stmts(kernel.body):
+        if isinstance(s, k.Assign):
+            assigns.setdefault(s.var, []).append(s.value)
+        elif isinstance(s, k.Loop):
+            loops.add(s.var)
+    candidates = {v for v, values in assigns.items() if v not in loops and all(x.dtype == k.INDEX for x in values)}
+    while True:
+        index = loops | candidates
+        dropped = {v for v in candidates if not all(_is_index(x, index) for x in assigns[v])}
+        if not dropped:
+            return index
+        candidates -= dropped
+
+
+def _is_index(e: k.Expr, index: set[str]) -> bool:
+    if isinstance(e, k.Const):
+        return e.dtype == k.INDEX
+    if isinstance(e, k.Var):
+        return e.name in index
+    if isinstance(e, k.Binary):
+        return e.op in _INDEX_OPS and e.dtype == k.INDEX and _is_index(e.a, index) and _is_index(e.b, index)
+    if isinstance(e, k.Select):
+        return e.dtype == k.INDEX and _is_index(e.a, index) and _is_index(e.b, index)
+    return False
+
+
+class _Narrow:
+    def __init__(self, index_vars: set[str]):
+        self.index = index_vars
+
+    # -- expressions: `expr` keeps each expression's type, except that index arithmetic becomes i32 ----------
+    def expr(self, e: k.Expr) -> k.Expr:
+        if _is_index(e, self.index):
+            return self.narrow(e)
+        if isinstance(e, (k.Const, k.Var)):
+            return e
+        if isinstance(e, k.Unary):
+            return k.Unary(e.op, self.wide(e.a, e.dtype))
+        if isinstance(e, k.Binary):
+            return k.Binary(e.op, self.wide(e.a, e.dtype), self.wide(e.b, e.dtype))
+        if isinstance(e, k.Compare):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if a.dtype != b.dtype:
+                a, b = self.wide(e.a, e.a.dtype), self.wide(e.b, e.b.dtype)
+            return k.Compare(e.op, a, b)
+        if isinstance(e, k.Select):
+            return k.Select(self.expr(e.cond), self.wide(e.a, e.dtype), self.wide(e.b, e.dtype))
+        if isinstance(e, k.Cast):
+            inner = self.expr(e.a)
+            return inner if inner.dtype == e.dtype else k.Cast(inner, e.dtype)
+        if isinstance(e, k.Load):
+            return k.Load(e.buffer, self.expr(e.index), e.dtype)
+        raise TypeError(e)
+
+    def wide(self, e: k.Expr, dtype) -> k.Expr:
+        """`e`, narrowed inside, with its own type `dtype` (a narrowed index widened back to i64)."""
+        out = self.expr(e)
+        return out if out.dtype == dtype else k.Cast(out, dtype)
+
+    def narrow(self, e: k.Expr) -> k.Expr:
+        if isinstance(e, k.Const):
+            return k.Const(int(e.value), I32)
+        if isinstance(e, k.Var):
+            return k.Var(e.name, I32)
+        if isinstance(e, k.Binary):
+            return k.Binary(e.op, self.narrow(e.a), self.narrow(e.b))
+        if isinstance(e, k.Select):
+            return k.Select(self.expr(e.cond), self.narrow(e.a), self.narrow(e.b))
+        raise TypeError(e)
+
+    # -- statements ----------------------------------------------------------------------------------------
+    def stmts(self, body: list) -> list:
+        return [self.stmt(s) for s in body]
+
+    def stmt(self, s):
+        if isinstance(s, k.Loop):
+            return replace(s, body=self.stmts(s.body))
+        if isinstance(s, k.If):
+            return k.If(self.expr(s.cond), self.stmts(s.body))
+        if isinstance(s, k.Assign):
+            return k.Assign(s.var, self.narrow(s.value) if s.var in self.index else self.wide(s.value, s.value.dtype))
+        if isinstance(s, k.Store):
+            return k.Store(s.buffer, self.expr(s.index), self.wide(s.value, s.value.dtype))
+        if isinstance(s, (k.FragmentLoad, k.FragmentStore)):
+            return replace(s, index=self.expr(s.index))
+        return s  # Local, Barrier, Fragment, FragmentMma: no expressions
