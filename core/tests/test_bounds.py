@@ -204,6 +204,24 @@ def test_a_symbol_with_a_known_range_bounds_an_extent():
         check_kernel(kernel, symbols={"n": (1, 5)})
 
 
+def test_32_bit_index_arithmetic_that_can_overflow_is_refused():
+    """(i * 2^21) // 2^21 is i, in bounds, but i * 2^21 passes 2^31 for i >= 1024: the C-like GPU dialects,
+    Vulkan and WebGPU compute it in 32 bits (index32), where it would wrap."""
+    i = Var("i")
+    index = (i * (1 << 21)) // (1 << 21)
+    body = [Loop("i", 4096, [Store("out0", index, const(0.0, F32))])]
+    with pytest.raises(KernelBoundsError, match=r"32-bit index arithmetic \(%i \* 2097152\) may reach 0 to "
+                                                r"8,587,837,440, outside i32"):
+        check_kernel(Kernel("wide", [Param("out0", F32, 4096, "write")], body))
+
+
+def test_index_arithmetic_stays_64_bit_for_a_buffer_of_2_to_the_31_elements_or_more():
+    i = Var("i")
+    index = (i * (1 << 21)) // (1 << 21)
+    body = [Loop("i", 4096, [Store("out0", index, const(0.0, F32))])]
+    assert check_kernel(Kernel("wide", [Param("out0", F32, 1 << 31, "write")], body)) == 1
+
+
 def test_an_access_to_an_undeclared_array_is_refused():
     kernel = Kernel("ghost", [Param("out0", F32, 4, "write")], [Store("nowhere", const(0), const(0.0, F32))])
     with pytest.raises(KernelBoundsError, match="%nowhere is not a parameter or an array"):

@@ -25,6 +25,11 @@ What the analysis knows (intervals of Python integers, so nothing overflows insi
   iteration at a time (`ENUMERATE_LIMIT`), which recovers the correlations of a thread's unrolled
   elements.
 
+It also proves that 32-bit index arithmetic cannot overflow: where a kernel's buffers all hold fewer than
+2^31 elements, the C-like GPU dialects compute its index arithmetic in i32 (`index32.narrow_indices`), as
+Vulkan and WebGPU always do, so every expression `index32` narrows must range inside i32 too, or the
+kernel is refused the same way.
+
 What it does not take as a guard, on purpose: the condition of a `Select`. SPIR-V's OpSelect, WGSL's
 select() and LLVM's select evaluate both operands, so a load in either must be in bounds whatever the
 condition says; the lowering clamps such loads (padding, concatenation, gathers, ragged tiles).
@@ -35,7 +40,9 @@ from __future__ import annotations
 import math
 
 from ..errors import KernelBoundsError
+from . import index32
 from .ir import (
+    INDEX,
     Assign,
     Binary,
     Cast,
@@ -71,6 +78,9 @@ def check_kernel(kernel: Kernel, symbols: dict[str, tuple[int, int]] | None = No
     Raises KernelBoundsError naming the kernel, the first accesses it cannot prove, and their ranges."""
     checker = _Checker(kernel, symbols or {})
     checker.run()
+    for text, (lo, hi) in list(checker.overflows.items())[:MAX_REPORTED]:
+        checker.failures.append(f"32-bit index arithmetic {_short(text)} may reach {_bound(lo)} to {_bound(hi)}, "
+                                "outside i32")
     if checker.failures:
         found = list(dict.fromkeys(checker.failures))
         more = f" (and {len(found) - MAX_REPORTED} more)" if len(found) > MAX_REPORTED else ""
@@ -171,13 +181,17 @@ class _Checker:
             self.ranges[var] = (0, self._extent(count)[1] - 1)
         for var, size in zip(kernel.thread_vars, kernel.workgroup_size):
             self.ranges[var] = (0, self._extent(size)[1] - 1)
-        self.defs: dict[str, Expr] = {}  # scalars assigned once: name -> expression
+        self.defs: dict[str, tuple[Expr, set]] = {}  # scalars assigned once: name -> (expression, what it reads)
         self.facts: dict[Expr, tuple] = {}  # expressions narrowed by guards
         assigned: dict[str, int] = {}
         for s in walk_stmts(kernel.body):
             if isinstance(s, Assign):
                 assigned[s.var] = assigned.get(s.var, 0) + 1
         self.mutable = {name for name, count in assigned.items() if count > 1}
+        # What index32 computes in 32 bits, when the kernel lets it (None: indices stay 64-bit).
+        self.narrowed = index32._index_variables(kernel) if index32.fits(kernel) else None
+        self._is_narrowed: dict[int, tuple[Expr, bool]] = {}
+        self.overflows: dict[str, tuple] = {}
 
     def run(self) -> None:
         self.stmts(self.kernel.body)
@@ -189,7 +203,17 @@ class _Checker:
     def range(self, e: Expr) -> tuple:
         r = self._range(e)
         fact = self.facts.get(e) if self.facts and not isinstance(e, (Const, Var)) else None
-        return r if fact is None else _meet(r, fact)
+        r = r if fact is None else _meet(r, fact)
+        if self.narrowed is not None and (r[0] < -index32.LIMIT - 1 or r[1] > index32.LIMIT) and self.narrow32(e):
+            self.overflows.setdefault(format_expr(e), r)
+        return r
+
+    def narrow32(self, e: Expr) -> bool:
+        """Whether index32 computes `e` in 32 bits."""
+        known = self._is_narrowed.get(id(e))
+        if known is None or known[0] is not e:
+            known = self._is_narrowed[id(e)] = (e, e.dtype == INDEX and index32._is_index(e, self.narrowed))
+        return known[1]
 
     def _range(self, e: Expr) -> tuple:
         dt = e.dtype
@@ -200,7 +224,7 @@ class _Checker:
         if isinstance(e, Var):
             r = self.ranges.get(e.name, TOP)
             d = self.defs.get(e.name)
-            return r if d is None else _meet(r, self.range(d))
+            return r if d is None else _meet(r, self.range(d[0]))
         if isinstance(e, Load):
             return _type_range(dt)
         if isinstance(e, Compare):
@@ -247,7 +271,7 @@ class _Checker:
         if isinstance(e, Var):
             self.ranges[e.name] = _meet(self.ranges.get(e.name, TOP), new)
             if e.name in self.defs:
-                self.narrow(self.defs[e.name], new)
+                self.narrow(self.defs[e.name][0], new)
             return
         self.facts[e] = _meet(self.facts.get(e, TOP), new)
         if isinstance(e, Binary):
@@ -271,7 +295,7 @@ class _Checker:
     def assume(self, cond: Expr) -> None:
         """Narrow what `cond` compares, as true inside an If."""
         if isinstance(cond, Var) and cond.name in self.defs:
-            return self.assume(self.defs[cond.name])
+            return self.assume(self.defs[cond.name][0])
         if isinstance(cond, Binary) and cond.op == "and":
             self.assume(cond.a)
             self.assume(cond.b)
@@ -366,7 +390,7 @@ class _Checker:
         variables defined from it to their ranges now."""
         for e in [e for e in self.facts if _reads(e, var)]:
             del self.facts[e]
-        for name in [n for n, d in self.defs.items() if var in _names(d)]:
+        for name in [n for n, (_, reads) in self.defs.items() if var in reads]:
             self.ranges[name] = self.range(Var(name))
             del self.defs[name]
 
@@ -374,12 +398,13 @@ class _Checker:
         if value.dtype.is_float:
             return
         self.forget(var)
-        if var in self.mutable or not self.mutable.isdisjoint(_names(value)):
+        reads = _names(value)
+        if var in self.mutable or not self.mutable.isdisjoint(reads):
             self.ranges[var] = self.range(value)  # now: a variable it reads may change later
             self.defs.pop(var, None)
         else:
             self.ranges.pop(var, None)
-            self.defs[var] = value
+            self.defs[var] = (value, reads)
 
     def _state(self):
         return dict(self.ranges), dict(self.defs), dict(self.facts)
@@ -405,11 +430,13 @@ class _Checker:
         if hi < lo:
             return
         carried = {a.var for a in walk_stmts(s.body) if isinstance(a, Assign) and a.var in self.mutable}
-        mark = len(self.failures)
+        mark, overflows = len(self.failures), dict(self.overflows)
         self.iterate(s, (lo, hi), carried)
-        if len(self.failures) > mark and hi - lo < ENUMERATE_LIMIT and self.budget > 0:
+        if (len(self.failures) > mark or len(self.overflows) > len(overflows)) and hi - lo < ENUMERATE_LIMIT \
+                and self.budget > 0:
             coarse = self.failures[mark:]  # what to report if one iteration at a time fails too: the whole range
             del self.failures[mark:]
+            self.overflows = overflows
             self.enumerating += 1
             for i in range(lo, hi + 1):
                 if self.budget <= 0:
