@@ -24,8 +24,8 @@ current on the calling thread first (a new thread has none). Graphs are captured
 own, never on the device's stream, so another thread's copy or synchronisation on that stream cannot
 land in a capture or break it; a lock serialises submits, captures and timing, and the host arrays of
 copies in flight are released only once a synchronisation has covered them. What a device holds (its
-streams, events, its retain of the primary context, executables' modules, graphs, buffers) is freed when
-the Python objects go.
+streams, events, spare buffers, executables' modules, graphs, buffers) is freed when the Python objects go;
+`close()` also releases its retain of the primary context.
 """
 
 from __future__ import annotations
@@ -548,8 +548,10 @@ class CudaDevice:
         with self._pool_lock:
             return int(total) - int(free) - self._spare_bytes
 
-    def close(self) -> None:
-        """Free the streams and events and release the primary context (also done when the device goes)."""
+    def close(self, release_context: bool = True) -> None:
+        """Free the streams, events and spare buffers, and release the primary context. When the device goes
+        without a close, the garbage collector does the same but keeps the context retained: its buffers may
+        be freed after it (a loaded module is a cycle, whose objects go in any order), and need the context."""
         cu = _cu()
         if self.stream is not None:
             self.wait()
@@ -564,11 +566,12 @@ class CudaDevice:
                 for address in (a for spare in self._spare.values() for a in spare):
                     check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
                 self._spare.clear()
-            check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
+            if release_context:
+                check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
 
     def __del__(self):
         try:
-            self.close()
+            self.close(release_context=False)
         except Exception:  # at interpreter exit the bindings may already be gone
             pass
 
