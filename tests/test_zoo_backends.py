@@ -56,8 +56,9 @@ def test_zoo_model_matches_torch(zoo_case, compiled, target, device):
 
 
 # Each target's default architecture, and the named ones whose lowerings differ (matrix fragments, wave32).
-BOUNDS_TARGETS = ["llvm-cpu", "cuda", "cuda:sm_90", "cuda:sm_80", "rocm", "rocm:gfx942", "rocm:gfx1100",
-                  "vulkan-spirv", "vulkan-spirv:rdna3", "webgpu-spirv", "metal-spirv", "opencl"]
+BOUNDS_TARGETS = ["llvm-cpu", "cuda:sm_80", "cuda:sm_90", "cuda:sm_100", "rocm:gfx90a", "rocm:gfx942", "rocm:gfx1100",
+                  "vulkan-spirv", "vulkan-spirv:ampere", "vulkan-spirv:rdna3", "webgpu-spirv", "metal-spirv",
+                  "metal-spirv:m3", "opencl"]
 
 
 def test_every_zoo_dispatch_is_proved_in_bounds_on_every_target(zoo_case, imported, compiled):
