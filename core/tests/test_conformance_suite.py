@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 from retarget.plugin_manager import PluginManager
@@ -212,3 +213,46 @@ def test_a_plugin_that_fails_to_import_fails_the_first_test_with_its_error(monke
         test_the_plugin_is_installed_and_loads("boom_kit")
     with pytest.raises(AssertionError, match="no plugin 'nothing-here' is installed"):
         test_the_plugin_is_installed_and_loads("nothing-here")
+
+
+def test_a_device_lacking_a_protocol_member_fails_naming_the_member():
+    from types import SimpleNamespace
+
+    import retarget
+    from retarget.testing.conformance.test_driver import test_the_device_describes_itself
+
+    real = retarget.drivers()["local-sync"].create("0")
+    device = SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("_") and n != "info"})
+    with pytest.raises(AssertionError, match="the device lacks info of retarget.protocols.Device"):
+        test_the_device_describes_itself(device, "local-sync")
+
+
+def test_a_device_info_naming_another_driver_fails_saying_what_it_must_be():
+    from retarget.local_drivers import LocalDriver
+    from retarget.protocols import DeviceInfo
+    from retarget.testing.conformance import test_driver
+
+    class Liar(LocalDriver):
+        def enumerate(self):
+            return [DeviceInfo("oops", "0", "host")]
+
+    with pytest.raises(AssertionError, match="DeviceInfo.driver is 'oops'; it must be the driver's name, 'liar'"):
+        test_driver.test_enumerate_never_raises_and_says_why_a_device_is_unavailable(Liar("liar", 1), "liar")
+
+
+def test_a_host_spelling_that_ignores_the_devices_fails_while_one_that_describes_them_passes():
+    from retarget.testing.conformance.test_target import test_the_host_spellings_describe_a_device_here
+    from retarget.vmvx import REFERENCE, VmvxTarget
+
+    class FixedHost(VmvxTarget):
+        drivers = ("local-sync",)
+
+        def names(self):
+            return ("host", "reference", "other")
+
+        def parse(self, spec):
+            return replace(REFERENCE, arch="other") if spec in ("host", "other") else REFERENCE
+
+    test_the_host_spellings_describe_a_device_here(VmvxTarget())
+    with pytest.raises(AssertionError, match="parse\\('host'\\) gives vmvx:other, which describe\\(\\) gives for no"):
+        test_the_host_spellings_describe_a_device_here(FixedHost())

@@ -6,6 +6,7 @@ protocols with any class it likes; nothing here is meant to be subclassed.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -51,6 +52,30 @@ class TargetDesc:
     @property
     def name(self) -> str:
         return f"{self.backend}:{self.arch}"
+
+
+@dataclass(frozen=True)
+class SupportTable:
+    """What a target cannot run, each entry with the reason a user reads (`--explain`, errors);
+    everything not listed, it runs. A backend returns one from its optional `support(desc)`.
+
+    - `ops`: graph op names (`"rt.erf"`), refused whatever their types, or an op at one element
+      type or kind (`"rt.exp:i32"`, `"rt.exp:int"`; kinds: float, int, uint, bool). An op is
+      matched at the type of its first operand (its result's when it has none): `rt.cmp` of
+      f32 is `"rt.cmp:f32"`, whatever its i1 result.
+    - `dtypes`: element types the target neither computes in nor stores (`"i4"`).
+    - `buffers`: element types a kernel cannot read or write as a buffer (an argument or the
+      result of a dispatch), though a fused kernel may compute them inside (WGSL's i1 masks).
+
+    The compiler places an op on a target only where its table allows it (`--fallback` takes
+    the rest), so a table must not allow what `compile` then refuses; refusing more than needed
+    only moves work to the fallback. `retarget.testing.support.probe` finds what a target
+    refuses in practice.
+    """
+
+    ops: dict[str, str] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    buffers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,6 +135,11 @@ class TargetBackend(Protocol):
     saying which was chosen and why (None when there is no choice to announce);
     `describe(device)` is the architecture matching a live device. `compile` gets the
     dispatches (one graph `Function` each, named after its entry point).
+
+    Optional: `support(desc) -> SupportTable`, what the target cannot run for that architecture
+    (the ops and element types it refuses, with the reasons). The compiler places only what it
+    allows on the target, and the rest on `--fallback`. A backend without it supports everything
+    as far as placement knows, and a refusal surfaces only when `compile` raises.
     """
 
     name: str
@@ -152,7 +182,11 @@ class Executable(Protocol):
 class CommandBuffer(Protocol):
     """Recorded work. Commands between two barriers may run in any order or at once.
     A command buffer is recorded once and may be submitted many times. A range outside
-    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError."""
+    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError.
+
+    `copy` and `fill` are given offsets and sizes that are multiples of 4 (what every API supports);
+    a driver may accept others too, or raise ValueError for them. `fill` repeats one byte,
+    `value` (0 to 255), over `nbytes`."""
 
     def dispatch(self, executable: Executable, entry: int, bindings: Sequence[tuple[Buffer, int, int]]) -> None: ...
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None: ...
@@ -169,6 +203,9 @@ class Device(Protocol):
     returns None, or the reason an executable for another arch cannot run here.
     `write`/`read` move host bytes (a range outside the buffer raises ValueError);
     `submit` runs a command buffer and `wait` blocks until all submitted work is done.
+
+    `info` is the `DeviceInfo` that its driver's `enumerate` reported for it. `command_buffer()`
+    is called without arguments unless the device lists `modes` (below).
 
     Optional: a device that can run command buffers in several ways lists them in
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
@@ -224,3 +261,13 @@ class ExecutableLoader(Protocol):
 
     def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray]], Callable[[tuple[int, int, int]], None]]]: ...
     def can_load(self, target: TargetDesc) -> str | None: ...
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The members of `protocol` that `obj` lacks: why `isinstance(obj, protocol)` is False, by name."""
+    members: dict[str, None] = {}
+    for cls in reversed(protocol.__mro__):
+        if cls is not Protocol and getattr(cls, "_is_protocol", False):
+            names = (*inspect.get_annotations(cls), *cls.__dict__)
+            members.update(dict.fromkeys(n for n in names if not n.startswith("_")))
+    return [name for name in members if not hasattr(obj, name)]

@@ -435,6 +435,33 @@ def render_kernel(kernel: k.Kernel, dialect: Dialect) -> str:
     return _Renderer(kernel, dialect).render()
 
 
+def support_table(dialect: Dialect):
+    """What `dialect` cannot compute, read off its tables, as a `SupportTable` for a target's
+    `support(desc)`: an elementwise op of a kind with no template (`exp` of integers) or whose
+    template calls a helper missing for that kind (`rt_pow` of booleans), and an element type the
+    dialect cannot spell (`i4`; f64 in MSL). A target adds its own refusals (buffers, extensions)."""
+    from ..protocols import SupportTable
+
+    helpers = dialect.helpers or HELPERS
+    ops = {}
+    for op in (*k.UNARY_OPS, *k.BINARY_OPS):
+        for kind in KINDS:
+            keys = [f"{op}.{kind}"] + ([f"{op}.int"] if kind in ("uint", "bool") else []) + [op]
+            template = next((dialect.ops[key] for key in keys if key in dialect.ops), None)
+            helper = re.search(r"\b(rt_\w+?)_\{s\}", template or "")
+            if template is None:
+                ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {op} of {kind} values"
+            elif helper and not any(name == f"{helper.group(1)}_$s" and kind in kinds for name, kinds, _ in helpers):
+                ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {helper.group(1)} helper for {kind} values"
+    dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES
+              if (F32.name if name in HALVES else name) not in dialect.types
+              or (name in HALVES and name not in dialect.storage)}
+    return SupportTable(ops, dtypes)
+
+
+KINDS = ("float", "int", "uint", "bool")
+
+
 def render_module(kernels, dialect: Dialect) -> str:
     """The preamble (with the fragment header when a kernel uses native fragments), the helpers the
     kernels call, and every kernel."""

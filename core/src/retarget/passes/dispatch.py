@@ -15,11 +15,14 @@ that needs loops of its own (`LOOP_OPS`):
   element is read once, so inlining them costs nothing); a conv, matmul or pool
   does not, since it reads each input element many times.
 Every group has exactly one output, so a kernel writes one buffer.
+
+With a placement (op -> device name, from `placement.py`), ops fuse only with ops of the same
+placement: a kernel never spans two devices.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir.core import Function, Operation, Value
 
@@ -34,6 +37,7 @@ class Dispatch:
     function: Function  # the kernel, named like the dispatch
     inputs: list[Value]  # host values bound to the kernel's arguments, in order
     outputs: list[Value]  # host values the kernel's results are written to
+    ops: list[Operation] = field(default_factory=list)  # the function's ops it computes
 
 
 def is_inlinable_constant(v: Value) -> bool:
@@ -44,9 +48,10 @@ def is_inlinable_constant(v: Value) -> bool:
     return flat.size > 0 and bool((flat == flat[0]).all())
 
 
-def form_dispatches(fn: Function) -> list[Dispatch]:
-    """One dispatch per compute op, in program order. (Fusion groups more ops per dispatch.)"""
-    groups = _groups(fn)
+def form_dispatches(fn: Function, placement: dict[Operation, str] | None = None) -> list[Dispatch]:
+    """One dispatch per compute op, in program order. (Fusion groups more ops per dispatch, never
+    across two placements.)"""
+    groups = _groups(fn, placement or {})
     used_by = fn.users()
     returned = set(fn.returns)
     dispatches = []
@@ -58,7 +63,7 @@ def form_dispatches(fn: Function) -> list[Dispatch]:
     return dispatches
 
 
-def _groups(fn: Function) -> list[list[Operation]]:
+def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operation]]:
     from ..ir.ops import OPS
 
     used_by = fn.users()
@@ -77,7 +82,8 @@ def _groups(fn: Function) -> list[list[Operation]]:
         for v in op.operands:
             group = group_of.get(v.owner)
             single_use = len(used_by.get(v, [])) == 1 and v not in returned
-            if group is not None and single_use and group[-1] is v.owner and group not in producers:
+            if group is not None and single_use and group[-1] is v.owner and group not in producers \
+                    and placement.get(v.owner) == placement.get(op):
                 producers.append(group)
         rooted = [g for g in producers if root(g) is not None]
         rootless = [g for g in producers if root(g) is None]
@@ -127,4 +133,4 @@ def make_dispatch(name: str, ops: list[Operation], outputs: list[Value]) -> Disp
         mapping.update(zip(op.results, clone.results))
         body.append(clone)
     kernel = Function(name, args, body, [mapping[v] for v in outputs])
-    return Dispatch(name, kernel, inputs, outputs)
+    return Dispatch(name, kernel, inputs, outputs, list(ops))

@@ -32,6 +32,13 @@ class WebGpuTarget:
 
         return targets.describe_device(device.info)
 
+    def support(self, desc):
+        """WGSL's gaps: the renderer table's (no f64, bf16, 8/16-bit integers in code), and buffers of
+        anything but f32, i32, u32 and (with shader-f16) f16."""
+        from .compile import support
+
+        return support(desc)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> one WGSL module each."""
         from retarget.kernel.lower import lower_dispatch

@@ -50,19 +50,37 @@ def _dialect(packed: bool):
     return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue)
 
 
+# Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
+REFUSED_BUFFERS = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
+                   "f64": "WGSL has no f64; use f32",
+                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}
+BUFFER_TYPES_NOTE = "WGSL buffers hold f32, i32, u32 and (with shader-f16) f16"
+SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not assume"
+
+
+def support(desc: TargetDesc):
+    """What webgpu-spirv cannot run: the WGSL renderer table's gaps (the core's: f64, bf16, 8/16-bit integers,
+    `exp` of integers, ...), and buffers of the types `_check_types` refuses."""
+    from retarget.ir.dtypes import DTYPES
+    from retarget.kernel.c_renderer import WGSL, support_table
+    from retarget.protocols import SupportTable
+
+    table = support_table(WGSL)
+    buffers = {name: REFUSED_BUFFERS.get(name, BUFFER_TYPES_NOTE) for name in DTYPES if name not in STORAGE_TYPES}
+    if "shader-f16" not in desc.features:
+        buffers["f16"] = SHADER_F16_NOTE
+    return SupportTable(table.ops, table.dtypes, buffers)
+
+
 def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
     for p in kn.params:
         if p.dtype.name not in STORAGE_TYPES:
-            why = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
-                   "f64": "WGSL has no f64; use f32",
-                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}.get(
-                p.dtype.name, "WGSL buffers hold f32, i32, u32 and (with shader-f16) f16")
+            why = REFUSED_BUFFERS.get(p.dtype.name, BUFFER_TYPES_NOTE)
             raise UnsupportedOpError(f"webgpu-spirv: kernel {kn.name} has a {p.dtype} buffer (%{p.name}): {why}",
                                      hint="cast the model to f32/i32, or use another target")
         if p.dtype.name == "f16" and "shader-f16" not in desc.features:
             raise UnsupportedOpError(
-                f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and f16 needs the shader-f16 "
-                "feature, which this target does not assume",
+                f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and {SHADER_F16_NOTE}",
                 hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
         if p.size >= INDEX_LIMIT:
             raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "

@@ -17,6 +17,8 @@ HOST_SPELLINGS = ("host", "native")  # may need a live device; every other name 
 RELATIVE_TOLERANCE = 1e-4  # max|got - vmvx| / max|vmvx|, as the zoo tests of every backend use
 REFERENCE_DRIVER = "local-sync"
 BINDING_ALIGNMENT = 256  # bindings sit at multiples of this in one buffer, as the runtime places tensors
+# The zoo models need torch; the extra pins the version retarget is tested with (docs/plugins.md says the same).
+TORCH_INSTALL = "pip install 'retarget[torch]' (from a checkout of retarget: pip install -e './core[torch]')"
 
 
 # -- the plugin under test ----------------------------------------------------------------------
