@@ -211,6 +211,10 @@ class Device(Protocol):
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
     `command_buffer(mode=...)`. A device without `modes` has one way.
 
+    Optional: `memory_in_use()` returns the bytes of device memory in use, as the API reports
+    them (cuMemGetInfo) or as the driver tracks them (its allocations); leak checks
+    (`retarget.testing.leaks`) read it. A device without it is checked by host memory alone.
+
     Optional, for DLPack (arrays of other libraries in, `retarget.DeviceArray` out; see
     `retarget.dlpack`): `dlpack_device` (DLPack's (device type, id) of this device), `dlpack_stream`
     (what a producer's `__dlpack__(stream=...)` gets, or None), `wrap(address, nbytes)` (memory someone

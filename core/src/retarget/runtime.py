@@ -59,7 +59,7 @@ def enumerate_devices(name: str, driver) -> list[DeviceInfo]:
     try:
         infos = list(driver.enumerate())
     except Exception as e:  # enumerate must not raise; report it instead of failing
-        return [DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}")]
+        return [DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}".replace("\n", " "))]
     return [info if info.driver == name else _misattributed(name, info) for info in infos]
 
 

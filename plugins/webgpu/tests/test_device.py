@@ -168,11 +168,12 @@ def test_shaders_leave_out_naga_checks_unless_retarget_webgpu_checks_is_set(webg
 
 
 def test_a_spinning_wait_returns_each_calls_own_outputs(webgpu_device, monkeypatch):
-    monkeypatch.setenv("RETARGET_WEBGPU_SPIN_US", "200000")
+    # RETARGET_WEBGPU_SPIN_US sets this when the process opens the device; the device is shared, so set it here
+    monkeypatch.setattr(webgpu_device.native, "spin_s", 0.2)
     module, x, _ = mlp_module()
     m = retarget.load(retarget.compile(module, "webgpu-spirv"), device="webgpu")
     reference = retarget.load(retarget.compile(module, "vmvx"), device="local-sync")
-    assert m.device.native.spin_s == 0.2
+    assert m.device is webgpu_device
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
         np.testing.assert_allclose(m.predict(x), reference.predict(x), rtol=1e-5, atol=1e-5)
@@ -232,3 +233,52 @@ def test_an_adapter_without_compute_is_listed_unavailable_with_the_reason():
 
     info = _info(3, Downlevel())
     assert not info.available and "no compute shaders" in info.reason and "Vulkan adapter" in info.reason
+
+
+def test_threads_sharing_a_module_learn_only_their_own_outputs(webgpu_device):
+    """16 threads share one module: each function's command buffer learns to copy out only its own outputs
+    (a read learns only for the reading thread's own last run), never another function's; a read that
+    another thread's work followed learns nothing, and the next calls on their own learn the outputs."""
+    from retarget.testing.conformance import test_threads
+
+    artifact, calls = test_threads._work(webgpu_device, "webgpu")
+    module = retarget.load(artifact, device=webgpu_device.info.uri)
+    problems = test_threads._run_threads(calls, lambda t: module)
+    assert not problems, "; ".join(problems[:3])
+    for name, function in module.functions.items():
+        outputs = {(function.arena, offset, nbytes) for _, offset, nbytes in
+                   (meta["slot"] for meta in function.plan["outputs"])}
+        assert set(function.command_buffer.readback_ranges) <= outputs, name
+        args = next(args for mine in calls for called, args, _ in mine if called == name)
+        function(*args)
+        function(*args)
+        assert set(function.command_buffer.readback_ranges) == outputs, name
+
+
+def test_opening_a_device_twice_returns_the_same_device(webgpu_device):
+    assert WEBGPU.create(webgpu_device.info.id) is webgpu_device
+
+
+def test_a_hundred_loads_of_a_module_leave_no_wgpu_object_behind(webgpu_device):
+    """Pipelines, bind groups, buffers (the learned readbacks' too), as wgpu-py counts them."""
+    import gc
+
+    from wgpu import diagnostics
+
+    module, x, _ = mlp_module()
+    artifact = retarget.compile(module, "webgpu-spirv:host")
+
+    def load_call_drop():
+        loaded = retarget.load(artifact, device=webgpu_device.info.uri)
+        loaded.predict(x)
+        loaded.predict(x)  # the second call runs the readback the first one's read taught it
+
+    def counts():
+        gc.collect()
+        return {kind: entry["count"] for kind, entry in diagnostics.object_counts.get_dict().items()}
+
+    load_call_drop()
+    before = counts()
+    for _ in range(100):
+        load_call_drop()
+    assert counts() == before

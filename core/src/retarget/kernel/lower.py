@@ -41,6 +41,7 @@ from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
 from ..protocols import TargetDesc
 from . import ir as k
+from .bounds import check_kernel
 from .ir import (
     INDEX,
     Assign,
@@ -73,7 +74,9 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
     if len(fn.returns) != 1:
         raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
     lowering = _GpuLowering if desc.max_workgroup_size > 1 else _Lowering
-    return lowering(fn, desc).kernel()
+    kernel = lowering(fn, desc).kernel()
+    check_kernel(kernel)  # every load and store proved inside its buffer, or a KernelBoundsError
+    return kernel
 
 
 def fold_grid(kn: Kernel, per_dim: int) -> Kernel:

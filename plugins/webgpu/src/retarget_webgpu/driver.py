@@ -1,7 +1,10 @@
 """The `webgpu` HAL driver, through wgpu-py (wgpu-native: Vulkan, Metal, D3D12; lavapipe on a CPU).
 
 One device is one GPUDevice, requested with its adapter's full limits (so `webgpu-spirv:host`
-code runs) and shader-f16 and timestamp-query when the adapter has them. Buffers are storage
+code runs) and shader-f16 and timestamp-query when the adapter has them. Adapters are enumerated
+once per process and kept, and `create(id)` opens a device the first time and returns that same
+device afterwards, as the vulkan driver does (dropping adapters of wgpu's GL backend from several
+threads crashes wgpu-native). Buffers are storage
 buffers that can be copied from and to; `write` goes through queue.write_buffer, `read` through a
 mapped readback buffer. An executable is one compute pipeline per kernel, each with an explicit
 bind-group layout (storage buffers, then the uniform `rt_base`; see compile.py for the binding
@@ -21,6 +24,11 @@ What runs on every call (encode, submit, write, wait, map) goes through wgpu-nat
 native.py, not wgpu-py's per-call wrappers, and `wait` polls the device without blocking for up to
 10 ms before it sleeps (RETARGET_WEBGPU_SPIN_US; 0 on a CPU adapter). `timed_submit` (with
 timestamp-query) gives `retarget.bench` the GPU's own time.
+
+Threads: a device may be used from several threads at once. One lock serialises what touches its
+queue and maps buffers (`write`, `read`, `submit`, `wait`); a read learns a readback only for the
+command buffer that the reading thread itself submitted last, so threads never teach each other's
+command buffers to copy their outputs.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import weakref
 
 import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError
@@ -58,10 +67,19 @@ def _wgpu():
     return wgpu
 
 
+_adapters_lock = threading.Lock()
+_adapters_found: list | None = None
+
+
 def _adapters():
-    """Every adapter wgpu finds, native backends (Vulkan, Metal, D3D12) before OpenGL."""
-    adapters = _wgpu().gpu.enumerate_adapters_sync()
-    return sorted(adapters, key=lambda a: a.info.get("backend_type") == "OpenGL")
+    """Every adapter wgpu finds, native backends (Vulkan, Metal, D3D12) before OpenGL; found once per
+    process and kept (wgpu-native panics when GL adapters are dropped from several threads)."""
+    global _adapters_found
+    with _adapters_lock:
+        if _adapters_found is None:
+            adapters = _wgpu().gpu.enumerate_adapters_sync()
+            _adapters_found = sorted(adapters, key=lambda a: a.info.get("backend_type") == "OpenGL")
+        return _adapters_found
 
 
 def _limits(adapter) -> dict:
@@ -100,6 +118,10 @@ def _no_compute(limits: dict) -> str:
 class WebGpuDriver:
     name = NAME
 
+    def __init__(self):
+        self._devices: dict[str, WebGpuDevice] = {}
+        self._lock = threading.Lock()
+
     def enumerate(self) -> list[DeviceInfo]:
         """Every adapter, or one unavailable entry saying why there is none. Never raises."""
         try:
@@ -120,14 +142,19 @@ class WebGpuDriver:
             return [DeviceInfo(NAME, "0", "WebGPU adapter", available=False, reason=f"{type(e).__name__}: {e}")]
 
     def create(self, device_id: str) -> WebGpuDevice:
-        infos = self.enumerate()
-        available = {d.id: d for d in infos if d.available}
+        """The process's device for `device_id` ("0" when empty), opened on first use."""
         device_id = device_id or "0"
-        if device_id not in available:
-            reasons = "; ".join(d.reason for d in infos if not d.available)
-            raise UnknownDeviceError(f"webgpu has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
-                                     hint=f"its devices: {', '.join(available) or 'none'} (`retarget doctor` says why)")
-        return WebGpuDevice(available[device_id], _adapters()[int(device_id)])
+        with self._lock:
+            if device_id not in self._devices:
+                infos = self.enumerate()
+                available = {d.id: d for d in infos if d.available}
+                if device_id not in available:
+                    reasons = "; ".join(d.reason for d in infos if not d.available)
+                    raise UnknownDeviceError(
+                        f"webgpu has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
+                        hint=f"its devices: {', '.join(available) or 'none'} (`retarget doctor` says why)")
+                self._devices[device_id] = WebGpuDevice(available[device_id], _adapters()[int(device_id)])
+            return self._devices[device_id]
 
     def dump(self, device_id: str) -> dict:
         info = {d.id: d for d in self.enumerate()}.get(device_id or "0")
@@ -173,6 +200,7 @@ class WebGpuCommandBuffer:
     def __init__(self, device: WebGpuDevice):
         self.device = device
         self.commands: list[tuple] = []
+        self.scratch: list[WebGpuBuffer] = []  # gathered bindings' buffers, freed with the command buffer
         self.ended = False
         self._segments: list | None = None  # the commands as C calls (see _program), made at the first submit
         self._readback_copies: list = []
@@ -205,6 +233,7 @@ class WebGpuCommandBuffer:
             ranges = [bindings[i] for i in params]
             if len({id(buf) for buf, _, _ in ranges}) > 1:  # a packed group across buffers: gather into scratch
                 buf, starts, size = self.device.scratch_for(ranges)
+                self.scratch.append(buf)
                 for i, (src, offset, nbytes), start in zip(params, ranges, starts):
                     copy = _round_up(nbytes, 4)
                     if offset % 4 or copy + offset > src.size:
@@ -361,19 +390,29 @@ class WebGpuDevice:
         # does); on a CPU adapter (lavapipe) polling would take a core from the work itself.
         spin_us = DEFAULT_GPU_SPIN_US if info.properties.get("adapter_type", "").lower() != "cpu" else 0
         self.native = native.Queue(self.gpu, spin_s=float(os.environ.get(SPIN_ENV) or spin_us) / 1e6)
-        # Our kernels index in bounds (the same code runs unchecked on vulkan and cuda), so by default naga leaves
-        # out the checks a browser adds; RETARGET_WEBGPU_CHECKS=1 keeps them.
-        self.shader_checks = os.environ.get(CHECKS_ENV, "") not in ("", "0")
-        self._scratch: list = []
         self._readback = None
         self._timer = None
         self._uniforms = None  # [the uniform buffer slots are taken from, its next free byte]
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the queue, mapping, and what follows: epoch, last run, readbacks
         self._epoch = 0  # bumped by every write and submit: a learned readback is only as fresh as its run
-        self._last_run: WebGpuCommandBuffer | None = None
+        self._last_run: WebGpuCommandBuffer | None = None  # submitted last, by any thread: wait() maps after it
         self._waited = True
+        self._mine = threading.local()  # .run: weakref to the command buffer this thread submitted last
         if "timestamp-query" in self.features:  # retarget.bench takes device time from devices that have this
             self.timed_submit = self._timed_submit
+
+    @property
+    def shader_checks(self) -> bool:
+        """Our kernels index in bounds (proved when they are built; the same code runs unchecked on vulkan and
+        cuda), so by default naga leaves out the checks a browser adds; RETARGET_WEBGPU_CHECKS=1 keeps them for
+        the shaders made from then on (the device is shared by the process)."""
+        return os.environ.get(CHECKS_ENV, "") not in ("", "0")
+
+    def memory_in_use(self) -> int:
+        """Bytes of GPU buffers and textures alive in this process, as wgpu-py counts them."""
+        from wgpu import diagnostics
+
+        return int(diagnostics.object_counts.get_dict()["total"].get("resource_mem", 0))
 
     def can_load(self, format: str, target: TargetDesc) -> str | None:
         if format != FORMAT:
@@ -412,9 +451,7 @@ class WebGpuDevice:
         for _, _, nbytes in ranges:
             starts.append(size)
             size += _round_up(nbytes, 16)
-        buffer = self.allocate(size)
-        self._scratch.append(buffer)
-        return buffer, starts, size
+        return self.allocate(size), starts, size
 
     def write(self, buffer: WebGpuBuffer, offset: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -422,13 +459,14 @@ class WebGpuDevice:
             raise ValueError(f"writing {raw.nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
         if raw.nbytes == 0:
             return
-        self._epoch += 1
-        start, end = offset - offset % 4, _round_up(offset + raw.nbytes, 4)
-        if (start, end) != (offset, offset + raw.nbytes):  # queue writes whole words: merge with what is there
-            words = self._read_words(buffer, start, end - start).copy()
-            words[offset - start:offset - start + raw.nbytes] = raw
-            raw = words
-        self.native.write(buffer.gpu, start, raw)
+        with self._lock:
+            self._epoch += 1
+            start, end = offset - offset % 4, _round_up(offset + raw.nbytes, 4)
+            if (start, end) != (offset, offset + raw.nbytes):  # queue writes whole words: merge with what is there
+                words = self._read_words(buffer, start, end - start).copy()
+                words[offset - start:offset - start + raw.nbytes] = raw
+                raw = words
+            self.native.write(buffer.gpu, start, raw)
 
     def read(self, buffer: WebGpuBuffer, offset: int, nbytes: int) -> np.ndarray:
         if offset < 0 or offset + nbytes > buffer.nbytes:
@@ -437,16 +475,18 @@ class WebGpuDevice:
             return np.empty(0, dtype=np.uint8)
         start = offset - offset % 4
         size = _round_up(offset + nbytes, 4) - start
-        last = self._last_run
-        fresh = last is not None and last.run_epoch == self._epoch and self._waited
-        if fresh and last.readback_data is not None:
-            found = last.find_readback(buffer, start, size)
-            if found is not None:
-                return found[offset - start:offset - start + nbytes].copy()
-        data = self._read_words(buffer, start, size)
-        if fresh:  # read right after a run: later runs of that command buffer copy it out themselves
-            last.learn_readback(buffer, start, size)
-        return data[offset - start:offset - start + nbytes].copy()
+        with self._lock:
+            mine = getattr(self._mine, "run", None)
+            last = mine() if mine is not None else None
+            fresh = last is not None and last.run_epoch == self._epoch and self._waited
+            if fresh and last.readback_data is not None:
+                found = last.find_readback(buffer, start, size)
+                if found is not None:
+                    return found[offset - start:offset - start + nbytes].copy()
+            data = self._read_words(buffer, start, size)
+            if fresh:  # this thread's read right after its run: later runs of that command buffer copy it out
+                last.learn_readback(buffer, start, size)
+            return data[offset - start:offset - start + nbytes].copy()
 
     def _read_words(self, buffer: WebGpuBuffer, start: int, size: int) -> np.ndarray:
         """Bytes [start, start + size) of `buffer`, both multiples of 4, through the readback buffer."""
@@ -520,6 +560,7 @@ class WebGpuDevice:
             self._epoch += 1
             command_buffer.run_epoch, command_buffer.readback_data = self._epoch, None
             self._last_run, self._waited = command_buffer, False
+            self._mine.run = weakref.ref(command_buffer)
 
     def wait(self) -> None:
         """Return when all submitted work is done: device polls on this thread (see native.Queue). When the last
@@ -532,7 +573,7 @@ class WebGpuDevice:
                 last.readback_data = last.readback_host
             else:
                 self.native.wait()
-            self._waited = True
+            self._waited, self._last_run = True, None
 
     def _timed_submit(self, command_buffer: WebGpuCommandBuffer) -> float:
         """One run of `command_buffer`, waited for; returns the GPU's seconds from the start of its first compute
