@@ -282,3 +282,15 @@ def test_a_hundred_loads_of_a_module_leave_no_wgpu_object_behind(webgpu_device):
     for _ in range(100):
         load_call_drop()
     assert counts() == before
+
+
+def test_an_opengl_adapter_beside_a_native_one_is_listed_unavailable():
+    from retarget.protocols import DeviceInfo
+    from retarget_webgpu.driver import _prefer_native
+
+    vulkan = DeviceInfo("webgpu", "0", "GPU (Vulkan)", properties={"backend": "Vulkan"})
+    gl = DeviceInfo("webgpu", "1", "GPU (OpenGL)", properties={"backend": "OpenGL"})
+    infos = _prefer_native([vulkan, gl])
+    assert infos[0].available and not infos[1].available and "webgpu:0" in infos[1].reason
+    alone = DeviceInfo("webgpu", "0", "GPU (OpenGL)", properties={"backend": "OpenGL"})
+    assert _prefer_native([alone])[0].available  # with nothing better, OpenGL is offered

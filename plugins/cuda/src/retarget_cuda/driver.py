@@ -43,7 +43,8 @@ NAME = "cuda"
 
 
 MODES = ("graph", "stream", "direct")
-SPARE_BYTES = 256 << 20  # freed buffers a device keeps for reuse, at most
+SPARE_BYTES = 64 << 20  # freed buffers a device keeps for reuse, at most
+SPARE_BUFFER_BYTES = 16 << 20  # and each of them at most (outputs handed out through DLPack, not whole arenas)
 
 
 def _default_mode() -> str:
@@ -218,12 +219,15 @@ class CudaBuffer:
         self.owned = address is None if owned is None else owned
         self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")) if address is None \
             else address
+        if self.owned:
+            device.held(nbytes)
 
     def free(self) -> None:
         if not self.owned:
             self.address = 0
         elif self.address:
             address, self.address = self.address, 0
+            self.device.held(-self.nbytes)
             if not self.device.recycle(address, self.nbytes):
                 self.device._current()
                 check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
@@ -381,8 +385,9 @@ class CudaDevice:
         self._events = None  # (start, end) for timed_submit, made on first use
         self._spare: dict[int, list[int]] = {}  # nbytes -> addresses of freed buffers, for reuse (see recycle)
         self._spare_bytes = 0
+        self._held = 0  # bytes of the buffers this device made that are alive (not freed, not spare)
         self._released = False  # a buffer was recycled since the context last synchronised
-        self._pool_lock = threading.Lock()
+        self._pool_lock = threading.RLock()  # allocate holds it while a reused buffer counts itself held
 
     def _current(self) -> None:
         check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -404,11 +409,15 @@ class CudaDevice:
                 return CudaBuffer(self, nbytes, address=spare.pop(), owned=True)
         return CudaBuffer(self, nbytes)
 
+    def held(self, nbytes: int) -> None:
+        with self._pool_lock:
+            self._held += nbytes
+
     def recycle(self, address: int, nbytes: int) -> bool:
         """Keep a freed buffer for the next allocation of its size (a function's outputs, handed out through
         DLPack and dropped each call, cost neither a cuMemAlloc nor a cuMemFree). False: free it now."""
         with self._pool_lock:
-            if self.stream is None or nbytes > SPARE_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
+            if self.stream is None or nbytes > SPARE_BUFFER_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
                 return False
             self._spare.setdefault(nbytes, []).append(address)
             self._spare_bytes += nbytes
@@ -541,12 +550,10 @@ class CudaDevice:
             return check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
 
     def memory_in_use(self) -> int:
-        """Bytes of the GPU's memory in use (total - free of cuMemGetInfo: every process's, every context's),
-        less the freed buffers this device keeps for reuse."""
-        self._current()
-        free, total = check(_cu().cuMemGetInfo(), "cuMemGetInfo")
+        """Bytes of the buffers this device allocated that are alive (the spare ones it keeps for reuse left
+        out): exact, where cuMemGetInfo counts every process's memory in 2 MB pages."""
         with self._pool_lock:
-            return int(total) - int(free) - self._spare_bytes
+            return self._held
 
     def close(self, release_context: bool = True) -> None:
         """Free the streams, events and spare buffers, and release the primary context. When the device goes

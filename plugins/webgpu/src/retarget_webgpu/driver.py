@@ -106,6 +106,20 @@ def _info(index: int, adapter) -> DeviceInfo:
                       reason=why_not, properties=properties)
 
 
+def _prefer_native(infos: list[DeviceInfo]) -> list[DeviceInfo]:
+    """wgpu's OpenGL backend is for machines without Vulkan, Metal or D3D12: beside a native adapter it is listed
+    unavailable (the H100 machine's EGL adapter reports full compute limits, then fails to open a device)."""
+    native = [d for d in infos if d.available and d.properties.get("backend") != "OpenGL"]
+    if not native:
+        return infos
+    for d in infos:
+        if d.available and d.properties.get("backend") == "OpenGL":
+            d.available = False
+            d.reason = (f"wgpu's OpenGL backend is used only where there is no native adapter; use "
+                        f"{native[0].uri} ({native[0].name})")
+    return infos
+
+
 def _no_compute(limits: dict) -> str:
     """Why an adapter cannot run our kernels, or "": a downlevel adapter (OpenGL ES 3.0, WebGL 2) reports zero
     compute and storage limits, and every pipeline on it would lose the device."""
@@ -137,7 +151,7 @@ class WebGpuDriver:
                                reason="wgpu found no adapter (no Vulkan/Metal/D3D12 driver; on Linux without a GPU "
                                       "install Mesa's lavapipe: apt-get install mesa-vulkan-drivers libvulkan1)")]
         try:
-            return [_info(i, a) for i, a in enumerate(adapters)]
+            return _prefer_native([_info(i, a) for i, a in enumerate(adapters)])
         except Exception as e:
             return [DeviceInfo(NAME, "0", "WebGPU adapter", available=False, reason=f"{type(e).__name__}: {e}")]
 
