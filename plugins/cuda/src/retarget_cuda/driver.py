@@ -30,8 +30,10 @@ streams, events, spare buffers, executables' modules, graphs, buffers) is freed 
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 
 import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError
@@ -43,6 +45,18 @@ NAME = "cuda"
 
 
 MODES = ("graph", "stream", "direct")
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # devices alive, whose spare buffers are freed at exit
+
+
+@atexit.register
+def _free_spares() -> None:
+    """Free the spare buffers of devices still alive at exit, so that nothing outlives the process unfreed
+    (compute-sanitizer's leak check sees exactly what a program leaked)."""
+    for device in list(_OPEN):
+        try:
+            device.drop_spares()
+        except Exception:  # the bindings may already be gone
+            pass
 SPARE_BYTES = 64 << 20  # freed buffers a device keeps for reuse, at most
 SPARE_BUFFER_BYTES = 16 << 20  # and each of them at most (outputs handed out through DLPack, not whole arenas)
 
@@ -217,6 +231,7 @@ class CudaBuffer:
     def __init__(self, device: CudaDevice, nbytes: int, address: int | None = None, owned: bool | None = None):
         self.device, self.nbytes = device, nbytes
         self.owned = address is None if owned is None else owned
+        self.handed_out = False  # exported through DLPack: kept for reuse when the consumer lets go
         self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")) if address is None \
             else address
         if self.owned:
@@ -228,7 +243,7 @@ class CudaBuffer:
         elif self.address:
             address, self.address = self.address, 0
             self.device.held(-self.nbytes)
-            if not self.device.recycle(address, self.nbytes):
+            if not (self.handed_out and self.device.recycle(address, self.nbytes)):
                 self.device._current()
                 check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
 
@@ -388,6 +403,7 @@ class CudaDevice:
         self._held = 0  # bytes of the buffers this device made that are alive (not freed, not spare)
         self._released = False  # a buffer was recycled since the context last synchronised
         self._pool_lock = threading.RLock()  # allocate holds it while a reused buffer counts itself held
+        _OPEN.add(self)
 
     def _current(self) -> None:
         check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -409,13 +425,24 @@ class CudaDevice:
                 return CudaBuffer(self, nbytes, address=spare.pop(), owned=True)
         return CudaBuffer(self, nbytes)
 
+    def drop_spares(self) -> None:
+        cu = _cu()
+        with self._pool_lock:
+            if self._spare:
+                self._current()
+            for address in (a for spare in self._spare.values() for a in spare):
+                check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
+            self._spare.clear()
+            self._spare_bytes = 0
+
     def held(self, nbytes: int) -> None:
         with self._pool_lock:
             self._held += nbytes
 
     def recycle(self, address: int, nbytes: int) -> bool:
-        """Keep a freed buffer for the next allocation of its size (a function's outputs, handed out through
-        DLPack and dropped each call, cost neither a cuMemAlloc nor a cuMemFree). False: free it now."""
+        """Keep a freed buffer that was handed out through DLPack for the next allocation of its size (a
+        function's outputs, dropped by the consumer each call, cost neither a cuMemAlloc nor a cuMemFree).
+        False: free it now. Spares left at exit are freed then (`_free_spares`)."""
         with self._pool_lock:
             if self.stream is None or nbytes > SPARE_BUFFER_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
                 return False
@@ -513,6 +540,7 @@ class CudaDevice:
         return CudaBuffer(self, nbytes, address=address)
 
     def address(self, buffer: CudaBuffer) -> int:
+        buffer.handed_out = True  # DLPack hands it out: its memory is kept for the next output when it comes back
         return buffer.address
 
     def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
@@ -569,10 +597,7 @@ class CudaDevice:
                 if stream is not None:
                     check(cu.cuStreamDestroy(stream), "cuStreamDestroy")
             self.stream = self.capture_stream = None
-            with self._pool_lock:
-                for address in (a for spare in self._spare.values() for a in spare):
-                    check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
-                self._spare.clear()
+            self.drop_spares()
             if release_context:
                 check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
 
