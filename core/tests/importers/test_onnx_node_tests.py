@@ -22,8 +22,8 @@ onnx = pytest.importorskip("onnx")
 
 # why a case fails -> the case names (regular expressions, matched in full)
 EXPECTED_FAILURES = {
-    "float8, float4, int4, int2 and e8m0 element types are not supported":
-        r"test_cast(like)?_(no_saturate_|e8m0_)?\w*(FLOAT8|FLOAT4|INT4|INT2|UINT4|UINT2|E8M0)\w*",
+    "FLOAT8E8M0 is Cast-24's type (with its round_mode), past opset 21, the newest the importer claims":
+        r"test_cast_e8m0_\w+",
     "string tensors are not supported": r"test_equal_string\w*",
     "optional and sequence types are not supported": r"test_identity_(opt|sequence)",
     "training mode (BatchNormalization, Dropout) is not supported":
@@ -110,7 +110,7 @@ def run_case(case) -> None:
             ref = np.asarray(ref)
             assert out.shape == ref.shape, f"output {i}: shape {out.shape} != {ref.shape}"
             assert out.dtype == ref.dtype, f"output {i}: dtype {out.dtype} != {ref.dtype}"
-            if ref.dtype.kind in "fc" or ref.dtype.name == "bfloat16":
+            if ref.dtype.kind in "fc" or ref.dtype.name.startswith(("bfloat16", "float")):  # ml_dtypes floats too
                 rtol = max(case.rtol, 1e-2) if ref.dtype.name == "bfloat16" else case.rtol
                 np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=case.atol,
                                            err_msg=f"output {i}")

@@ -27,7 +27,8 @@ MIN_OPSET, MAX_OPSET = 13, 21
 
 # TensorProto.DataType -> retarget element type
 _ONNX_DTYPES = {1: "f32", 2: "ui8", 3: "i8", 4: "ui16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16",
-                11: "f64", 12: "ui32", 13: "ui64", 16: "bf16"}
+                11: "f64", 12: "ui32", 13: "ui64", 16: "bf16", 17: "f8E4M3FN", 18: "f8E4M3FNUZ", 19: "f8E5M2",
+                20: "f8E5M2FNUZ", 21: "ui4", 22: "i4", 23: "f4E2M1FN", 25: "ui2", 26: "i2"}
 
 
 def _dtype(elem_type: int, what: str) -> DType:
@@ -37,7 +38,9 @@ def _dtype(elem_type: int, what: str) -> DType:
         known = elem_type in onnx.TensorProto.DataType.values()
         name = onnx.TensorProto.DataType.Name(elem_type) if known else elem_type
         raise UnsupportedOpError(f"{what} has element type {name}, which retarget does not support",
-                                 hint="supported: float, double, float16, bfloat16, (u)int8-64, bool")
+                                 hint="supported: float, double, float16, bfloat16, (u)int8-64, bool; and "
+                                      "for Cast only: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), float4, (u)int4, "
+                                      "(u)int2")
     return DTYPES[_ONNX_DTYPES[elem_type]]
 
 
@@ -451,17 +454,25 @@ def _clip(n):
     return x
 
 
+def _cast_to(n, x: Value, dtype: DType) -> Value:
+    if x.type.dtype == dtype:
+        return x
+    if dtype.name.startswith("f8") and x.type.dtype.is_float and n.attr("saturate", 1):
+        import ml_dtypes  # saturate (the default): out-of-range values and infinities become the largest finite
+
+        info = ml_dtypes.finfo(dtype.np_dtype)
+        x = C.clamp(n.b, x, float(info.min), float(info.max))
+    return n.b.op("rt.cast", [x], {"dtype": dtype.name})
+
+
 @handles("Cast")
 def _cast(n):
-    dtype = _dtype(n.attr("to"), "Cast target")
-    x = n(0)
-    return x if x.type.dtype == dtype else n.b.op("rt.cast", [x], {"dtype": dtype.name})
+    return _cast_to(n, n(0), _dtype(n.attr("to"), "Cast target"))
 
 
 @handles("CastLike")
 def _cast_like(n):
-    x, dtype = n(0), n(1).type.dtype
-    return x if x.type.dtype == dtype else n.b.op("rt.cast", [x], {"dtype": dtype.name})
+    return _cast_to(n, n(0), n(1).type.dtype)
 
 
 @handles("Where")
