@@ -282,7 +282,7 @@ def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location |
         results = opdef.infer(name, types, attrs)
         if name not in MOVES:
             narrow = sorted({str(t.dtype) for t in [*types, *results] if t.dtype.storage})
-            _check(not narrow, f"{', '.join(narrow)} values are only cast and moved; cast them to f32 (or f16) to compute")
+            _check(not narrow, f"{', '.join(narrow)} values are only cast and moved; cast them to f32 to compute")
         return results
     except _Fail as e:
         raise VerificationError(f"'{name}'{where}: {e}") from None
