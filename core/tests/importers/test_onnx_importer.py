@@ -185,3 +185,13 @@ def test_narrow_types_are_only_cast_and_moved():
     assert b.op("rt.reshape", [x], {"shape": (2, 2)}).type.dtype.name == "f8E4M3FN"
     with pytest.raises(VerificationError, match="f8E4M3FN values are only cast and moved"):
         b.op("rt.add", [x, x])
+
+
+def test_training_dropout_without_a_seed_is_refused_with_a_hint():
+    ratio = numpy_helper.from_array(np.array(0.5, np.float32), "r")
+    training = numpy_helper.from_array(np.array(True), "t")
+    model = make_model([helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")],
+                       [tensor("x", [2, 3])], [tensor("y", [2, 3])], [ratio, training])
+    with pytest.raises(UnsupportedOpError, match="without a seed") as e:
+        OnnxImporter().load(model)
+    assert "drop" in e.value.message and "seed" in e.value.hint
