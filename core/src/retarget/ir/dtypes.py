@@ -79,9 +79,14 @@ def dtype(name: str) -> DType:
         raise KeyError(f"unknown element type '{name}'; known: {', '.join(DTYPES)}") from None
 
 
+_BY_NUMPY = {d.np_dtype: d for d in DTYPES.values()}
+
+
 def from_numpy(np_dtype) -> DType:
     np_dtype = np.dtype(np_dtype)
-    for d in DTYPES.values():
+    if np_dtype in _BY_NUMPY:
+        return _BY_NUMPY[np_dtype]
+    for d in DTYPES.values():  # other byte orders
         if d.np_dtype == np_dtype:
             return d
     raise KeyError(f"numpy dtype {np_dtype} has no retarget element type")

@@ -50,6 +50,8 @@ def _check(cond, reason: str):
 
 
 def broadcast_shapes(*shapes):
+    if all(s == shapes[0] for s in shapes[1:]) and None not in shapes[0]:  # the common case, without numpy
+        return tuple(shapes[0])
     try:
         return tuple(np.broadcast_shapes(*[tuple(1 if d is None else d for d in s) for s in shapes]))
     except ValueError:
@@ -57,7 +59,8 @@ def broadcast_shapes(*shapes):
 
 
 def _same_dtype(types):
-    _check(len({t.dtype for t in types}) == 1, f"operand element types differ: {', '.join(str(t) for t in types)}")
+    if len({t.dtype for t in types}) != 1:  # the message only when it fails: this runs for every op
+        raise _Fail(f"operand element types differ: {', '.join(str(t) for t in types)}")
     return types[0].dtype
 
 
