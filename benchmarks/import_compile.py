@@ -47,7 +47,6 @@ def cold_phases(path: str, model_name: str, onnx_file: str, launched: str) -> di
 
     if path == "torch":
         import torch
-
         from retarget.importers import torch_export
         lap("python imports")
         model, inputs = zoo.make(model_name)
@@ -59,7 +58,6 @@ def cold_phases(path: str, model_name: str, onnx_file: str, launched: str) -> di
         module = torch_export._Converter(program, "main").run()
     else:
         import onnx  # noqa: F401
-
         from retarget.importers.onnx import OnnxImporter
         lap("python imports")
         module = OnnxImporter().load(onnx_file)

@@ -113,7 +113,7 @@ def compile(  # noqa: A001 - the public verb
     for name, graph_pass in GRAPH_PASSES:
         module = graph_pass(module)
         ir.verify(module)
-        dump(name, lambda: ir.print_module(module, elide_constants=True))
+        dump(name, lambda m=module: ir.print_module(m, elide_constants=True))
 
     names = _placement_names(resolved, resolved_fallback)
     primary = placing.Side(names[0], {d.name: placing.with_user_refusals(support_table(b, d), refuse)
