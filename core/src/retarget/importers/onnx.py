@@ -655,14 +655,14 @@ def _pool2d(n, x, rt_name, kernel, strides, dilations, begin, end, count_include
     return n.b.op(rt_name, [x], attrs)
 
 
-def pool(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad=False):
+def _pool_nd(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad=False):
     """Max or average pooling of an NC + 1, 2 or 3 spatial dims tensor, in rt's 2-D pools: 1-D lifted to 2-D,
     3-D as a pool over (H, W) and then one over D (both are separable: max of maxes, and the mean of means
     of equal counts, since a window's count over (H, W) is the same at every depth)."""
     rank = x.type.rank
     if rank == 3:
         lift = n.b.op("rt.reshape", [x], {"shape": x.type.shape[:2] + (1,) + x.type.shape[2:]})
-        y = pool(n, lift, rt_name, [1, *kernel], [1, *strides], [1, *dilations], [0, *begin], [0, *end],
+        y = _pool_nd(n, lift, rt_name, [1, *kernel], [1, *strides], [1, *dilations], [0, *begin], [0, *end],
                  count_include_pad)
         return n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
     if rank == 4:
@@ -686,7 +686,7 @@ def _pool_node(n, rt_name):
         x = n.b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": 0})
         begin, end, include = [0] * len(begin), [0] * len(end), False
     stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
-    y = pool(n, x, rt_name, kernel, strides, dilations, begin, stop, include)
+    y = _pool_nd(n, x, rt_name, kernel, strides, dilations, begin, stop, include)
     if n.wants(1):
         return [y, _max_pool_indices(n, x, y, kernel, strides, dilations, begin, stop)]
     return y
@@ -732,7 +732,7 @@ def _lp_pool(n):
     stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
     b = n.b
     power = b.op("rt.mul", [x, x]) if p == 2 else b.op("rt.pow", [b.op("rt.abs", [x]), C.scalar(b, p, x)])
-    mean = pool(n, power, "rt.avg_pool2d", kernel, strides, dilations, begin, stop, True)
+    mean = _pool_nd(n, power, "rt.avg_pool2d", kernel, strides, dilations, begin, stop, True)
     total = b.op("rt.mul", [mean, C.scalar(b, math.prod(kernel), mean)])
     return b.op("rt.sqrt", [total]) if p == 2 else b.op("rt.pow", [total, C.scalar(b, 1 / p, total)])
 

@@ -468,6 +468,9 @@ def read_through_map(cv: Converter, op: MOp, v: Value, m: AffineMap, space) -> t
             labels.insert(0, [r[1]])
             continue
         dims = sorted(_dims_in(r))
+        if np.prod([space[d] for d in dims], dtype=np.float64) > 2**26:
+            raise UnsupportedOpError(f"'{op.name}': indexing map expression {_expr(r)} spans too many positions",
+                                     location=str(op.loc), hint="at most 2**26 per expression")
         grids = np.meshgrid(*[np.arange(space[d]) for d in dims], indexing="ij") if dims else []
         index = np.asarray(_evaluate(cv, op, r, dict(zip(dims, grids))), dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= v.type.shape[k]):

@@ -495,6 +495,9 @@ def _while(cv: Converter, op: MOp):
                              hint="the loop is unrolled at import; shorten it or move it out of the model")
 
 
+MAX_SORT = 4096
+
+
 @converts("stablehlo.sort")
 def _sort(cv: Converter, op: MOp):
     """Sorting by rank: the comparator runs on every pair (i, j) at once as broadcast tensor ops; an element's
@@ -503,7 +506,13 @@ def _sort(cv: Converter, op: MOp):
     xs = cv.values(op)
     b = cv.b
     rank = xs[0].type.rank
+    if rank == 0 or any(x.type.shape != xs[0].type.shape for x in xs):
+        raise cv.error(op, f"sorts operands of shapes {', '.join(str(x.type) for x in xs)}; they must be one shape "
+                           "of rank 1 or more")
     dim = int(op.attrs.get("dimension", -1)) % rank
+    if xs[0].type.shape[dim] > MAX_SORT:
+        raise UnsupportedOpError(f"'{op.name}': sorting {xs[0].type.shape[dim]} elements is not supported",
+                                 location=str(op.loc), hint=f"the sort compares every pair; at most {MAX_SORT}")
     perm = [d for d in range(rank) if d != dim] + [dim]
     xs = [transpose(b, x, perm) for x in xs]
     lead, n = xs[0].type.shape[:-1], xs[0].type.shape[-1]
