@@ -1,7 +1,11 @@
 """`stablehlo` (and the few `chlo` ops JAX emits), pretty and generic forms.
 
 Layouts are explicit in StableHLO (`dim_numbers`, reduce_window's window): converters
-transpose operands into NCHW/OIHW for the graph op and the result back.
+transpose operands into NCHW/OIHW for the graph op and the result back. Ops the graph IR
+has no op for are spelled in its ops: gather and dynamic slices as `rt.gather` at computed
+linear indices, sort by ranks from the comparator, reductions with any body by pairwise
+halving, transposed convolutions as input dilation; `while` loops whose trip count folds at
+import are unrolled.
 """
 
 from __future__ import annotations
