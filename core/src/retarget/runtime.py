@@ -378,7 +378,7 @@ class LoadedModule:
         self.mode = mode
         if mode is not None and not any(mode in (getattr(d, "modes", None) or ()) for d, _ in choices.values()):
             uris = ", ".join(d.info.uri for d, _ in choices.values())
-            modes = sorted({m for d, _ in choices.values() for m in getattr(d, "modes", None) or ()})
+            modes = list(dict.fromkeys(m for d, _ in choices.values() for m in getattr(d, "modes", None) or ()))
             raise InputError(f"{uris} has no command-buffer mode '{mode}'",
                              hint=f"its modes: {', '.join(modes)}" if modes else "it runs command buffers one way; "
                              "leave out the mode")

@@ -1,6 +1,7 @@
 """The webgpu driver on a real adapter (lavapipe on a machine without a GPU)."""
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,67 @@ def test_copy_and_fill(webgpu_device):
     np.testing.assert_array_equal(got[16:48].view(np.int32), np.arange(8))
 
 
+def test_a_chain_of_dispatches_in_one_command_buffer_runs_in_order(webgpu_device):
+    """300 dispatches of one kernel, each adding to the one before's output: one compute pass, the pipeline set
+    once, and more rt_base uniforms than one uniform buffer of the driver holds."""
+    n, steps = 256, 300
+    exe = webgpu_device.load_executable(compile_kernels([sum_kernel("add", 2, n)], DEFAULT))
+    arena = webgpu_device.allocate(3 * 4 * n)
+    x, b = rng.integers(-100, 100, n).astype(np.float32), np.ones(n, np.float32)
+    webgpu_device.write(arena, 0, x)
+    webgpu_device.write(arena, 8 * n, b)
+    ping, pong = (arena, 0, 4 * n), (arena, 4 * n, 4 * n)
+    cb = webgpu_device.command_buffer()
+    for i in range(steps):
+        src, dst = (ping, pong) if i % 2 == 0 else (pong, ping)
+        cb.dispatch(exe, 0, [src, (arena, 8 * n, 4 * n), dst])
+        cb.barrier()
+    cb.end()
+    webgpu_device.submit(cb)
+    webgpu_device.wait()
+    np.testing.assert_array_equal(webgpu_device.read(arena, 0, 4 * n).view(np.float32), x + steps)
+
+
+def test_timed_submit_runs_the_work_and_returns_the_gpu_seconds(webgpu_device):
+    if not hasattr(webgpu_device, "timed_submit"):
+        pytest.skip(f"{webgpu_device.info.name} has no timestamp-query feature")
+    n = 1 << 14
+    exe = webgpu_device.load_executable(compile_kernels([sum_kernel("add", 2, n)], DEFAULT))
+    arena = webgpu_device.allocate(3 * 4 * n)
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    webgpu_device.write(arena, 0, a)
+    webgpu_device.write(arena, 4 * n, b)
+    cb = webgpu_device.command_buffer()
+    cb.dispatch(exe, 0, [(arena, 0, 4 * n), (arena, 4 * n, 4 * n), (arena, 8 * n, 4 * n)])
+    cb.end()
+    start = time.perf_counter()
+    seconds = webgpu_device.timed_submit(cb)
+    wall = time.perf_counter() - start
+    assert 0 < seconds < wall
+    np.testing.assert_allclose(webgpu_device.read(arena, 8 * n, 4 * n).view(np.float32), a + b, rtol=1e-6)
+
+
+def test_shaders_leave_out_naga_checks_unless_retarget_webgpu_checks_is_set(webgpu_device, monkeypatch):
+    module, x, expected = mlp_module()
+    art = retarget.compile(module, "webgpu-spirv")
+    assert not retarget.load(art, device="webgpu").device.shader_checks
+    monkeypatch.setenv("RETARGET_WEBGPU_CHECKS", "1")
+    checked = retarget.load(art, device="webgpu")
+    assert checked.device.shader_checks
+    np.testing.assert_allclose(checked.predict(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_spinning_wait_returns_each_calls_own_outputs(webgpu_device, monkeypatch):
+    monkeypatch.setenv("RETARGET_WEBGPU_SPIN_US", "200000")
+    module, x, _ = mlp_module()
+    m = retarget.load(retarget.compile(module, "webgpu-spirv"), device="webgpu")
+    reference = retarget.load(retarget.compile(module, "vmvx"), device="local-sync")
+    assert m.device.native.spin_s == 0.2
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
+        np.testing.assert_allclose(m.predict(x), reference.predict(x), rtol=1e-5, atol=1e-5)
+
+
 def test_code_for_larger_limits_than_the_device_has_is_refused_with_the_fix(webgpu_device):
     have = webgpu_device.limits["max-compute-workgroup-storage-size"]
     desc = _with_limits(max_compute_workgroup_storage_size=have * 2)
@@ -155,3 +217,18 @@ def test_loading_a_cpu_module_on_webgpu_names_what_it_holds(webgpu_device):
     module, _, _ = mlp_module()
     with pytest.raises(UnknownDeviceError, match="vmvx"):
         retarget.load(retarget.compile(module, "vmvx"), device="webgpu")
+
+
+def test_an_adapter_without_compute_is_listed_unavailable_with_the_reason():
+    """A downlevel adapter (OpenGL ES 3.0: the H100 machine's EGL one) reports zero compute limits; opening it
+    and building a pipeline would lose the device, so it is not offered."""
+    from retarget_webgpu.driver import _info
+
+    class Downlevel:
+        info = {"device": "Some GPU", "backend_type": "OpenGL", "adapter_type": "DiscreteGPU"}
+        features = set()
+        limits = {"max-compute-invocations-per-workgroup": 0, "max-compute-workgroups-per-dimension": 0,
+                  "max-storage-buffers-per-shader-stage": 0, "max-buffer-size": 1 << 28}
+
+    info = _info(3, Downlevel())
+    assert not info.available and "no compute shaders" in info.reason and "Vulkan adapter" in info.reason

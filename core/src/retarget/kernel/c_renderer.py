@@ -188,7 +188,6 @@ class Dialect:
     cast_helper: str = ""  # replacing `CAST_HELPER`
     fragments: FragmentSpelling | None = None  # None: the portable expansion
     index32: bool = False  # index arithmetic in 32 bits where the kernel's buffers allow (see index32.py)
-    half_bits: str = ""  # an unsigned 16-bit type: halves that are only copied move as these bits (vectorizable)
 
 
 C99 = Dialect(
@@ -220,9 +219,6 @@ CUDA = Dialect(
     to_storage={"f16": "__float2half_rn({0})", "bf16": "__float2bfloat16_rn({0})"},
     kernel='extern "C" __global__ void __launch_bounds__({threads}) {name}({params})',
     param="{const}{T} *__restrict__ {name}",
-    # Bindings start at multiples of 64 bytes (the runtime's slots; drivers refuse others), so runs of 16 bytes
-    # at aligned indices load and store as one vector.
-    prologue="{name} = ({const}{T} *)__builtin_assume_aligned({name}, 16);",
     group_id="blockIdx.{x}",
     thread_id="threadIdx.{x}",
     barrier="__syncthreads();",
@@ -234,7 +230,6 @@ CUDA = Dialect(
     preamble="#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
     index32=True,
     shared_array="{shared} __align__(16) {T} {name}[{size}];",  # 16-byte aligned: runs of 4 words load as one
-    half_bits="unsigned short",
     # wmma (sm_70 and newer; bf16 from sm_80): the target advertises only what its arch has.
     fragments=FragmentSpelling(
         shapes=((16, 16, 16, "f16", "f32"), (16, 16, 16, "bf16", "f32")),
@@ -580,10 +575,8 @@ class _Renderer:
         self.index_ctype = self.ctype(index_dt)
         self.k = kn
         # Half arrays that only move elements (a matmul's staging registers) keep them as stored: no conversions.
-        copies = {name for name in k.copy_arrays(kn)
-                  if _local_type(kn, name).name in HALVES and _local_type(kn, name).name in d.storage}
-        self.stored |= copies
-        self.bit_arrays = copies if d.half_bits else set()  # declared as bits; copies in and out are bit copies
+        self.stored |= {name for name in k.copy_arrays(kn)
+                        if _local_type(kn, name).name in HALVES and _local_type(kn, name).name in d.storage}
         threads = list(zip(kn.thread_vars, kn.workgroup_size))
         params = []
         for i, p in enumerate(kn.params):
@@ -667,10 +660,6 @@ class _Renderer:
         v = s.value
         if isinstance(v, k.Load) and dt.name in HALVES and self.stored_as_is(s.buffer) and \
                 self.stored_as_is(v.buffer) and self.buffer(v.buffer)[0] == v.dtype == dt:
-            if s.buffer in self.bit_arrays or v.buffer in self.bit_arrays:  # a plain integer copy vectorizes
-                to, source = self.bits(s.buffer, self.expr(s.index)), self.bits(v.buffer, self.expr(v.index))
-                self.emit(f"{to} = {source};")
-                return
             self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {self.element(v.buffer, self.expr(v.index))};")
             return
         value = self.convert(self.expr(s.value), s.value.dtype, dt)
@@ -678,19 +667,10 @@ class _Renderer:
             value = self.d.to_storage[dt.name].format(value)
         self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {value};")
 
-    def bits(self, name: str, index: str) -> str:
-        """Element `index` of half buffer or array `name`, as the dialect's 16-bit unsigned bits."""
-        if name in self.bit_arrays:
-            return f"{name}[{index}]"
-        const = "const " if name in self.buffers and self.buffers[name][1] and \
-            next(p.access for p in self.k.params if p.name == name) == "read" else ""
-        return f"(({const}{self.d.half_bits} *){name})[{index}]"
-
     def stmt_local(self, s: k.Local) -> None:
         stored = s.name in self.stored
-        ctype = self.d.half_bits if s.name in self.bit_arrays else self.storage_type(s.dtype) if stored \
-            else self.ctype(s.dtype)
-        fields = dict(T=ctype, name=s.name, size=s.size, shared=self.d.shared)
+        fields = dict(T=self.storage_type(s.dtype) if stored else self.ctype(s.dtype), name=s.name, size=s.size,
+                      shared=self.d.shared)
         self.buffers[s.name] = (s.dtype, False)
         if not s.shared:
             self.emit(self.d.array.format(**fields))

@@ -792,11 +792,9 @@ def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
 @dataclass(frozen=True)
 class _Spread:
     """How the first `used` threads of a workgroup cover a rows x cols block in `count` elements each,
-    consecutive threads on consecutive runs of `run` elements along the rows (`along_rows`) or columns: element
-    e of thread t is at (row + offset(e)[0], col + offset(e)[1]), `row` and `col` being the thread's own
-    (expressions of t, computed once), the offsets expressions of e alone (constants once unrolled). A thread's
-    `run` consecutive elements are consecutive in memory along the contiguous side, so a language that
-    vectorizes moves them with one wide load or store."""
+    consecutive threads on consecutive rows (`along_rows`) or columns: element e of thread t is at
+    (row + offset(e)[0], col + offset(e)[1]), `row` and `col` being the thread's own (expressions of t,
+    computed once), the offsets expressions of e alone (constants once unrolled)."""
 
     row: Expr
     col: Expr
@@ -806,25 +804,20 @@ class _Spread:
     used: int
     count: int
     along_rows: bool
-    run: int = 1
 
     def offset(self, e: Expr) -> tuple[Expr, Expr]:
-        units = (self.rows if self.along_rows else self.cols) // self.run
-        u, w = (e // self.run, e % self.run) if self.run > 1 else (e, k.const(0))
-        if self.used >= units:
-            slow, quick = _times(u, self.used // units), k.const(0)
+        fast = self.rows if self.along_rows else self.cols
+        if self.used >= fast:
+            slow, quick = e * (self.used // fast), k.const(0)
         else:
-            slow, quick = (u * self.used) // units, (u * self.used) % units
-        quick = _times(quick, self.run) + w
+            slow, quick = (e * self.used) // fast, (e * self.used) % fast
         return (quick, slow) if self.along_rows else (slow, quick)
 
     def holds(self, t: Expr, e: Expr) -> Expr | None:
         """Whether thread t holds element e; None when every thread holds every element."""
         conds = [Compare("lt", t, k.const(self.used))] if self.used < self.threads else []
-        total = self.rows * self.cols // self.run
-        if total % self.used:
-            u = e // self.run if self.run > 1 else e
-            conds.append(Compare("lt", t + u * self.used, k.const(total)))
+        if (self.rows * self.cols) % self.used:
+            conds.append(Compare("lt", t + e * self.used, k.const(self.rows * self.cols)))
         return _all(conds)
 
 
@@ -835,20 +828,17 @@ def _times(e: Expr, factor: int) -> Expr:
     return e * factor
 
 
-def _spread(rows: int, cols: int, threads: int, t: Expr, along_rows: bool, run: int = 1) -> _Spread:
-    """The threads in order over the block, `along_rows` or along the columns, in runs of `run` elements
-    (1 where the contiguous side is not a multiple of it): the first `used` of them, a multiple or a divisor
-    of the runs along the contiguous side, so that each element's offsets are constants."""
+def _spread(rows: int, cols: int, threads: int, t: Expr, along_rows: bool) -> _Spread:
+    """The threads in order over the block, `along_rows` or along the columns: the first `used` of them,
+    a multiple or a divisor of the contiguous side, so that each element's offsets are constants."""
     fast = rows if along_rows else cols
-    run = run if fast % run == 0 else 1
-    units = fast // run
-    used = (threads // units) * units if threads >= units else max(d for d in range(1, threads + 1) if units % d == 0)
-    if used >= units:
-        slow_t, fast_t = t // units, _times(t % units, run)
+    used = (threads // fast) * fast if threads >= fast else max(d for d in range(1, threads + 1) if fast % d == 0)
+    if used >= fast:
+        slow_t, fast_t = t // fast, t % fast
     else:
-        slow_t, fast_t = k.const(0), _times(t, run)
+        slow_t, fast_t = k.const(0), t
     row, col = (fast_t, slow_t) if along_rows else (slow_t, fast_t)
-    return _Spread(row, col, rows, cols, threads, used, -(-rows * cols // (used * run)) * run, along_rows, run)
+    return _Spread(row, col, rows, cols, threads, used, -(-rows * cols // used), along_rows)
 
 
 @dataclass
@@ -980,8 +970,7 @@ class _Staged:
         """The registers and the thread's offsets (and with `unguarded`, its base address, if any)."""
         strides = self.layout[1] if self.layout else None
         along_rows = strides is not None and strides[-2] == 1 and strides[-1] != 1
-        # runs of 16 bytes: a language that vectorizes stages each run with one load and one store
-        self.spread = _spread(self.rows, self.cols, threads, Var("tid"), along_rows, max(1, 16 // dt.itemsize))
+        self.spread = _spread(self.rows, self.cols, threads, Var("tid"), along_rows)
         out = [Local(self.regs, self.spread.count, dt),
                Assign(self.row_t, self.spread.row),
                Assign(self.col_t, self.spread.col),

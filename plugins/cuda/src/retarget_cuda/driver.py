@@ -36,7 +36,6 @@ NAME = "cuda"
 
 MODES = ("graph", "stream", "direct")
 SPARE_BYTES = 256 << 20  # freed buffers a device keeps for reuse, at most
-BINDING_ALIGNMENT = 16  # the generated code assumes it (see the CUDA dialect's prologue)
 
 
 def _default_mode() -> str:
@@ -270,9 +269,6 @@ class CudaCommandBuffer:
         for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
             if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
-            if (buf.address + offset) % BINDING_ALIGNMENT:
-                raise ValueError(f"{ep.name}: a binding at offset {offset} is not {BINDING_ALIGNMENT}-byte aligned "
-                                 "(kernels load 16-byte runs)")
         values = np.array([buf.address + offset for buf, offset, _ in bindings], dtype=np.uint64)
         pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
         self.keep.append((values, pointers, [buf for buf, _, _ in bindings]))
