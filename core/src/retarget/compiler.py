@@ -109,11 +109,11 @@ def compile(  # noqa: A001 - the public verb
 
     module = import_model(source, **import_options)
     ir.verify(module)
-    dump("import", ir.print_module(module, elide_constants=True))
+    dump("import", lambda: ir.print_module(module, elide_constants=True))
     for name, graph_pass in GRAPH_PASSES:
         module = graph_pass(module)
         ir.verify(module)
-        dump(name, ir.print_module(module, elide_constants=True))
+        dump(name, lambda m=module: ir.print_module(m, elide_constants=True))
 
     names = _placement_names(resolved, resolved_fallback)
     primary = placing.Side(names[0], {d.name: placing.with_user_refusals(support_table(b, d), refuse)
@@ -122,7 +122,7 @@ def compile(  # noqa: A001 - the public verb
         if resolved_fallback else None
     placements = {fn.name: placing.place_function(fn, primary, secondary) for fn in module.functions.values()}
     sides = {primary.name: list(primary.tables), **({secondary.name: list(secondary.tables)} if secondary else {})}
-    dump("placement", placing.explain_text(placing.report(placements, sides)))
+    dump("placement", lambda: placing.explain_text(placing.report(placements, sides)))
     placing.check(placements, sides, bool(resolved_fallback))
 
     used = {fp.dispatch_placement(d) for fp in placements.values() for d in fp.dispatches}
@@ -166,7 +166,7 @@ def _single(source, placements: dict, resolved: list, dump) -> Artifact:
     dispatches = {name: fp.dispatches for name, fp in placements.items()}
     kernels = [d.function for ds in dispatches.values() for d in ds]
     entry_index = {k.name: i for i, k in enumerate(kernels)}
-    dump("dispatches", ir.print_module(Module({k.name: k for k in kernels}), elide_constants=True))
+    dump("dispatches", lambda: ir.print_module(Module({k.name: k for k in kernels}), elide_constants=True))
 
     pool = ConstantPool()
     functions = {}
@@ -189,7 +189,7 @@ def _partitioned(source, placements: dict, sides: dict[str, list], order: list[s
         for d in fp.dispatches:
             placement_of[d] = fp.dispatch_placement(d)
             kernels[placement_of[d]].append(d.function)
-    dump("dispatches", ir.print_module(Module({k.name: k for ks in kernels.values() for k in ks}),
+    dump("dispatches", lambda: ir.print_module(Module({k.name: k for ks in kernels.values() for k in ks}),
                                        elide_constants=True))
     entry_index = {p: {k.name: i for i, k in enumerate(ks)} for p, ks in kernels.items()}
     pools = {p: ConstantPool() for p in order}
@@ -281,9 +281,11 @@ class _Dumper:
         if self.directory:
             self.directory.mkdir(parents=True, exist_ok=True)
 
-    def __call__(self, stage: str, text: str):
+    def __call__(self, stage: str, text):
+        """`text`, or a function that makes it: printing a large module costs more than compiling it."""
         if self.directory is None:
             return
+        text = text() if callable(text) else text
         self.count += 1
         suffix = ".txt" if stage.startswith("executable") and not text.startswith("module") else ".mlir"
         (self.directory / f"{self.count:02d}-{stage}{suffix}").write_text(text)

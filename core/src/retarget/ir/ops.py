@@ -26,6 +26,8 @@ UNARY = (
 BINARY = "add sub mul div rem pow max min and or xor atan2".split()
 COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_KINDS = ("sum", "max", "min", "prod", "and", "or")
+# The ops that only move or convert elements: the only ones that take storage-only types (f8, f4, ui4, i2).
+MOVES = frozenset(f"rt.{n}" for n in "cast constant reshape transpose broadcast slice concat pad gather select".split())
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ def _check(cond, reason: str):
 
 
 def broadcast_shapes(*shapes):
+    if all(s == shapes[0] for s in shapes[1:]) and None not in shapes[0]:  # the common case, without numpy
+        return tuple(shapes[0])
     try:
         return tuple(np.broadcast_shapes(*[tuple(1 if d is None else d for d in s) for s in shapes]))
     except ValueError:
@@ -55,7 +59,8 @@ def broadcast_shapes(*shapes):
 
 
 def _same_dtype(types):
-    _check(len({t.dtype for t in types}) == 1, f"operand element types differ: {', '.join(str(t) for t in types)}")
+    if len({t.dtype for t in types}) != 1:  # the message only when it fails: this runs for every op
+        raise _Fail(f"operand element types differ: {', '.join(str(t) for t in types)}")
     return types[0].dtype
 
 
@@ -277,7 +282,11 @@ def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location |
     if missing:
         raise VerificationError(f"'{name}'{where}: missing attribute {', '.join(missing)}")
     try:
-        return opdef.infer(name, types, attrs)
+        results = opdef.infer(name, types, attrs)
+        if name not in MOVES:
+            narrow = sorted({str(t.dtype) for t in [*types, *results] if t.dtype.storage})
+            _check(not narrow, f"{', '.join(narrow)} values are only cast and moved; cast them to f32 to compute")
+        return results
     except _Fail as e:
         raise VerificationError(f"'{name}'{where}: {e}") from None
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:

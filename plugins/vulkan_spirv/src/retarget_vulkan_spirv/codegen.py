@@ -90,6 +90,7 @@ def support_table(features):
             ops[f"rt.{op}:f64"] = "GLSL.std.450 computes it in 32 bits only; cast the model to f32"
     dtypes = {} if "Float64" in features else {
         "f64": "needs the SPIR-V capability Float64, which the target does not have"}
+    dtypes.update({name: "the SPIR-V code generator has no such type" for name, dt in DTYPES.items() if dt.storage})
     buffers = {"i4": "SPIR-V buffers hold no 4-bit integers"}
     buffers.update({name: f"needs the SPIR-V capability {cap}, which the target does not have"
                     for name, (_, cap) in STORAGE_CAPABILITY.items() if cap not in features})
