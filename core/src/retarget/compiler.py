@@ -20,6 +20,8 @@ from .module_format import CONSTANTS, FORMAT, FORMAT_VERSION, Artifact
 from .passes.conv_folding import fold_conv_scales
 from .passes.dispatch import form_dispatches
 from .passes.host_program import ConstantPool, format_program, plan_function
+from .passes.precision import precision_dtype, set_precision
+from .passes.quantize import quantize_weights, scheme
 from .passes.simplify import canonicalize, fold_constants
 from .plugin_manager import manager
 from .protocols import TargetDesc
@@ -75,8 +77,18 @@ def compile(  # noqa: A001 - the public verb
     *,
     dump_dir: str | Path | None = None,
     notes: Callable[[str], None] | None = None,
+    precision: str | None = None,
+    interface_precision: str | None = None,
+    quantize: str | None = None,
     **import_options,
 ) -> Artifact:
+    """`precision` is the float type kernels compute in (f32, f16, bf16; sums accumulate in f32; default: the
+    model's own types);
+    `interface_precision` the float type of the functions' arguments and results (default: the model's);
+    `quantize` a weight quantization scheme (`passes.quantize.SCHEMES`: int8, int4-g32, 8da4w-g32, ...)."""
+    compute = precision_dtype(precision) if precision else None
+    interface = precision_dtype(interface_precision, "interface precision") if interface_precision else None
+    quant = scheme(quantize) if quantize else None
     targets = [target] if isinstance(target, (str, TargetDesc)) else list(target)
     if not targets:
         raise UnknownTargetError("no target given", hint="pass --target, e.g. --target vmvx")
@@ -93,6 +105,14 @@ def compile(  # noqa: A001 - the public verb
         module = graph_pass(module)
         ir.verify(module)
         dump(name, ir.print_module(module, elide_constants=True))
+    if quant is not None:
+        module = quantize_weights(module, quant)
+        ir.verify(module)
+        dump(f"quantize-{quant.name}", ir.print_module(module, elide_constants=True))
+    if compute is not None or interface is not None:
+        module = set_precision(module, compute, interface)
+        ir.verify(module)
+        dump(f"precision-{(compute or interface).name}", ir.print_module(module, elide_constants=True))
 
     dispatches = {fn.name: form_dispatches(fn) for fn in module.functions.values()}
     kernels = [d.function for ds in dispatches.values() for d in ds]

@@ -64,6 +64,7 @@ C_OPS = {
     "pow.float": "pow{f}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
     "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "shr.int": "({0} >> {1})",  # arithmetic for signed types (every C compiler we target), logical for unsigned
     "atan2.float": "atan2{f}({0}, {1})",
 }
 # Where a language lacks a libm function, these helpers stand in (MSL has no erf, log1p, expm1).
@@ -337,6 +338,7 @@ WGSL_OPS = {
     "pow.float": "pow({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
     "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "shr.int": "({0} >> u32({1}))",
     "atan2.float": "atan2({0}, {1})",
     **FALLBACK_OPS,  # no erf, log1p, expm1 in WGSL
 }

@@ -1,0 +1,89 @@
+"""A numpy model of retarget's quantization, written apart from the compiler's (`passes/quantize.py`) so
+that tests check the compiler, its kernels and every backend against it rather than against themselves.
+
+    w_hat = dequantized(w, "int4-g32")                 # the weight the quantized layer computes with
+    y = linear(x, w, "int4-g32")                       # x @ w_hat^T, w as [out, in]
+    y = linear(x, w, "8da4w-g32")                      # int8 activations per row, exact integer group sums
+
+Per output channel (or group of `group` inputs), in f32: symmetric scale = max|w| / (2^(bits-1) - 1) and
+q = clip(rint(w / scale)); asymmetric scale = (max(w, 0) - min(w, 0)) / (2^bits - 1), zero =
+clip(rint(-min(w, 0) / scale)), q = clip(rint(w / scale) + zero) - zero; a zero channel or group has scale 1.
+Activations (8da): s = max|x| / 127 per row (1 for a zero row), xq = clip(rint(x / s), -127, 127).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+SCHEME = re.compile(r"^(?:(?P<da>8da)(?P<wbits>[48])w|int(?P<bits>[48]))(?:-g(?P<group>\d+))?(?P<asym>-asym)?$")
+
+
+def parse(scheme: str) -> dict:
+    """'int4-g32-asym' -> {"bits": 4, "group": 32, "symmetric": False, "dynamic": False}."""
+    m = SCHEME.match(scheme)
+    if m is None:
+        raise ValueError(f"not a quantization scheme: {scheme}")
+    return {"bits": int(m["wbits"] or m["bits"]), "group": int(m["group"]) if m["group"] else None,
+            "symmetric": not m["asym"], "dynamic": bool(m["da"])}
+
+
+def _groups(w: np.ndarray, group: int | None):
+    """w [rows, cols] -> list of column slices, one per group (the whole row when group is None)."""
+    cols = w.shape[1]
+    size = cols if group is None else group
+    return [slice(start, min(start + size, cols)) for start in range(0, cols, size)]
+
+
+def weight_integers(w: np.ndarray, scheme: str) -> tuple[np.ndarray, np.ndarray]:
+    """(integer weights q - zero [rows, cols] as int64, scale per column [rows, cols] as f32)."""
+    p = parse(scheme)
+    w = np.asarray(w, np.float32)
+    q = np.zeros(w.shape, np.int64)
+    scales = np.zeros(w.shape, np.float32)
+    for cols in _groups(w, p["group"]):
+        block = w[:, cols]
+        if p["symmetric"]:
+            top = np.float32(2 ** (p["bits"] - 1) - 1)
+            scale = np.abs(block).max(axis=1) / top
+            scale[scale == 0] = 1
+            values = np.clip(np.rint(block / scale[:, None]), -top, top)
+        else:
+            top = np.float32(2 ** p["bits"] - 1)
+            lo, hi = np.minimum(block.min(axis=1), 0), np.maximum(block.max(axis=1), 0)
+            scale = (hi - lo) / top
+            scale[scale == 0] = 1
+            zero = np.clip(np.rint(-lo / scale), 0, top)
+            values = np.clip(np.rint(block / scale[:, None]) + zero[:, None], 0, top) - zero[:, None]
+        q[:, cols] = values.astype(np.int64)
+        scales[:, cols] = scale[:, None]
+    return q, scales
+
+
+def dequantized(w: np.ndarray, scheme: str) -> np.ndarray:
+    """The f32 weight a layer quantized with `scheme` computes with."""
+    q, scales = weight_integers(w, scheme)
+    return (q * scales.astype(np.float64)).astype(np.float32)
+
+
+def activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(xq as int64, per-row scale [..., 1] as f32) of 8-bit dynamic per-row quantization."""
+    x = np.asarray(x, np.float32)
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    scale = np.where(amax > 0, amax / np.float32(127), np.float32(1)).astype(np.float32)
+    return np.clip(np.rint(x / scale), -127, 127).astype(np.int64), scale
+
+
+def linear(x: np.ndarray, w: np.ndarray, scheme: str) -> np.ndarray:
+    """x @ w^T ([..., in] x [out, in]) as a layer quantized with `scheme` computes it, in f64."""
+    p = parse(scheme)
+    if not p["dynamic"]:
+        return np.asarray(x, np.float64) @ dequantized(w, scheme).astype(np.float64).T
+    xq, xs = activations(x)
+    q, scales = weight_integers(w, scheme)
+    out = np.zeros(xq.shape[:-1] + (w.shape[0],), np.float64)
+    for cols in _groups(np.asarray(w), p["group"]):
+        exact = xq[..., cols] @ q[:, cols].T  # integers, exactly
+        out += exact * scales[:, cols.start].astype(np.float64)
+    return out * xs.astype(np.float64)
