@@ -106,7 +106,9 @@ def compile(  # noqa: A001 - the public verb
         ir.verify(module)
         dump(name, ir.print_module(module, elide_constants=True))
     if quant is not None:
-        module = quantize_weights(module, quant)
+        module, summary = quantize_weights(module, quant)
+        if notes:
+            notes(summary)
         ir.verify(module)
         dump(f"quantize-{quant.name}", ir.print_module(module, elide_constants=True))
     if compute is not None or interface is not None:

@@ -177,6 +177,17 @@ def doctor(as_json: JsonFlag = False):
 # -- compile and run ----------------------------------------------------------------------------
 
 
+def _quantize_help() -> str:
+    from ..passes.quantize import SCHEMES
+
+    return ("Quantize the weights of linear layers and 1x1 convolutions: int8 (per output channel), "
+            "int4-gG (per group of G inputs), 8da8w and 8da4w-gG (also int8 activations, one scale per row, "
+            "computed at run time); -asym adds zero points. One of: " + ", ".join(SCHEMES) + ".")
+
+
+_QUANTIZE_HELP = _quantize_help()
+
+
 @app.command(name="compile")
 def compile_(
     source: Annotated[Path, typer.Argument(help="Model: .mlir (linalg/TOSA/StableHLO/graph IR), .onnx or .pt2.")],
@@ -188,9 +199,22 @@ def compile_(
         "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
     sign: Annotated[Path | None, typer.Option(
         "--sign", help="Sign the module with this Ed25519 private key (PEM; `retarget keygen` makes one).")] = None,
+    precision: Annotated[str | None, typer.Option(
+        "--precision", help="Compute floats in f32, f16 or bf16 (sums still accumulate in f32). "
+        "Default: the model's own types.")] = None,
+    interface_precision: Annotated[str | None, typer.Option(
+        "--interface-precision", help="Float type of the functions' arguments and results: f32, f16 or bf16. "
+        "Default: the model's own, whatever --precision is.")] = None,
+    quantize: Annotated[str | None, typer.Option(
+        "--quantize", help=_QUANTIZE_HELP)] = None,
     as_json: JsonFlag = False,
 ):
-    """Compile a model into a .rtm module holding code for each target."""
+    """Compile a model into a .rtm module holding code for each target.
+
+    Precision and quantization, e.g.:
+
+    `retarget compile model.pt2 --target cuda --precision f16 --quantize int4-g32 -o model.rtm`
+    """
     from .. import compiler
 
     if output is None:
@@ -201,7 +225,8 @@ def compile_(
     start = time.perf_counter()
     with err.status(f"compiling {source} for {', '.join(targets)}"):
         artifact = compiler.compile(source, targets, dump_dir=dump_after_all,
-                                    notes=lambda n: err.print(f"note: {n}"))
+                                    notes=lambda n: err.print(f"note: {n}"), precision=precision,
+                                    interface_precision=interface_precision, quantize=quantize)
         artifact.save(output, signing_key=sign)
     elapsed = time.perf_counter() - start
     summary = {
@@ -212,6 +237,7 @@ def compile_(
         "bytes": output.stat().st_size,
         "seconds": round(elapsed, 3),
         "signed": sign is not None,
+        "constant_bytes": artifact.manifest["constants"]["size"],
     }
     if as_json:
         return _print_json(summary)

@@ -123,10 +123,13 @@ def pack(u: np.ndarray, bits: int) -> np.ndarray:
 # -- the pass -------------------------------------------------------------------------------------------------
 
 
-def quantize_weights(module: Module, s: Scheme) -> Module:
+def quantize_weights(module: Module, s: Scheme) -> tuple[Module, str]:
     """Every matmul with a constant 2-D float right operand, and every ungrouped 1x1 convolution with a
     constant filter, reads packed weights; with dynamic activations, matmuls (and stride-1 unpadded 1x1
-    convolutions, as matmuls over pixels) also quantize their activations per row."""
+    convolutions, as matmuls over pixels) also quantize their activations per row. Returns the module and
+    a one-line summary (layers quantized, their weights' bytes before and after)."""
+    counts = {"rt.matmul": 0, "rt.conv2d": 0}
+    before = after = 0
     for fn in module.functions.values():
         replace: dict[Value, Value] = {}
         new_ops: list[Operation] = []
@@ -137,12 +140,18 @@ def quantize_weights(module: Module, s: Scheme) -> Module:
                 new_ops.append(op)
                 continue
             ops, result = out
+            counts[op.name] += 1
+            before += op.operands[1].type.nbytes
+            after += sum(o.result.type.nbytes for o in ops if o.name == "rt.constant" and o.result.type.rank == 2)
             new_ops += ops
             replace[op.result] = result
         fn.ops = new_ops
         fn.returns = [replace.get(v, v) for v in fn.returns]
         eliminate_dead_ops(fn)
-    return module
+    summary = (f"{s.name}: {counts['rt.matmul']} linear layers and {counts['rt.conv2d']} 1x1 convolutions quantized, "
+               f"their weights {before:,} -> {after:,} bytes" if before else
+               f"{s.name}: no layer to quantize (it takes matmuls with a constant 2-D weight and 1x1 convolutions)")
+    return module, summary
 
 
 def _constant(v: Value) -> np.ndarray | None:

@@ -55,7 +55,9 @@ def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
         if p.dtype.name not in STORAGE_TYPES:
             why = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
                    "f64": "WGSL has no f64; use f32",
-                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}.get(
+                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32",
+                   "bf16": "WGSL has no bf16, nor 16-bit integers to hold its bits; compile with --precision f16 "
+                           "(on a device with shader-f16) or f32"}.get(
                 p.dtype.name, "WGSL buffers hold f32, i32, u32 and (with shader-f16) f16")
             raise UnsupportedOpError(f"webgpu-spirv: kernel {kn.name} has a {p.dtype} buffer (%{p.name}): {why}",
                                      hint="cast the model to f32/i32, or use another target")
