@@ -220,7 +220,10 @@ class _Matmul:
     def gpu(self) -> list:
         lw, w = self.lw, self.w
         threads = lw.threads
-        along_words = w.units == 1  # per-channel: the lanes split the row's words, and their sums add exactly
+        # Lanes walk the words of the row (consecutive threads read consecutive words) unless the unit sums must
+        # stay exact integers across several words of a group (8da4w): then each lane takes whole groups.
+        along_words = w.units == 1 or self.dt == F32
+        scaled_words = along_words and w.units > 1  # each word's sum is scaled by its own group's scale
         steps_total = w.words if along_words else w.units
         lanes = 1
         while lanes < 32 and 2 * lanes <= steps_total and 2 * lanes <= threads and lw.desc.shared_memory_bytes:
@@ -234,7 +237,7 @@ class _Matmul:
         tid, wg = Var("tid"), Var("wg")
         n, lane, m0, step, acc, part, word, unit, zero = (lw.fresh(p) for p in (
             "n", "lane", "m0", "step", "acc", "part", "word", "unit", "z"))
-        sum_dt = self.dt if along_words else F32  # what the lanes add up
+        sum_dt = self.dt if along_words and not scaled_words else F32  # what the lanes add up
         ms = [Var(m0) + i for i in range(rows)]
         body = [Assign(n, (wg % col_blocks) * columns + tid // lanes), Assign(lane, tid % lanes),
                 Assign(m0, (wg // col_blocks) * rows), Local(acc, rows, sum_dt)]
@@ -247,19 +250,29 @@ class _Matmul:
             row_ok = [None] * rows
         nv = Var(n)
 
-        def add_word(wexpr: Expr, into: str, dt: DType) -> list:
+        def add_word(wexpr: Expr, into: str, dt: DType, scale: Expr | None = None) -> list:
             word_var, bits = lw.fresh("wd"), lw.fresh("bits")
-            return [Assign(word_var, wexpr), Assign(bits, self.load_word(nv, Var(word_var)))] + [
-                Store(into, k.const(i), k.Binary("add", Load(into, k.const(i), dt), _total(
-                    [self.product(Var(bits, U32), Var(word_var), k.const(j), ms[i], Var(zero, self.dt))
-                     for j in range(w.per_word)]))) for i in range(rows)]
+            out = [Assign(word_var, wexpr), Assign(bits, self.load_word(nv, Var(word_var)))]
+            for i in range(rows):
+                term = _total([self.product(Var(bits, U32), Var(word_var), k.const(j), ms[i], Var(zero, self.dt))
+                               for j in range(w.per_word)])
+                term = term if scale is None else k.Binary("mul", term, scale)
+                out.append(Store(into, k.const(i), k.Binary("add", Load(into, k.const(i), dt), term)))
+            return out
 
         if along_words:
-            inner = [Assign(word, Var(step) * lanes + Var(lane)), *add_word(Var(word), acc, sum_dt)]
-            if w.words % lanes:
-                inner = [Assign(word, Var(step) * lanes + Var(lane)),
-                         If(Compare("lt", Var(word), k.const(w.words)), add_word(Var(word), acc, sum_dt))]
-            loop = [Assign(zero, self.zero_at(nv, k.const(0))), Loop(step, -(-w.words // lanes), inner)]
+            per_word = [Assign(word, Var(step) * lanes + Var(lane))]
+            if scaled_words:
+                unit_of = Var(word) // w.unit_words
+                per_word += [Assign(zero, self.zero_at(nv, unit_of)),
+                             *add_word(Var(word), acc, sum_dt, self.scale_at(nv, unit_of))]
+            else:
+                per_word += add_word(Var(word), acc, sum_dt)
+            inner = per_word if w.words % lanes == 0 else \
+                [per_word[0], If(Compare("lt", Var(word), k.const(w.words)), per_word[1:])]
+            steps = -(-w.words // lanes)
+            loop = [] if scaled_words else [Assign(zero, self.zero_at(nv, k.const(0)))]
+            loop.append(Loop(step, steps, inner, "unroll" if steps <= UNROLL_WORDS else "serial"))
         else:
             uw = lw.fresh("u")
             part = lw.fresh("part")
@@ -280,7 +293,7 @@ class _Matmul:
 
         def total(i: int) -> Expr:
             t = Load(acc, k.const(i), sum_dt)
-            return k.Binary("mul", Cast(t, F32), self.scale_at(nv, k.const(0))) if along_words else t
+            return k.Binary("mul", Cast(t, F32), self.scale_at(nv, k.const(0))) if along_words and not scaled_words else t
 
         stores = []
         for i in range(rows):

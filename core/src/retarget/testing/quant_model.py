@@ -87,3 +87,71 @@ def linear(x: np.ndarray, w: np.ndarray, scheme: str) -> np.ndarray:
         exact = xq[..., cols] @ q[:, cols].T  # integers, exactly
         out += exact * scales[:, cols.start].astype(np.float64)
     return out * xs.astype(np.float64)
+
+
+# -- small layers for every backend's tests ---------------------------------------------------------------------
+
+def linear_layer(m: int, k: int, n: int, seed: int = 0):
+    """y = x @ w^T + b as a graph module (w stored as the [k, n] constant importers produce); returns
+    (module, x, w [n, k], b)."""
+    from ..ir import dtypes
+    from ..ir.core import Builder, Function, Module, TensorType, Value
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    arg = Value(TensorType((m, k), dtypes.f32))
+    fn = Function("main", [arg], arg_names=["x"])
+    bl = Builder(fn)
+    fn.returns = [bl.op("rt.add", [bl.op("rt.matmul", [arg, bl.constant(np.ascontiguousarray(w.T))]), bl.constant(b)])]
+    return Module({"main": fn}), x, w, b
+
+
+def pointwise_conv(n: int, c: int, o: int, hw: int, seed: int = 0):
+    """y = conv1x1(x, w) (NCHW, [o, c, 1, 1]); returns (module, x, w [o, c])."""
+    from ..ir import dtypes
+    from ..ir.core import Builder, Function, Module, TensorType, Value
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((o, c)).astype(np.float32)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    arg = Value(TensorType(x.shape, dtypes.f32))
+    fn = Function("main", [arg], arg_names=["x"])
+    bl = Builder(fn)
+    fn.returns = [bl.op("rt.conv2d", [arg, bl.constant(w.reshape(o, c, 1, 1))])]
+    return Module({"main": fn}), x, w
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, scheme: str) -> np.ndarray:
+    """conv1x1 of NCHW x with w [o, c] quantized with `scheme`: `linear` over pixels."""
+    n, c, h, wd = x.shape
+    pixels = np.asarray(x).reshape(n, c, h * wd).transpose(0, 2, 1)
+    return linear(pixels, w, scheme).transpose(0, 2, 1).reshape(n, w.shape[0], h, wd)
+
+
+# (name, builder) -> (module, inputs, expected): layers whose loops differ: a batch-1 linear layer (a GEMV),
+# one with more rows than a GPU's word-by-word matmul takes, a row length that is not a whole number of
+# words, and a 1x1 convolution.
+def cases(scheme: str) -> dict:
+    out = {}
+    for name, (m, k, n) in {"gemv": (1, 256, 48), "rows12": (12, 64, 40), "ragged": (3, 70, 24)}.items():
+        module, x, w, b = linear_layer(m, k, n, seed=len(name))
+        out[name] = (module, (x,), linear(x, w, scheme) + b)
+    module, x, w = pointwise_conv(1, 32, 24, 5)
+    out["conv1x1"] = (module, (x,), conv_reference(x, w, scheme))
+    return out
+
+
+def check(target: str, device: str, scheme: str, case: str, tolerance: float = 1e-5) -> None:
+    """Compile case `case` of `cases(scheme)` for `target`, run it on `device`, and assert that it matches
+    the model within `tolerance` (relative to the largest output)."""
+    import retarget
+
+    from .numerics import relative_error
+
+    module, inputs, expected = cases(scheme)[case]
+    got = retarget.load(retarget.compile(module, target, quantize=scheme), device=device).main(*inputs)
+    assert got.shape == expected.shape
+    error = relative_error(got, expected)
+    assert error <= tolerance, f"{scheme} {case} on {target}: relative error {error:.2e}"
