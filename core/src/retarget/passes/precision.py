@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError, suggestion
+from ..errors import InputError
 from ..ir.core import DenseAttr, Module, Operation, TensorType, Value
 from ..ir.dtypes import DTYPES, DType, from_numpy
 from ..ir.ops import infer_types
@@ -20,7 +20,7 @@ PRECISIONS = ("f32", "f16", "bf16")
 
 def precision_dtype(name: str, what: str = "precision") -> DType:
     if name not in PRECISIONS:
-        raise InputError(f"unknown {what} '{name}'", hint=f"{suggestion(name, PRECISIONS)}; one of {', '.join(PRECISIONS)}")
+        raise InputError(f"unknown {what} '{name}'", hint=f"one of {', '.join(PRECISIONS)}")
     return DTYPES[name]
 
 

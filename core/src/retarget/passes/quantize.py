@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError, suggestion
+from ..errors import InputError, closest
 from ..ir.dtypes import from_numpy
 from ..ir.core import Builder, DenseAttr, Function, Module, Operation, Value
 from .simplify import eliminate_dead_ops
@@ -74,8 +74,9 @@ def scheme(name: str) -> Scheme:
     try:
         return SCHEMES[name]
     except KeyError:
+        near = closest(name, SCHEMES)
         raise InputError(f"unknown quantization scheme '{name}'",
-                         hint=f"{suggestion(name, SCHEMES)}; schemes: {', '.join(SCHEMES)}") from None
+                         hint=(f"did you mean {', '.join(near)}? " if near else "") + f"schemes: {', '.join(SCHEMES)}") from None
 
 
 # -- the numbers ----------------------------------------------------------------------------------------------

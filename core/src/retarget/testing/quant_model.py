@@ -143,15 +143,25 @@ def cases(scheme: str) -> dict:
     return out
 
 
-def check(target: str, device: str, scheme: str, case: str, tolerance: float = 1e-5) -> None:
-    """Compile case `case` of `cases(scheme)` for `target`, run it on `device`, and assert that it matches
-    the model within `tolerance` (relative to the largest output)."""
+# Schemes that together take every loop of `retarget.kernel.quant` (per channel and grouped, 8 and 4 bits,
+# symmetric and not, float and int8 activations): what each backend's tests run.
+BACKEND_SCHEMES = ("int8", "int4-g32-asym", "8da8w", "8da4w-g64")
+# Relative error that rounding to the compute type explains.
+PRECISION_TOLERANCE = {None: 1e-5, "f32": 1e-5, "f16": 3e-3, "bf16": 2e-2}
+
+
+def check(target: str, device: str, scheme: str, case: str, precision: str | None = None) -> None:
+    """Compile case `case` of `cases(scheme)` for `target` (computing in `precision`), run it on `device`,
+    and assert that it matches the model within what the precision's rounding explains (relative to the
+    largest output)."""
     import retarget
 
     from .numerics import relative_error
 
+    tolerance = PRECISION_TOLERANCE[precision]
     module, inputs, expected = cases(scheme)[case]
-    got = retarget.load(retarget.compile(module, target, quantize=scheme), device=device).main(*inputs)
+    art = retarget.compile(module, target, quantize=scheme, precision=precision)
+    got = retarget.load(art, device=device).main(*inputs)
     assert got.shape == expected.shape
     error = relative_error(got, expected)
     assert error <= tolerance, f"{scheme} {case} on {target}: relative error {error:.2e}"
