@@ -35,6 +35,7 @@ F32, I32, U32 = DTYPES["f32"], DTYPES["i32"], DTYPES["ui32"]
 GPU_ROWS = 8  # matmuls with at most this many rows take `packed_matmul` on a GPU (larger ones: the tiled matmul)
 ROW_TILE = 4  # rows a CPU loop or a GPU thread computes together, reading each word once for all of them
 UNROLL_WORDS = 16  # a unit's words are unrolled up to this many
+CPU_CHAINS = 4  # words a CPU loop step unpacks, each into its own partial sums
 
 
 @dataclass
@@ -163,7 +164,7 @@ class _Matmul:
         """a(m, k) * (value - zero) for value j of word number `word` (its contents: `bits`), k = word * per_word
         + j; zero past the last column."""
         w = self.w
-        v = Cast(w.value(bits, j), self.dt)
+        v = Cast(Cast(w.value(bits, j), I32), self.dt) if self.dt != I32 else Cast(w.value(bits, j), I32)
         col = word * w.per_word + j
         ragged = w.columns % w.per_word and not (isinstance(j, k.Const) and j.value < w.columns % w.per_word)
         a = self.a_at(m, k.minimum(col, w.columns - 1) if ragged else col)
@@ -187,29 +188,36 @@ class _Matmul:
         tiles = [(r0, min(ROW_TILE, self.m - r0)) for r0 in range(0, self.m, ROW_TILE)]
         lw.schedule.update(tile_m=ROW_TILE)
 
+        in_unit = min(w.unit_words, w.words)
+        # `CPU_CHAINS` words at a time, each into its own partial sums, so that the additions of consecutive
+        # words do not wait for each other
+        chains = CPU_CHAINS if in_unit % CPU_CHAINS == 0 and w.words % w.unit_words == 0 else 1
+        width = chains * w.per_word  # partial sums per row
+
         def column(n: Expr) -> list:
             body = []
             for r0, rows in tiles:
-                acc, part, unit, u, j, r = (lw.fresh(p) for p in ("acc", "part", "unit", "w", "j", "r"))
-                word = Var(unit) * w.unit_words + Var(u)
+                acc, part, unit, u, c, j, r = (lw.fresh(p) for p in ("acc", "part", "unit", "w", "c", "j", "r"))
+                word = Var(unit) * w.unit_words + Var(u) * chains + Var(c)
                 ms = [k.const(r0 + i) for i in range(rows)]
                 zero, bits = lw.fresh("z"), lw.fresh("bits")
                 # one vector loop per row: lane j accumulates value j of each word
-                per_row = [Assign(bits, self.load_word(n, word))]
-                per_row += [Loop(j, w.per_word, [Store(part, k.const(i * w.per_word) + Var(j), k.Binary(
-                    "add", Load(part, k.const(i * w.per_word) + Var(j), self.dt),
+                lane = Var(c) * w.per_word + Var(j)
+                per_word = [Assign(bits, self.load_word(n, word))]
+                per_word += [Loop(j, w.per_word, [Store(part, lane + i * width, k.Binary(
+                    "add", Load(part, lane + i * width, self.dt),
                     self.product(Var(bits, U32), word, Var(j), ms[i], Var(zero, self.dt))))], "vector")
                     for i in range(rows)]
-                in_unit = min(w.unit_words, w.words)
-                words = [Loop(u, in_unit, per_row)] if w.words % w.unit_words == 0 else \
-                    [Loop(u, in_unit, [If(Compare("lt", word, k.const(w.words)), per_row)])]
+                if w.words % w.unit_words:
+                    per_word = [If(Compare("lt", word, k.const(w.words)), per_word)]
+                words = [Loop(u, in_unit // chains, [Loop(c, chains, per_word, "unroll")])]
                 scaled = [Store(acc, k.const(i), k.Binary("add", Load(acc, k.const(i), F32), k.Binary(
-                    "mul", Cast(_sum(part, i * w.per_word, w.per_word, self.dt), F32), self.scale_at(n, Var(unit)))))
+                    "mul", Cast(_sum(part, i * width, width, self.dt), F32), self.scale_at(n, Var(unit)))))
                     for i in range(rows)]
-                body += [Local(acc, rows, F32), Local(part, rows * w.per_word, self.dt),
+                body += [Local(acc, rows, F32), Local(part, rows * width, self.dt),
                          Loop(r, rows, [Store(acc, Var(r), k.const(0, F32))], "unroll"),
                          Loop(unit, w.units, [
-                             Loop(r, rows * w.per_word, [Store(part, Var(r), k.const(0, self.dt))], "unroll"),
+                             Loop(r, rows * width, [Store(part, Var(r), k.const(0, self.dt))], "unroll"),
                              Assign(zero, self.zero_at(n, Var(unit))), *words, *scaled])]
                 body += [self.store(k.const(r0 + i), n, Load(acc, k.const(i), F32)) for i in range(rows)]
             return body
