@@ -29,7 +29,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
 import retarget
 from retarget.compiler import import_model
 from retarget.passes.quantize import SCHEMES

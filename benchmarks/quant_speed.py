@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import retarget
 from retarget.bench.timing import function_runner, measure
 from retarget.ir import dtypes
@@ -143,8 +142,9 @@ def main() -> int:
             continue
         device = f" ({r['device_ms']:.3f})" if "device_ms" in r else ""
         ok = "" if r["correct"] else " WRONG"
-        print(f"| {r['target']} | {r['option']} | {r['constant_bytes'] / 1e6:.1f} MB | {r.get('median_ms', float('nan')):.3f}"
-              f"{device} | {r['relative_error']:.1e}{ok} |")
+        latency = r.get("median_ms", float("nan"))
+        print(f"| {r['target']} | {r['option']} | {r['constant_bytes'] / 1e6:.1f} MB | {latency:.3f}{device} | "
+              f"{r['relative_error']:.1e}{ok} |")
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps({"dim": args.dim, "hidden": args.hidden, "blocks": args.blocks,

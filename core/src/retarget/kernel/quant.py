@@ -69,8 +69,11 @@ class Packed:
 
     def value(self, word: Expr, j: Expr) -> Expr:
         """Value j (0 .. per_word - 1) of `word`, unsigned, as ui32."""
-        shifted = word if isinstance(j, k.Const) and j.value == 0 else \
-            k.Binary("shr", word, Cast(j * self.bits, U32) if not isinstance(j, k.Const) else k.const(j.value * self.bits, U32))
+        if isinstance(j, k.Const):
+            shift = k.const(j.value * self.bits, U32)
+        else:
+            shift = Cast(j * self.bits, U32)
+        shifted = word if isinstance(j, k.Const) and j.value == 0 else k.Binary("shr", word, shift)
         return k.Binary("and", shifted, k.const((1 << self.bits) - 1, U32))
 
 
@@ -289,7 +292,8 @@ class _Matmul:
             if w.words % w.unit_words:
                 words = [If(Compare("lt", wexpr, k.const(w.words)), words)]
             kind = "unroll" if w.unit_words <= UNROLL_WORDS else "serial"
-            per_unit = [Local(part, rows, self.dt), *[Store(part, k.const(i), k.const(0, self.dt)) for i in range(rows)],
+            per_unit = [Local(part, rows, self.dt),
+                        *[Store(part, k.const(i), k.const(0, self.dt)) for i in range(rows)],
                         Assign(zero, self.zero_at(nv, Var(unit))), Loop(uw, w.unit_words, words, kind),
                         *[Store(acc, k.const(i), k.Binary("add", Load(acc, k.const(i), F32), k.Binary(
                             "mul", Cast(Load(part, k.const(i), self.dt), F32), self.scale_at(nv, Var(unit)))))
@@ -301,7 +305,9 @@ class _Matmul:
 
         def total(i: int) -> Expr:
             t = Load(acc, k.const(i), sum_dt)
-            return k.Binary("mul", Cast(t, F32), self.scale_at(nv, k.const(0))) if along_words and not scaled_words else t
+            if along_words and not scaled_words:  # one scale for the row, applied to the lanes' exact sum
+                return k.Binary("mul", Cast(t, F32), self.scale_at(nv, k.const(0)))
+            return t
 
         stores = []
         for i in range(rows):

@@ -30,7 +30,7 @@ def set_precision(module: Module, compute: DType | None, interface: DType | None
     for fn in module.functions.values():
         body: list[Operation] = []
 
-        def cast(v: Value, dt: DType) -> Value:
+        def cast(v: Value, dt: DType, body=body) -> Value:
             if v.type.dtype == dt:
                 return v
             op = Operation("rt.cast", [v], [], {"dtype": dt.name}, None)

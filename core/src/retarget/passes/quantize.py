@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError, closest
-from ..ir.dtypes import from_numpy
 from ..ir.core import Builder, DenseAttr, Function, Module, Operation, Value
+from ..ir.dtypes import from_numpy
 from .simplify import eliminate_dead_ops
 
 GROUP_SIZES = (32, 64, 128)
@@ -75,8 +75,8 @@ def scheme(name: str) -> Scheme:
         return SCHEMES[name]
     except KeyError:
         near = closest(name, SCHEMES)
-        raise InputError(f"unknown quantization scheme '{name}'",
-                         hint=(f"did you mean {', '.join(near)}? " if near else "") + f"schemes: {', '.join(SCHEMES)}") from None
+        hint = (f"did you mean {', '.join(near)}? " if near else "") + f"schemes: {', '.join(SCHEMES)}"
+        raise InputError(f"unknown quantization scheme '{name}'", hint=hint) from None
 
 
 # -- the numbers ----------------------------------------------------------------------------------------------

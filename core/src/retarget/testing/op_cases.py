@@ -58,7 +58,8 @@ def op_cases() -> dict:
         add(f"i32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [I32_A, I32_B], i32,
             ref(f"rt.{op}", [I32_A, I32_B], i32))
     # shifts by 0 .. bits - 1: arithmetic for signed integers, logical for unsigned (packed weights' words)
-    words, amounts = np.array([-8, 7, -2147483647 - 1, 255, 0x7FFFFFFF], np.int32), np.array([1, 0, 31, 4, 28], np.int32)
+    words = np.array([-8, 7, -2147483647 - 1, 255, 0x7FFFFFFF], np.int32)
+    amounts = np.array([1, 0, 31, 4, 28], np.int32)
     add("i32_shr", lambda a, b: k.Binary("shr", a, b), [words, amounts], i32, ref("rt.shr", [words, amounts], i32))
     u, ua = words.view(np.uint32), amounts.view(np.uint32)
     add("ui32_shr", lambda a, b: k.Binary("shr", a, b), [u, ua], dtypes.DTYPES["ui32"],

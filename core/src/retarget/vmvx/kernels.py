@@ -272,7 +272,8 @@ def _quantized_matmul(attrs, xq, x_scale, q, w_scale, w_zero=None):
     bits, group = attrs["bits"], attrs["group_size"]
     columns = xq.shape[-1]
     u = _unpack(q, bits, columns)
-    wq = u - (2 ** (bits - 1) if w_zero is None else np.rint(_per_value(_wide(w_zero), group, columns)).astype(np.int64))
+    zero = 2 ** (bits - 1) if w_zero is None else np.rint(_per_value(_wide(w_zero), group, columns)).astype(np.int64)
+    wq = u - zero
     out = np.zeros(xq.shape[:-1] + (q.shape[0],), np.float64)
     for g in range(-(-columns // group)):
         part = slice(g * group, (g + 1) * group)
