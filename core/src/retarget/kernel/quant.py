@@ -13,11 +13,13 @@ has no narrower storage. Three lowerings:
 
 The loops walk *units*: the words that share one scale (a group; the whole row for per-channel
 weights). Within a unit, products are summed in the unit's type (f32 for float activations, i32 for
-int8 ones) and scaled once. On a GPU, `lanes` consecutive threads share one output column: they walk
-the units (grouped weights) or the words (per-channel weights, whose unit is the row) of its row, so
-that consecutive threads read consecutive memory, and add their partial sums through workgroup memory;
-each thread keeps the sums of up to `GPU_ROWS` output rows in registers, so that a word is read once
-for all of them. On a CPU, a column's words are unpacked as vectors of their values.
+int8 ones) and scaled once. On a GPU, `lanes` (up to 32) consecutive threads share one output column and
+add their partial sums through workgroup memory at the end; each thread keeps the sums of up to `GPU_ROWS`
+output rows in registers, so that a word is read once for all of them. The lanes walk the words of the row,
+so that consecutive threads read consecutive words, each word scaled by its group's scale as it is read;
+only int8 activations with grouped weights (8da4w) give each lane whole groups instead, so that a group's
+integer sum stays exact. On a CPU, each column's words are unpacked as vectors of their values, four words
+a step into separate partial sums.
 """
 
 from __future__ import annotations
