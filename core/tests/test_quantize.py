@@ -3,6 +3,8 @@ the independent numpy model in `retarget.testing.quant_model`."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import retarget
@@ -160,3 +162,18 @@ def test_a_torch_model_quantizes_end_to_end():
     w1, b1, w2, b2 = (p.detach().numpy() for p in model.parameters())
     hidden = np.maximum(qm.linear(x.numpy(), w1, "int4-g32") + b1, 0).astype(np.float32)
     assert relative_error(got, qm.linear(hidden, w2, "int4-g32") + b2) < 1e-5
+
+
+def test_the_cpu_loops_over_row_tiles_instead_of_unrolling_them():
+    from retarget.kernel.ir import print_kernel
+    from retarget.kernel.lower import lower_dispatch
+    from retarget.vmvx import REFERENCE
+
+    cpu = dataclasses.replace(REFERENCE, backend="cpu", max_workgroup_size=1)
+    sizes = []
+    for rows in (8, 4000):
+        module, *_ = qm.linear_layer(rows, 64, 16)
+        (fn,) = quantize_weights(module, scheme("8da4w-g32"))[0].functions.values()
+        kernel = lower_dispatch(form_dispatches(fn)[-1].function, cpu)
+        sizes.append(len(print_kernel(kernel)))
+    assert sizes[1] < 1.2 * sizes[0]  # the same loops, whatever the number of rows

@@ -190,7 +190,7 @@ class _Matmul:
     # -- CPU: each column's rows in tiles, the word's values as a vector loop --
     def cpu(self) -> list:
         lw, w = self.lw, self.w
-        tiles = [(r0, min(ROW_TILE, self.m - r0)) for r0 in range(0, self.m, ROW_TILE)]
+        full, tail = divmod(self.m, ROW_TILE)
         lw.schedule.update(tile_m=ROW_TILE)
 
         in_unit = min(w.unit_words, w.words)
@@ -199,33 +199,36 @@ class _Matmul:
         chains = CPU_CHAINS if in_unit % CPU_CHAINS == 0 and w.words % w.unit_words == 0 else 1
         width = chains * w.per_word  # partial sums per row
 
+        def tile(n: Expr, m0: Expr, rows: int) -> list:
+            """Rows m0 .. m0 + rows - 1 of column n."""
+            acc, part, unit, u, c, j, r = (lw.fresh(p) for p in ("acc", "part", "unit", "w", "c", "j", "r"))
+            word = Var(unit) * w.unit_words + Var(u) * chains + Var(c)
+            ms = [m0 + i for i in range(rows)]
+            zero, bits = lw.fresh("z"), lw.fresh("bits")
+            # one vector loop per row: lane j accumulates value j of each word
+            lane = Var(c) * w.per_word + Var(j)
+            per_word = [Assign(bits, self.load_word(n, word))]
+            per_word += [Loop(j, w.per_word, [Store(part, lane + i * width, k.Binary(
+                "add", Load(part, lane + i * width, self.dt),
+                self.product(Var(bits, U32), word, Var(j), ms[i], Var(zero, self.dt))))], "vector")
+                for i in range(rows)]
+            if w.words % w.unit_words:
+                per_word = [If(Compare("lt", word, k.const(w.words)), per_word)]
+            words = [Loop(u, in_unit // chains, [Loop(c, chains, per_word, "unroll")])]
+            scaled = [Store(acc, k.const(i), k.Binary("add", Load(acc, k.const(i), F32), k.Binary(
+                "mul", Cast(_sum(part, i * width, width, self.dt), F32), self.scale_at(n, Var(unit)))))
+                for i in range(rows)]
+            return [Local(acc, rows, F32), Local(part, rows * width, self.dt),
+                    Loop(r, rows, [Store(acc, Var(r), k.const(0, F32))], "unroll"),
+                    Loop(unit, w.units, [
+                        Loop(r, rows * width, [Store(part, Var(r), k.const(0, self.dt))], "unroll"),
+                        Assign(zero, self.zero_at(n, Var(unit))), *words, *scaled]),
+                    *[self.store(ms[i], n, Load(acc, k.const(i), F32)) for i in range(rows)]]
+
         def column(n: Expr) -> list:
-            body = []
-            for r0, rows in tiles:
-                acc, part, unit, u, c, j, r = (lw.fresh(p) for p in ("acc", "part", "unit", "w", "c", "j", "r"))
-                word = Var(unit) * w.unit_words + Var(u) * chains + Var(c)
-                ms = [k.const(r0 + i) for i in range(rows)]
-                zero, bits = lw.fresh("z"), lw.fresh("bits")
-                # one vector loop per row: lane j accumulates value j of each word
-                lane = Var(c) * w.per_word + Var(j)
-                per_word = [Assign(bits, self.load_word(n, word))]
-                per_word += [Loop(j, w.per_word, [Store(part, lane + i * width, k.Binary(
-                    "add", Load(part, lane + i * width, self.dt),
-                    self.product(Var(bits, U32), word, Var(j), ms[i], Var(zero, self.dt))))], "vector")
-                    for i in range(rows)]
-                if w.words % w.unit_words:
-                    per_word = [If(Compare("lt", word, k.const(w.words)), per_word)]
-                words = [Loop(u, in_unit // chains, [Loop(c, chains, per_word, "unroll")])]
-                scaled = [Store(acc, k.const(i), k.Binary("add", Load(acc, k.const(i), F32), k.Binary(
-                    "mul", Cast(_sum(part, i * width, width, self.dt), F32), self.scale_at(n, Var(unit)))))
-                    for i in range(rows)]
-                body += [Local(acc, rows, F32), Local(part, rows * width, self.dt),
-                         Loop(r, rows, [Store(acc, Var(r), k.const(0, F32))], "unroll"),
-                         Loop(unit, w.units, [
-                             Loop(r, rows * width, [Store(part, Var(r), k.const(0, self.dt))], "unroll"),
-                             Assign(zero, self.zero_at(n, Var(unit))), *words, *scaled])]
-                body += [self.store(k.const(r0 + i), n, Load(acc, k.const(i), F32)) for i in range(rows)]
-            return body
+            t = lw.fresh("t")
+            body = [Loop(t, full, tile(n, Var(t) * ROW_TILE, ROW_TILE))] if full else []
+            return body + (tile(n, k.const(full * ROW_TILE), tail) if tail else [])
 
         return lw.parallel(w.rows, self.m * w.rows * w.columns, column)
 
