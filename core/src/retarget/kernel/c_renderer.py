@@ -358,7 +358,8 @@ def _wgsl_horner(coefficients) -> str:
 
 WGSL_HELPERS = (
     ("rt_bf16_half", ("float",),  # element `odd` (0 or 1) of a word of two bf16, as f32
-     "fn rt_bf16_half(word: u32, odd: i32) -> f32 { return bitcast<f32>(((word >> (u32(odd) * 16u)) & 0xffffu) << 16u); }"),
+     "fn rt_bf16_half(word: u32, odd: i32) -> f32 {\n"
+     "  return bitcast<f32>(((word >> (u32(odd) * 16u)) & 0xffffu) << 16u);\n}"),
     ("rt_f32_to_bf16", ("float",),  # round to nearest even; NaN stays a quiet NaN
      "fn rt_f32_to_bf16(f: f32) -> u32 {\n  let b = bitcast<u32>(f);\n"
      "  if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n"
