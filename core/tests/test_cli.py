@@ -195,3 +195,39 @@ def test_run_takes_a_device_per_placement_and_lists_where_functions_run(mlp_mlir
 def test_two_devices_without_placements_is_a_clean_error(mlp_rtm):
     assert_clean_error(cli("run", mlp_rtm[0], "--device", "local-sync", "--device", "local-task"),
                        "--device given 2 times", "--device gpu=vulkan")
+
+
+def test_compile_help_lists_every_quantization_scheme():
+    from retarget.passes.quantize import SCHEMES
+
+    result = cli("compile", "--help")
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert all(name in text for name in SCHEMES) and "--precision" in text and "--interface-precision" in text
+
+
+def test_compile_quantizes_and_reports_constant_bytes(tmp_path):
+    import retarget
+    from retarget.testing import quant_model
+
+    module, x, w, b = quant_model.linear_layer(2, 64, 32)
+    source = tmp_path / "linear.mlir"
+    from retarget import ir
+
+    source.write_text(ir.print_module(module))
+    plain = json.loads(cli("compile", source, "-o", tmp_path / "a.rtm", "--json").stdout)
+    result = cli("compile", source, "-o", tmp_path / "q.rtm", "--quantize", "int4-g32", "--precision", "f16", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "int4-g32: 1 linear layers" in result.stderr
+    assert json.loads(result.stdout)["constant_bytes"] < plain["constant_bytes"] / 5
+    y = retarget.load(tmp_path / "q.rtm", device="local-sync").main(x)
+    assert y.dtype == np.float32 and np.abs(y - (quant_model.linear(x, w, "int4-g32") + b)).max() < 0.05
+
+
+def test_compile_with_an_unknown_precision_is_a_one_line_error(tmp_path):
+    source = tmp_path / "m.mlir"
+    from retarget import ir
+    from retarget.testing import quant_model
+
+    source.write_text(ir.print_module(quant_model.linear_layer(1, 8, 8)[0]))
+    assert_clean_error(cli("compile", source, "-t", "vmvx", "--precision", "half", "-o", tmp_path / "x.rtm"),
+                       "unknown precision 'half'", "f16")

@@ -25,6 +25,8 @@ from .module_format import CONSTANTS, FORMAT, FORMAT_VERSION, FORMAT_VERSION_SIN
 from .passes import placement as placing
 from .passes.conv_folding import fold_conv_scales
 from .passes.host_program import ConstantPool, format_program, plan_function, plan_partitioned_function
+from .passes.precision import precision_dtype, set_precision
+from .passes.quantize import quantize_weights, scheme
 from .passes.simplify import canonicalize, fold_constants
 from .plugin_manager import manager
 from .protocols import SupportTable, TargetDesc
@@ -84,6 +86,9 @@ def compile(  # noqa: A001 - the public verb
     refuse: list[str] | None = None,
     dump_dir: str | Path | None = None,
     notes: Callable[[str], None] | None = None,
+    precision: str | None = None,
+    interface_precision: str | None = None,
+    quantize: str | None = None,
     **import_options,
 ) -> Artifact:
     """Compile `source` for `target` (one or a list: variants of the same code, the device picks one).
@@ -93,7 +98,15 @@ def compile(  # noqa: A001 - the public verb
     it, an op the target refuses is a PlacementError naming it. `refuse` adds refusals to the
     targets' support tables (op names such as `rt.erf`, `rt.exp:i64`, or element types such as
     `i64`), to exercise the fallback. The returned Artifact's `placement` is the report that
-    `--explain` prints (`passes.placement.explain_text`)."""
+    `--explain` prints (`passes.placement.explain_text`).
+
+    `precision` is the float type kernels compute in (f32, f16, bf16; sums accumulate in f32; default: the
+    model's own types); `interface_precision` the float type of the functions' arguments and results (default:
+    the model's); `quantize` a weight quantization scheme (`passes.quantize.SCHEMES`: int8, int4-g32,
+    8da4w-g32, ...)."""
+    compute = precision_dtype(precision) if precision else None
+    interface = precision_dtype(interface_precision, "interface precision") if interface_precision else None
+    quant = scheme(quantize) if quantize else None
     targets = [target] if isinstance(target, (str, TargetDesc)) else list(target)
     fallbacks = [] if fallback is None else [fallback] if isinstance(fallback, (str, TargetDesc)) else list(fallback)
     if not targets:
@@ -114,6 +127,16 @@ def compile(  # noqa: A001 - the public verb
         module = graph_pass(module)
         ir.verify(module)
         dump(name, lambda m=module: ir.print_module(m, elide_constants=True))
+    if quant is not None:
+        module, summary = quantize_weights(module, quant)
+        if notes:
+            notes(summary)
+        ir.verify(module)
+        dump(f"quantize-{quant.name}", lambda m=module: ir.print_module(m, elide_constants=True))
+    if compute is not None or interface is not None:
+        module = set_precision(module, compute, interface)
+        ir.verify(module)
+        dump(f"precision-{(compute or interface).name}", lambda m=module: ir.print_module(m, elide_constants=True))
 
     names = _placement_names(resolved, resolved_fallback)
     primary = placing.Side(names[0], {d.name: placing.with_user_refusals(support_table(b, d), refuse)

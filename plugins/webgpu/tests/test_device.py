@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import retarget
 from retarget.errors import UnknownDeviceError
+from retarget.ir import dtypes
 from retarget.testing.graphs import mlp_module
 from retarget.testing.kernels import shared_kernel, sum_kernel
 from retarget_webgpu import targets
@@ -57,7 +58,7 @@ def _run(device, kernel, desc, arrays, buffers=None, offsets=None):
         device.submit(cb)
         device.wait()
         outs.append(device.read(buffers[-1], offsets[-1], arrays[-1].nbytes).view(arrays[-1].dtype))
-    np.testing.assert_array_equal(outs[0], outs[1])
+    assert outs[0].tobytes() == outs[1].tobytes()  # bit for bit (NaNs included)
     return outs[0]
 
 
@@ -79,6 +80,35 @@ def test_a_packed_kernel_gathers_inputs_from_several_buffers(webgpu_device):
     out = _run(webgpu_device, sum_kernel("sum10", 10, 100), DEFAULT, xs + [np.empty(100, np.float32)],
                buffers, [64] * 11)
     np.testing.assert_allclose(out, np.sum(xs, axis=0), rtol=1e-5)
+
+
+def test_bf16_buffers_hold_two_elements_a_word_written_by_neighbouring_threads(webgpu_device):
+    import ml_dtypes
+
+    a, b = (rng.standard_normal(101).astype(ml_dtypes.bfloat16) for _ in range(2))  # an odd count: a half word
+    out = _run(webgpu_device, sum_kernel("add", 2, 101, dtypes.DTYPES["bf16"]), DEFAULT,
+               [a, b, np.empty(101, ml_dtypes.bfloat16)])
+    expected = (a.astype(np.float32) + b.astype(np.float32)).astype(ml_dtypes.bfloat16)  # rounded to nearest even
+    np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+
+
+def test_a_packed_bf16_kernel_reads_and_writes_one_array_of_atomic_words(webgpu_device):
+    import ml_dtypes
+
+    xs = [rng.standard_normal(100).astype(ml_dtypes.bfloat16) for _ in range(10)]
+    out = _run(webgpu_device, sum_kernel("sum10", 10, 100, dtypes.DTYPES["bf16"]), DEFAULT,
+               xs + [np.empty(100, ml_dtypes.bfloat16)])
+    np.testing.assert_allclose(out.astype(np.float32), np.sum([x.astype(np.float32) for x in xs], axis=0),
+                               rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("case", ["bf16_mul_add", "bf16_cast_from_f32"])
+def test_bf16_scalar_cases_match_the_reference_including_nan_and_inf(webgpu_device, case):
+    from retarget.testing.op_cases import op_cases
+
+    kern, inputs, expected = op_cases()[case]
+    out = _run(webgpu_device, kern, DEFAULT, [*inputs, np.empty(len(expected), expected.dtype)])
+    np.testing.assert_array_equal(out.astype(np.float32), np.asarray(expected).astype(np.float32))  # NaN where NaN
 
 
 def test_a_two_dimensional_grid_covers_every_element(webgpu_device):

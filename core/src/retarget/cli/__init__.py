@@ -189,6 +189,17 @@ def doctor(as_json: JsonFlag = False):
 # -- compile and run ----------------------------------------------------------------------------
 
 
+def _quantize_help() -> str:
+    from ..passes.quantize import SCHEMES
+
+    return ("Quantize the weights of linear layers and 1x1 convolutions: int8 (per output channel), "
+            "int4-gG (per group of G inputs), 8da8w and 8da4w-gG (also int8 activations, one scale per row, "
+            "computed at run time); -asym adds zero points. One of: " + ", ".join(SCHEMES) + ".")
+
+
+_QUANTIZE_HELP = _quantize_help()
+
+
 @app.command(name="compile")
 def compile_(
     source: Annotated[Path, typer.Argument(help="Model: .mlir (linalg/TOSA/StableHLO/graph IR), .onnx or .pt2.")],
@@ -210,6 +221,14 @@ def compile_(
         "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
     sign: Annotated[Path | None, typer.Option(
         "--sign", help="Sign the module with this Ed25519 private key (PEM; `retarget keygen` makes one).")] = None,
+    precision: Annotated[str | None, typer.Option(
+        "--precision", help="Compute floats in f32, f16 or bf16 (sums still accumulate in f32). "
+        "Default: the model's own types.")] = None,
+    interface_precision: Annotated[str | None, typer.Option(
+        "--interface-precision", help="Float type of the functions' arguments and results: f32, f16 or bf16. "
+        "Default: the model's own, whatever --precision is.")] = None,
+    quantize: Annotated[str | None, typer.Option(
+        "--quantize", help=_QUANTIZE_HELP)] = None,
     as_json: JsonFlag = False,
 ):
     """Compile a model into a .rtm module holding code for each target.
@@ -220,7 +239,12 @@ def compile_(
         retarget compile model.onnx --target vulkan-spirv --fallback llvm-cpu -o m.rtm --explain
         retarget run m.rtm --device gpu=vulkan --device cpu=local-task --input @x.npy
 
-    `--explain` lists each op with its placement and the reason, then the schedule."""
+    `--explain` lists each op with its placement and the reason, then the schedule.
+
+    Precision and quantization, e.g.:
+
+    `retarget compile model.pt2 --target cuda --precision f16 --quantize int4-g32 -o model.rtm`
+    """
     from .. import compiler
     from ..passes.placement import PlacementError, explain_text
 
@@ -233,7 +257,9 @@ def compile_(
     try:
         with err.status(f"compiling {source} for {', '.join(targets)}"):
             artifact = compiler.compile(source, targets, fallback=fallback or None, refuse=refuse,
-                                        dump_dir=dump_after_all, notes=lambda n: err.print(f"note: {n}"))
+                                        dump_dir=dump_after_all, notes=lambda n: err.print(f"note: {n}"),
+                                        precision=precision, interface_precision=interface_precision,
+                                        quantize=quantize)
             artifact.save(output, signing_key=sign)
     except PlacementError as e:
         if explain:
@@ -254,6 +280,7 @@ def compile_(
         "bytes": output.stat().st_size,
         "seconds": round(elapsed, 3),
         "signed": sign is not None,
+        "constant_bytes": artifact.manifest["constants"]["size"],
     }
     if as_json:
         return _print_json({**summary, "placement": artifact.placement} if explain else summary)

@@ -41,6 +41,7 @@ from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
 from ..protocols import TargetDesc
 from . import ir as k
+from . import quant
 from .bounds import check_kernel
 from .ir import (
     INDEX,
@@ -63,7 +64,7 @@ from .ir import (
     Var,
 )
 
-ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
+ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
 MIN_PARALLEL_WORK = 1 << 20  # below this many multiply-adds (~20 us of work) one workgroup is faster
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
@@ -207,6 +208,8 @@ class _Lowering:
             return operand(0)
         if name == "iota":
             return Cast(idx[op.attrs["axis"]], dt)
+        if name == "dequantize":
+            return quant.dequantized(self, op, idx)
         src = op.operands[0] if op.operands else None
         if name == "reshape":
             return self.value(src, _delinearize(linearize(idx, shape), src.type.shape))
@@ -363,7 +366,13 @@ class _Lowering:
         lead = [k.const(0)] * outer
         return self.parallel(shape[outer], work, lambda i: wrap(element(lead + [i] + rest)))
 
+    def _quantized_matmul(self, op) -> list:
+        return quant.quantized_matmul(self, op)
+
     def _matmul(self, op) -> list:
+        packed = quant.packed_matmul(self, op)
+        if packed is not None:
+            return packed
         a, b = op.operands
         out = op.result.type
         *batch, m, n = out.shape
@@ -1136,6 +1145,9 @@ class _GpuLowering(_Lowering):
                        If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), combine + stores)]
 
     def _matmul(self, op) -> list:
+        packed = quant.packed_matmul(self, op)
+        if packed is not None:
+            return packed
         plan = matmul_fragments(self.fn, self.desc)
         if plan is not None:
             return self._fragment_matmul(op, plan)

@@ -13,7 +13,9 @@ that needs loops of its own (`LOOP_OPS`):
   groups, since it reads its operand at other indices than it writes;
 - a reduction takes single-use root-less producers as its prologue (each input
   element is read once, so inlining them costs nothing); a conv, matmul or pool
-  does not, since it reads each input element many times.
+  does not, since it reads each input element many times, except for weight
+  dequantization (`rt.dequantize` and data movement of its result): that is the
+  point of packed weights, which stay packed in memory and unpack as kernels read them.
 Every group has exactly one output, so a kernel writes one buffer.
 
 With a placement (op -> device name, from `placement.py`), ops fuse only with ops of the same
@@ -27,8 +29,11 @@ from dataclasses import dataclass, field
 from ..ir.core import Function, Operation, Value
 
 HOST_SIDE = ("rt.constant", "rt.reshape")
-LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
+LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
+            "rt.quantized_matmul")
 PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax")
+DEQUANTIZE_ROOTS = ("rt.matmul", "rt.conv2d")  # take a dequantization as their prologue
+DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")
 
 
 @dataclass(eq=False)
@@ -88,7 +93,8 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
         rooted = [g for g in producers if root(g) is not None]
         rootless = [g for g in producers if root(g) is None]
         if op.name in LOOP_OPS:
-            merged = rootless if op.name in PROLOGUE_ROOTS else []
+            merged = rootless if op.name in PROLOGUE_ROOTS else \
+                [g for g in rootless if _dequantization(g)] if op.name in DEQUANTIZE_ROOTS else []
         elif OPS[op.name].elementwise and len(rooted) <= 1 and all(
             v.type.shape == op.result.type.shape for g in rooted for v in op.operands if v.owner is g[-1]
         ):
@@ -102,6 +108,10 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
             group_of[o] = group
         order.append(group)
     return order
+
+
+def _dequantization(group: list[Operation]) -> bool:
+    return group[0].name == "rt.dequantize" and all(op.name in DATA_MOVEMENT for op in group[1:])
 
 
 def _short(group: list[Operation]) -> str:

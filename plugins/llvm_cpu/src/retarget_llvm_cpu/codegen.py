@@ -425,6 +425,8 @@ class _KernelBuilder:
             simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}
             if op in simple:
                 return simple[op](a, c)
+            if op == "shr":
+                return b.lshr(a, c) if unsigned else b.ashr(a, c)
             if op in ("div", "rem"):
                 # x / 0 is x and x % 0 is 0 (as the reference), never a trap; so is MIN / -1.
                 zero = b.icmp_unsigned("==", c, ir.Constant(ty, 0))

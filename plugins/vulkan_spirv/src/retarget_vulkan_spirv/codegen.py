@@ -908,6 +908,8 @@ class _Codegen:
             return self.wrap(self.int_op({"add": "IAdd", "sub": "ISub", "mul": "IMul"}[op], a, b), dt)
         if op in ("and", "or", "xor"):
             return self.op({"and": "BitwiseAnd", "or": "BitwiseOr", "xor": "BitwiseXor"}[op], t, a, b)
+        if op == "shr":  # values narrower than 32 bits sit sign- or zero-extended, so either shift keeps them
+            return self.op("ShiftRightLogical" if unsigned else "ShiftRightArithmetic", t, a, b)
         if op in ("max", "min"):
             return self.ext(("U" if unsigned else "S") + ("Max" if op == "max" else "Min"), t, a, b)
         if op in ("div", "rem"):

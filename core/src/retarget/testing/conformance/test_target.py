@@ -8,6 +8,7 @@ import pytest
 import retarget
 from retarget.errors import UnknownTargetError
 from retarget.protocols import ExecutableBinary, TargetDesc
+from retarget.testing import quant_model
 from retarget.testing.conformance import kit
 from retarget.testing.conformance.fixtures import *  # noqa: F403
 from retarget.testing.conformance.fixtures import RUN
@@ -182,6 +183,15 @@ def test_reference_graphs_match_vmvx(run_on, graph_name, reference_graph):
         inputs_now = kit.varied(inputs, round)
         got = fn(*inputs_now)
         kit.assert_matches(got, reference(*inputs_now)[0], f"{graph_name} on {device.info.uri}, call {round + 1}")
+
+
+@pytest.mark.parametrize("scheme", ["int4-g32", "8da8w"])
+def test_quantized_layers_match_the_numpy_model(run_on, scheme):
+    """Packed weights (ui32 words unpacked with the kernel IR's `shr` and masks), and int8 activations whose
+    products are summed in i32, against `retarget.testing.quant_model`."""
+    target, device = _target_on(run_on)
+    for case in ("gemv", "conv1x1"):
+        quant_model.check(target.describe(device), device.info.uri, scheme, case)
 
 
 def test_zoo_models_match_vmvx(run_on, zoo_model, zoo_graph):
