@@ -459,7 +459,8 @@ def support_table(dialect: Dialect):
     """What `dialect` cannot compute, read off its tables, as a `SupportTable` for a target's
     `support(desc)`: an elementwise op of a kind with no template (`exp` of integers) or whose
     template calls a helper missing for that kind (`rt_pow` of booleans), and an element type the
-    dialect cannot spell (`i4`; f64 in MSL). A target adds its own refusals (buffers, extensions)."""
+    dialect cannot spell (`i4`; f64 in MSL; a half type it neither stores nor keeps two to a word).
+    A target adds its own refusals (buffers, extensions)."""
     from ..protocols import SupportTable
 
     helpers = dialect.helpers or HELPERS
@@ -475,7 +476,7 @@ def support_table(dialect: Dialect):
                 ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {helper.group(1)} helper for {kind} values"
     dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES
               if (F32.name if name in HALVES else name) not in dialect.types
-              or (name in HALVES and name not in dialect.storage)}
+              or (name in HALVES and name not in dialect.storage and name not in dialect.word_halves)}
     return SupportTable(ops, dtypes)
 
 

@@ -325,8 +325,9 @@ class _Matmul:
         body += [Store(shared, k.const(i * threads) + tid, Load(acc, k.const(i), sum_dt)) for i in range(rows)]
         body.append(k.Barrier())
         ln = lw.fresh("l")
+        column = (tid // lanes) * lanes  # = tid in the first lane, where this runs: written so the bounds are provable
         combine = [Loop(ln, lanes - 1, [Store(acc, k.const(i), k.Binary(
-            "add", Load(acc, k.const(i), sum_dt), Load(shared, k.const(i * threads) + tid + Var(ln), sum_dt)))
+            "add", Load(acc, k.const(i), sum_dt), Load(shared, k.const(i * threads) + column + Var(ln), sum_dt)))
             for i in range(rows)], "unroll" if lanes <= 32 else "serial", start=1)]
         first = k.Binary("and", valid, Compare("eq", Var(lane), k.const(0)))
         return body + [If(first, combine + stores)]
