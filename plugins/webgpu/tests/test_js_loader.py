@@ -246,3 +246,14 @@ def test_a_missing_file_is_an_error_naming_its_url(dawn, mlp_folder):
     (mlp_folder / "constants.bin").unlink()
     error = _run(mlp_folder, [np.zeros(512, np.float32)])["error"]
     assert re.search(r"cannot fetch http://127\.0\.0\.1:\d+/constants\.bin: 404", error)
+
+
+def test_two_bindings_of_a_dispatch_over_the_same_bytes_are_refused_naming_the_kernel(dawn, mlp_folder):
+    manifest = json.loads((mlp_folder / "manifest.json").read_text())
+    dispatch = next(c for c in manifest["functions"]["main"]["program"] if c["op"] == "dispatch")
+    arena = [b for b in dispatch["bindings"] if b[0] == "arena"]
+    arena[-1][1] = arena[0][1]  # its output over its input: WebGPU forbids it for writable storage, Dawn checks
+    (mlp_folder / "manifest.json").write_text(json.dumps(manifest))
+    error = _run(mlp_folder, [np.zeros(512, np.float32)])["error"]
+    kernel = manifest["kernels"][dispatch["entry"]]["name"]
+    assert f"kernel {kernel} binds overlapping bytes of the arena buffer" in error

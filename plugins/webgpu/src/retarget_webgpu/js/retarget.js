@@ -195,8 +195,8 @@ export function planDispatch(kernel, bindings, alignment, maxBindingSize) {
 // WebGPU forbids two bindings of a dispatch to overlap in one buffer when either is writable (ours all are), and
 // Chrome checks it. Export lays tensors out 256 bytes apart so that this never happens; say so if it does.
 function overlapping(kernel, plan, bindings) {
-  const ranges = plan.groups.filter(([[kind]]) => kind === "binding")
-    .map(([[, i], start, size], g) => [bindings[i][0], start, start + size, g]);
+  const ranges = plan.groups.map(([[kind, i], start, size], g) => [kind === "binding" && bindings[i][0], start,
+                                                                     start + size, g]).filter(([key]) => key);
   for (const [key, start, end, g] of ranges) {
     for (const [otherKey, otherStart, otherEnd, h] of ranges) {
       if (g < h && key === otherKey && start < otherEnd && otherStart < end) {
