@@ -140,6 +140,10 @@ class TargetBackend(Protocol):
     (the ops and element types it refuses, with the reasons). The compiler places only what it
     allows on the target, and the rest on `--fallback`. A backend without it supports everything
     as far as placement knows, and a refusal surfaces only when `compile` raises.
+
+    Optional: `export(artifact, folder, arch) -> Path`, for `retarget export`: write the module's
+    code of architecture `arch` (an executable the module holds) as files that run outside
+    retarget (webgpu-spirv: a folder that a web page loads); returns the path of its main file.
     """
 
     name: str

@@ -402,6 +402,50 @@ def _steps_text(steps: list[dict]) -> str:
     return " -> ".join(parts)
 
 
+@app.command(name="export")
+def export_(
+    module: Annotated[Path, typer.Argument(help="A .rtm module from `retarget compile`.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The folder to write (made if missing; the files "
+                                                                "export writes are replaced).")],
+    target: Annotated[str | None, typer.Option(
+        "--target", "-t", help="BACKEND[:ARCH] of the code to export, when the module holds several.")] = None,
+    as_json: JsonFlag = False,
+):
+    """Write a module's code as files that run outside retarget, e.g. a folder a web page loads.
+
+    For webgpu-spirv: the WGSL, the constants, manifest.json, retarget.js (the loader) and
+    index.html (a page that runs the model once). Serve the folder and open the page:
+
+        retarget compile model.onnx --target webgpu-spirv -o model.rtm
+        retarget export model.rtm -o site/model
+        python3 -m http.server -d site
+
+    then http://localhost:8000/model/. In your own page, `const model = await load("model/manifest.json")`
+    with `load` imported from model/retarget.js, then `const y = await model.main(x)`
+    (plugins/webgpu/README.md, "Running in a browser")."""
+    from .. import targets as list_targets
+    from ..module_format import read
+
+    artifact = read(module)
+    backends = list_targets()
+    held = [f"{e['backend']}:{e['arch']}" for e in artifact.manifest["executables"]]
+    exporters = sorted(name for name, backend in backends.items() if callable(getattr(backend, "export", None)))
+    backend_name, _, arch = (target or "").partition(":")
+    chosen = [e for e in artifact.manifest["executables"] if e["backend"] in exporters
+              and (not target or (e["backend"] == backend_name and arch in ("", e["arch"])))]
+    if not chosen:
+        which = f" for {target}" if target else ""
+        raise InputError(f"{module} holds no code that can be exported{which} (it holds {', '.join(held)})",
+                         hint=f"compile it for a target that exports: {', '.join(exporters) or 'none is installed'}")
+    exe = chosen[0]
+    path = backends[exe["backend"]].export(artifact, output, exe["arch"])
+    summary = {"output": str(output), "target": f"{exe['backend']}:{exe['arch']}", "manifest": str(path),
+               "files": sorted(str(p.relative_to(output)) for p in Path(output).rglob("*") if p.is_file())}
+    if as_json:
+        return _print_json(summary)
+    out.print(f"wrote {output}/ ({summary['target']}; {len(summary['files'])} files, manifest {path})", highlight=False)
+
+
 @app.command()
 def check(
     source: Annotated[Path, typer.Argument(help="A check-style .mlir file: zero-argument functions using check.expect_*.")],

@@ -208,6 +208,57 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def plan_dispatch(meta: dict, writes: list[bool], bindings: list[tuple], alignment: int, max_binding_size: int,
+                  name: str = "kernel") -> dict:
+    """How one dispatch binds its parameters (compile.py's binding model), as plain data. js/retarget.js computes
+    the same plan (tests/test_js_loader.py compares them), so this is the one statement of it.
+
+    `meta` is the kernel's container metadata (groups, itemsizes); `bindings[i]` is parameter i's
+    (buffer key, byte offset, bytes, the buffer's size in bytes), where equal keys mean one buffer; `writes[i]` says
+    whether the kernel writes parameter i. Returns a dict:
+
+    - "groups": per storage binding g, [source, start, size]: the byte range bound, where source is
+      ["binding", i] (the buffer of parameter i) or ["scratch", j];
+    - "bases": each parameter's offset in elements from the start of its range (the uniform rt_base);
+    - "scratch": the byte size of each scratch buffer: a packed group whose parameters lie in several buffers is
+      gathered into one, 16-byte aligned, copied in "before" the dispatch (what it reads) and out "after" (what
+      it writes), as [source, byte offset, destination, byte offset, bytes].
+    """
+    bases = [0] * len(bindings)
+    groups, scratch, before, after = [], [], [], []
+    for params in meta["groups"]:
+        ranges = [(["binding", i], bindings[i][1], bindings[i][2], bindings[i][3]) for i in params]
+        if len({bindings[i][0] for i in params}) > 1:  # a packed group across buffers: gather into scratch
+            j, at, gathered = len(scratch), 0, []
+            for i, (source, offset, nbytes, size) in zip(params, ranges):
+                copy = _round_up(nbytes, 4)
+                if offset % 4 or offset + copy > size:
+                    raise ValueError(f"{name}: a packed binding at byte {offset} is not 4-byte aligned")
+                if writes[i]:
+                    after.append([["scratch", j], at, source, offset, copy])
+                else:
+                    before.append([source, offset, ["scratch", j], at, copy])
+                gathered.append((["scratch", j], at, nbytes))
+                at += _round_up(nbytes, 16)
+            scratch.append(at)
+            ranges = [(source, offset, nbytes, max(4, _round_up(at, 4))) for source, offset, nbytes in gathered]
+        source, buffer_size = ranges[0][0], ranges[0][3]
+        lo = min(offset for _, offset, _, _ in ranges)
+        hi = max(offset + nbytes for _, offset, nbytes, _ in ranges)
+        start = lo - lo % alignment
+        size = min(_round_up(max(hi - start, 4), 4), buffer_size - start)
+        if size > max_binding_size:
+            raise WebGpuError(f"{name}: a binding of {size} bytes exceeds this device's "
+                              f"max-storage-buffer-binding-size ({max_binding_size})")
+        for i, (_, offset, _, _) in zip(params, ranges):
+            item = meta["itemsizes"][i]
+            if (offset - start) % item:
+                raise ValueError(f"{name}: binding {i} at byte {offset} is not aligned to its {item}-byte elements")
+            bases[i] = (offset - start) // item
+        groups.append([source, start, size])
+    return {"groups": groups, "bases": bases, "scratch": scratch, "before": before, "after": after}
+
+
 class WebGpuCommandBuffer:
     """Recorded work: ("dispatch", pipeline, bind group, counts), ("copy", ...) and ("clear", ...)."""
 
@@ -241,37 +292,22 @@ class WebGpuCommandBuffer:
             if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
         dev = self.device
-        bases = [0] * len(bindings)
-        entries, before, after = [], [], []
-        for g, params in enumerate(meta["groups"]):
-            ranges = [bindings[i] for i in params]
-            if len({id(buf) for buf, _, _ in ranges}) > 1:  # a packed group across buffers: gather into scratch
-                buf, starts, size = self.device.scratch_for(ranges)
-                self.scratch.append(buf)
-                for i, (src, offset, nbytes), start in zip(params, ranges, starts):
-                    copy = _round_up(nbytes, 4)
-                    if offset % 4 or copy + offset > src.size:
-                        raise ValueError(f"{ep.name}: a packed binding at byte {offset} is not 4-byte aligned")
-                    if ep.bindings[i].access == "write":
-                        after.append(("copy", buf, start, src, offset, copy))
-                    else:
-                        before.append(("copy", src, offset, buf, start, copy))
-                ranges = [(buf, start, nbytes) for start, (_, _, nbytes) in zip(starts, ranges)]
-            buf = ranges[0][0]
-            lo = min(offset for _, offset, _ in ranges)
-            hi = max(offset + nbytes for _, offset, nbytes in ranges)
-            start = lo - lo % dev.offset_alignment
-            size = min(_round_up(max(hi - start, 4), 4), buf.size - start)
-            if size > dev.limits["max-storage-buffer-binding-size"]:
-                raise WebGpuError(f"{ep.name}: a binding of {size} bytes exceeds this device's "
-                                  f"max-storage-buffer-binding-size ({dev.limits['max-storage-buffer-binding-size']})")
-            for i, (_, offset, _) in zip(params, ranges):
-                item = meta["itemsizes"][i]
-                if (offset - start) % item:
-                    raise ValueError(f"{ep.name}: binding {i} at byte {offset} is not aligned to its {item}-byte "
-                                     "elements")
-                bases[i] = (offset - start) // item
-            entries.append({"binding": g, "resource": {"buffer": buf.gpu, "offset": start, "size": size}})
+        plan = plan_dispatch(meta, [b.access == "write" for b in ep.bindings],
+                             [(id(buf), offset, nbytes, buf.size) for buf, offset, nbytes in bindings],
+                             dev.offset_alignment, dev.limits["max-storage-buffer-binding-size"], ep.name)
+        scratch = [dev.allocate(size) for size in plan["scratch"]]  # gathered packed groups' buffers
+        self.scratch.extend(scratch)  # freed with the command buffer
+
+        def buffer(source):
+            kind, i = source
+            return bindings[i][0] if kind == "binding" else scratch[i]
+
+        def copies(key):
+            return [("copy", buffer(src), src_at, buffer(dst), dst_at, n) for src, src_at, dst, dst_at, n in plan[key]]
+
+        bases, before, after = plan["bases"], copies("before"), copies("after")
+        entries = [{"binding": g, "resource": {"buffer": buffer(source).gpu, "offset": start, "size": size}}
+                   for g, (source, start, size) in enumerate(plan["groups"])]
         data = np.zeros(_round_up(max(len(bases), 1), 4), dtype=np.int32)
         data[:len(bases)] = bases
         uniform, at = dev.uniform_slot(data)
@@ -459,13 +495,6 @@ class WebGpuDevice:
         self._uniforms[1] = at + step
         return buffer, at
 
-    def scratch_for(self, ranges) -> tuple[WebGpuBuffer, list[int], int]:
-        """A new buffer holding `ranges` side by side (16-byte aligned), for a packed group that spans buffers."""
-        starts, size = [], 0
-        for _, _, nbytes in ranges:
-            starts.append(size)
-            size += _round_up(nbytes, 16)
-        return self.allocate(size), starts, size
 
     def write(self, buffer: WebGpuBuffer, offset: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
