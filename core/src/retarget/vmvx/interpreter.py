@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import Function
+from ..ir.core import Function, TensorType
+from ..ir.ops import SHAPE_ATTRS
+from ..ir.symbolic import bind, evaluate_shape
 from .kernels import evaluate
 
 
 def run_function(fn: Function, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Evaluate `fn` on `inputs` (already of the argument types); returns its results."""
+    """Evaluate `fn` on `inputs` (already of the argument types, symbolic dimensions at any size);
+    returns its results."""
     env = dict(zip(fn.args, inputs))
+    dynamic = any(not a.type.is_static for a in fn.args)
+    sizes = bind([a.type.shape for a in fn.args], [np.shape(x) for x in inputs]) if dynamic else {}
     for op in fn.ops:
         operands = [env[v] for v in op.operands]
-        env[op.result] = evaluate(op.name, op.attrs, operands, op.result.type)  # every graph op has one result
+        attrs, rtype = op.attrs, op.result.type
+        if dynamic:  # this call's sizes in place of the symbols
+            attrs = {k: evaluate_shape(v, sizes) if k in SHAPE_ATTRS and isinstance(v, tuple) else v
+                     for k, v in attrs.items()}
+            rtype = TensorType(evaluate_shape(rtype.shape, sizes), rtype.dtype)
+        env[op.result] = evaluate(op.name, attrs, operands, rtype)  # every graph op has one result
     return [np.asarray(env[v]) for v in fn.returns]
