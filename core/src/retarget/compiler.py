@@ -16,9 +16,11 @@ from pathlib import Path
 from . import __version__, ir
 from .errors import RetargetError, UnknownTargetError, suggestion
 from .ir.core import Module
+from .ir.symbolic import dims_to_json
 from .module_format import CONSTANTS, FORMAT, FORMAT_VERSION, Artifact
 from .passes.conv_folding import fold_conv_scales
 from .passes.dispatch import form_dispatches
+from .passes.dynamic_plan import apply_dims, format_dynamic_program, is_dynamic, plan_dynamic_function
 from .passes.host_program import ConstantPool, format_program, plan_function
 from .passes.simplify import canonicalize, fold_constants
 from .plugin_manager import manager
@@ -75,8 +77,11 @@ def compile(  # noqa: A001 - the public verb
     *,
     dump_dir: str | Path | None = None,
     notes: Callable[[str], None] | None = None,
+    dims: dict | None = None,
     **import_options,
 ) -> Artifact:
+    """`dims` bounds the model's symbolic dimensions ({"batch": (1, 64)}, or "1..64"; a number fixes
+    one): bounded symbols get one memory plan, sized at the bounds (see passes/dynamic_plan.py)."""
     targets = [target] if isinstance(target, (str, TargetDesc)) else list(target)
     if not targets:
         raise UnknownTargetError("no target given", hint="pass --target, e.g. --target vmvx")
@@ -86,7 +91,7 @@ def compile(  # noqa: A001 - the public verb
             notes(note)
     dump = _Dumper(dump_dir)
 
-    module = import_model(source, **import_options)
+    module = apply_dims(import_model(source, **import_options), dims)
     ir.verify(module)
     dump("import", ir.print_module(module, elide_constants=True))
     for name, graph_pass in GRAPH_PASSES:
@@ -102,6 +107,10 @@ def compile(  # noqa: A001 - the public verb
     pool = ConstantPool()
     functions = {}
     for fn in module.functions.values():
+        if is_dynamic(fn):
+            functions[fn.name] = plan_dynamic_function(fn, dispatches[fn.name], entry_index, pool)
+            dump(f"host-program-{fn.name}", format_dynamic_program(fn.name, functions[fn.name]))
+            continue
         functions[fn.name] = plan_function(fn, dispatches[fn.name], entry_index, pool)
         dump(f"host-program-{fn.name}", format_program(fn.name, functions[fn.name]))
 
@@ -147,12 +156,18 @@ def desc_from_json(data: dict) -> TargetDesc:
 
 
 def _entry_json(e) -> dict:
-    return {
+    out = {
         "name": e.name,
         "bindings": [{"type": str(b.type), "access": b.access} for b in e.bindings],
         "workgroup_size": list(e.workgroup_size),
         "workgroup_count": list(e.workgroup_count),
     }
+    if e.scalars:  # a dynamic entry point: its sizes as dimensions of its scalars
+        out["scalars"] = list(e.scalars)
+        out["workgroup_count"] = dims_to_json(e.workgroup_count)
+        for b, data in zip(e.bindings, out["bindings"]):
+            data["shape"] = dims_to_json(b.type.shape)
+    return out
 
 
 def _preview(data: bytes) -> str:

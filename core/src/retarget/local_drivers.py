@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import UnknownDeviceError
+from .ir.core import TensorType
+from .ir.symbolic import evaluate_shape
 from .protocols import DeviceInfo, EntryPoint, ExecutableBinary, TargetDesc
 
 ALIGNMENT = 64
@@ -56,17 +58,23 @@ class LocalCommandBuffer:
             raise RuntimeError("command buffer already ended; record a new one")
         self.stages[-1].append(work)
 
-    def dispatch(self, executable: LocalExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: LocalExecutable, entry: int, bindings, *, scalars=(), workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (protocols.py)."""
         ep = executable.entry_points[entry]
         if len(bindings) != len(ep.bindings):
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
+        if len(scalars) != len(ep.scalars):
+            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars ({', '.join(ep.scalars)}), got {len(scalars)}")
+        sizes = dict(zip(ep.scalars, (int(v) for v in scalars)))
         views = []
         for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
-            views.append(buf.view(offset, b.type))
-        run = executable.kernels[entry](views)
-        gx, gy, gz = ep.workgroup_count
+            t = TensorType(evaluate_shape(b.type.shape, sizes), b.type.dtype) if sizes else b.type
+            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
+            views.append(buf.view(offset, t))
+        bind = executable.kernels[entry]
+        run = bind(views, tuple(sizes.values())) if ep.scalars else bind(views)
+        gx, gy, gz = workgroup_count or ep.workgroup_count
         total = gx * gy * gz
         tasks = min(total, MAX_TASKS_PER_DISPATCH)
         for t in range(tasks):

@@ -55,7 +55,8 @@ class TargetDesc:
 
 @dataclass(frozen=True)
 class Binding:
-    """One buffer an entry point reads or writes, and the tensor it holds."""
+    """One buffer an entry point reads or writes, and the tensor it holds (its shape may have
+    symbolic dimensions, of the entry point's `scalars`)."""
 
     type: TensorType
     access: str  # "read" or "write"
@@ -63,10 +64,16 @@ class Binding:
 
 @dataclass(frozen=True)
 class EntryPoint:
+    """A kernel of an executable. A dynamic entry point (one compiled for symbolic dimensions) takes
+    the values of the symbols `scalars` (names, in order) with each dispatch; its bindings' shapes
+    and its `workgroup_count` are then dimensions of them (`ir.symbolic.Sym`), which the host
+    evaluates and passes to `CommandBuffer.dispatch`."""
+
     name: str
     bindings: tuple[Binding, ...]
     workgroup_size: tuple[int, int, int] = (1, 1, 1)
-    workgroup_count: tuple[int, int, int] = (1, 1, 1)
+    workgroup_count: tuple = (1, 1, 1)  # ints; or ints and Syms of `scalars`
+    scalars: tuple[str, ...] = ()
 
 
 @dataclass
@@ -152,7 +159,14 @@ class Executable(Protocol):
 class CommandBuffer(Protocol):
     """Recorded work. Commands between two barriers may run in any order or at once.
     A command buffer is recorded once and may be submitted many times. A range outside
-    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError."""
+    a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError.
+
+    Optional (dynamic shapes): `dispatch(..., scalars=(...), workgroup_count=(x, y, z))` records a
+    dispatch of a dynamic entry point: `scalars` are the values of its `EntryPoint.scalars` (ints,
+    in order), which the kernel receives (kernel arguments, push constants, a uniform: the
+    backend's choice), and `workgroup_count` replaces the entry point's symbolic one. A command
+    buffer whose `dispatch` takes these keywords supports dynamic entry points; the runtime
+    records one command buffer per concrete shape."""
 
     def dispatch(self, executable: Executable, entry: int, bindings: Sequence[tuple[Buffer, int, int]]) -> None: ...
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None: ...
@@ -214,7 +228,9 @@ class ExecutableLoader(Protocol):
     `local-task`). `load` returns one `bind` callable per entry point: when a command
     buffer is recorded, `bind(views)` gets numpy views of the bindings (in entry-point
     order) and returns `run(workgroup_id)`, which the driver calls for each workgroup,
-    possibly from several threads at once."""
+    possibly from several threads at once. For a dynamic entry point (one with `scalars`)
+    the driver calls `bind(views, scalars)`, the views at this dispatch's shapes and
+    `scalars` the symbols' values in the entry point's order."""
 
     format: str
 

@@ -188,10 +188,17 @@ def compile_(
         "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
     sign: Annotated[Path | None, typer.Option(
         "--sign", help="Sign the module with this Ed25519 private key (PEM; `retarget keygen` makes one).")] = None,
+    dim: Annotated[list[str] | None, typer.Option(
+        "--dim", help="Bound a symbolic dimension, repeatable: NAME=LO..HI (`batch=1..64`), NAME=LO.. or "
+                      "NAME=SIZE (fixes it). Bounded symbols get one memory plan, sized at the bounds.")] = None,
     as_json: JsonFlag = False,
 ):
-    """Compile a model into a .rtm module holding code for each target."""
+    """Compile a model into a .rtm module holding code for each target.
+
+    Symbolic dimensions (torch.export Dim, ONNX dim_param, MLIR `?`) stay symbolic: one module
+    runs at every size in their ranges. `--dim batch=1..64` bounds one; `--dim batch=8` fixes it."""
     from .. import compiler
+    from ..ir.symbolic import parse_dim_option
 
     if output is None:
         output = source.with_suffix(".rtm")
@@ -201,7 +208,8 @@ def compile_(
     start = time.perf_counter()
     with err.status(f"compiling {source} for {', '.join(targets)}"):
         artifact = compiler.compile(source, targets, dump_dir=dump_after_all,
-                                    notes=lambda n: err.print(f"note: {n}"))
+                                    notes=lambda n: err.print(f"note: {n}"),
+                                    dims=dict(parse_dim_option(d) for d in dim or ()))
         artifact.save(output, signing_key=sign)
     elapsed = time.perf_counter() - start
     summary = {
@@ -246,8 +254,10 @@ def run(
 
     loaded = load(module, device=device, mode=mode, trusted_keys=trusted_key or None)
     if list_functions:
-        sigs = [str(f.signature) for f in loaded.functions.values()]
-        return _print_json(sigs) if as_json else [out.print(s) for s in sigs]
+        sigs = [f.signature for f in loaded.functions.values()]
+        if as_json:
+            return _print_json([s.to_json() for s in sigs])
+        return [out.print(str(s), highlight=False) for s in sigs]
     if function is None:
         if len(loaded.functions) != 1:
             raise InputError(f"the module has several functions: {', '.join(loaded.functions)}",
@@ -285,9 +295,8 @@ def check(
     from .. import compiler
     from ..importers.mlir import import_check_file
     from ..importers.mlir.check import evaluate_checks
-    from ..runtime import load
-
     from ..mlir.syntax import read_source
+    from ..runtime import load
 
     try:
         text = read_source(source)

@@ -59,7 +59,7 @@ class _Mismatch(_Fail):
 class DimMismatch(VerificationError):
     """Two dimensions an op needs equal differ, and at least one is symbolic: `dims` holds them."""
 
-    def __init__(self, message: str, dims: tuple, **kwargs):
+    def __init__(self, message: str, dims: tuple = (), **kwargs):
         super().__init__(message, **kwargs)
         self.dims = dims
 

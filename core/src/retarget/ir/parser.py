@@ -103,8 +103,10 @@ def function_symbols(mop: MOp, types: list[TensorType]) -> dict[str, SymbolRange
             out[name] = parse_range(text)
         except (ValueError, TypeError) as e:
             raise ParseError(f"rt.symbols: symbol '{name}': {e}", location=str(mop.loc)) from None
-    for name in sorted(symbols_of(*[t.shape for t in types])):
-        out.setdefault(name, SymbolRange())
+    for t in types:  # in order of appearance: unification keeps the first of two symbols
+        for d in t.shape:
+            for name in sorted(symbols_of(d)):
+                out.setdefault(name, SymbolRange())
     return out
 
 

@@ -39,6 +39,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
+from ..ir.symbolic import Sym, ceil_div, hint, symbols_of
 from ..protocols import TargetDesc
 from . import ir as k
 from .ir import (
@@ -73,13 +74,18 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
     if len(fn.returns) != 1:
         raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
     lowering = _GpuLowering if desc.max_workgroup_size > 1 else _Lowering
-    return lowering(fn, desc).kernel()
+    kernel = lowering(fn, desc).kernel()
+    kernel.scalars = tuple(sorted(symbols_of(*[v.type.shape for v in fn.args + fn.returns],
+                                             *[r.type.shape for op in fn.ops for r in op.results])))
+    return kernel
 
 
 def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
     """A 1-D grid over a device's per-dimension limit (65535 on many GPUs) as a 2-D grid; the body sees
     the same 1-D workgroup index, and the few extra workgroups skip it."""
     count = kn.workgroup_count
+    if not isinstance(count[0], int) and count[1:] == (1, 1) and len(kn.workgroup_vars) == 1:
+        return _fold_dynamic_grid(kn, per_dim)
     if all(c <= per_dim for c in count):
         return kn
     if count[1] != 1 or count[2] != 1 or len(kn.workgroup_vars) != 1:
@@ -94,6 +100,38 @@ def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
     body = [Assign(wg, index), If(Compare("lt", Var(wg), k.const(count[0])), kn.body)]
     return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
                    schedule={**kn.schedule, "grid": f"{x}x{y}"})
+
+
+def _fold_dynamic_grid(kn: Kernel, per_dim: int) -> Kernel:
+    """fold_grid for a grid whose size is known only at run time: always two dimensions, sized
+    when the kernel is dispatched (y is 1 while the count fits one dimension)."""
+    count = kn.workgroup_count[0]
+    y = (count + (per_dim - 1)) // per_dim
+    x = (count + (y - 1)) // y
+    wg = kn.workgroup_vars[0]
+    index = k.Binary("add", k.Binary("mul", Var("rt_wgy"), x), Var("rt_wgx"))
+    body = [Assign(wg, index), If(Compare("lt", Var(wg), count), kn.body)]
+    return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
+                   schedule={**kn.schedule, "grid": f"2-D, up to {per_dim} a side"})
+
+
+def _over_one(d) -> bool:
+    """Whether dimension d may exceed 1: a symbolic one may."""
+    return isinstance(d, Sym) or d > 1
+
+
+def _grid(count, per_group: int):
+    """Workgroups of `per_group` threads covering `count` items: at least one."""
+    return max(1, -(-count // per_group)) if isinstance(count, int) else ceil_div(count, per_group)
+
+
+def _ceil(a, b: int):
+    return -(-a // b) if isinstance(a, int) else ceil_div(a, b)
+
+
+def _count(shape):
+    """Elements of a shape: an int, or a Sym when it has symbolic dimensions."""
+    return int(np.prod(shape, dtype=np.int64)) if all(isinstance(d, int) for d in shape) else math.prod(shape)
 
 
 def strides(shape) -> list[int]:
@@ -112,7 +150,9 @@ def linearize(idx: list[Expr], shape) -> Expr:
 
 
 def _delinearize(flat: Expr, shape) -> list[Expr]:
-    return [(flat // s) % d if d != 1 else k.const(0) for s, d in zip(strides(shape), shape)]
+    # a leading symbolic dimension takes no remainder: `flat` is below the whole count (a runtime divisor costs)
+    return [k.const(0) if d == 1 else flat // s if n == 0 and isinstance(d, Sym) else (flat // s) % d
+            for n, (s, d) in enumerate(zip(strides(shape), shape))]
 
 
 def _broadcast_index(idx: list[Expr], shape, out_shape) -> list[Expr]:
@@ -148,6 +188,11 @@ class _Lowering:
         self.override: dict[Value, Expr] = {}
         # One workgroup per core the target declares (else this machine's), so each core gets one call.
         self.max_groups = min(MAX_WORKGROUPS, desc.extra.get("cores") or os.cpu_count() or 1)
+        self.ranges = fn.symbols  # symbolic dimensions: schedules plan for `hint`, code holds for all sizes
+
+    def hint(self, d) -> int:
+        """A representative size for `d` (itself when static), for choices that only affect speed."""
+        return hint(d, self.ranges)
 
     def fresh(self, prefix: str) -> str:
         self.names += 1
@@ -249,7 +294,7 @@ class _Lowering:
 
         def wrap(body):
             for n, (name, extent) in enumerate(reversed(list(zip(names, extents)))):
-                kind = inner_kind if n == 0 and extent > 1 else "serial"
+                kind = inner_kind if n == 0 and _over_one(extent) else "serial"
                 body = [Loop(name, extent, body, kind)]
             return body
 
@@ -258,6 +303,8 @@ class _Lowering:
     def parallel(self, count: int, work: int, body_fn, tail=None) -> list:
         """`body_fn(i)` for i in [0, count), spread over workgroups when the work is large enough;
         `tail` statements run once, in the last workgroup."""
+        if isinstance(count, Sym) or isinstance(work, Sym):
+            return self._parallel_symbolic(count, self.hint(work), body_fn, tail)
         groups = min(count, self.max_groups) if work >= MIN_PARALLEL_WORK else 1
         chunk = -(-count // groups) if groups else 0
         groups = -(-count // chunk) if chunk else 1
@@ -274,12 +321,47 @@ class _Lowering:
             out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
         return out
 
+    def _parallel_symbolic(self, count, work: int, body_fn, tail) -> list:
+        """`parallel` for a count or work known only at run time: the workgroups (as many as the work's
+        hint asks for) split the count in equal chunks, sized at run time, each index guarded."""
+        if isinstance(count, int):
+            return self.parallel(count, work, body_fn, tail)
+        groups = self.max_groups if work >= MIN_PARALLEL_WORK else 1
+        t = self.fresh("p")
+        if groups <= 1:
+            return [Loop(t, count, body_fn(Var(t)))] + (tail or [])
+        self.grid = groups
+        wg, chunk = Var("wg"), ceil_div(count, groups)
+        item = wg * chunk + Var(t)
+        out = [Loop(t, chunk, [If(Compare("lt", item, k.const(count)), body_fn(item))])]
+        if tail:
+            out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
+        return out
+
+    def parallel_span(self, shape, outer: int, limit: int) -> int:
+        """The last dimension to spread over workgroups with dimension `outer`: `outer` itself when its
+        size is static; when it is symbolic (a batch that may be 1), up to the next static dimension
+        above 1 before `limit`, so that a small batch still fills the workgroups."""
+        if isinstance(shape[outer], int):
+            return outer
+        for d in range(outer + 1, limit):
+            if isinstance(shape[d], int) and shape[d] > 1:
+                return d
+        return outer
+
+    def parallel_index(self, shape, outer: int, last: int, body):
+        """(count, function of the parallel index i -> body(index of dims outer..last))."""
+        if last == outer:
+            return shape[outer], lambda i: body([i])
+        dims = shape[outer:last + 1]
+        return _count(dims), lambda i: body(_delinearize(i, dims))
+
     # -- strategies ----------------------------------------------------------------------------------
     def _elementwise(self) -> list:
         shape = self.out.type.shape
         if not shape:
             return [self.store([])]
-        outer = next((d for d in range(len(shape) - 1) if shape[d] > 1), None)
+        outer = next((d for d in range(len(shape) - 1) if _over_one(shape[d])), None)
         if outer is None:  # one long row: split it into vector-tile chunks
             n, tile = shape[-1], self.tile
             lead = [k.const(0)] * (len(shape) - 1)
@@ -290,12 +372,14 @@ class _Lowering:
 
             tail_start = n - n % tile
             j = self.fresh("j")
-            tail = [Loop(j, n % tile, [self.store(lead + [Var(j) + tail_start])], "vector")] if n % tile else []
+            tail = [Loop(j, n % tile, [self.store(lead + [Var(j) + tail_start])], "vector")] \
+                if isinstance(n, Sym) or n % tile else []
             return self.parallel(n // tile, n, chunk, tail)
-        rest, wrap = self.loops(shape[outer + 1:])
+        last = self.parallel_span(shape, outer, len(shape) - 1)
+        rest, wrap = self.loops(shape[last + 1:])
         lead = [k.const(0)] * outer
-        return self.parallel(shape[outer], self.out.type.num_elements,
-                             lambda i: wrap([self.store(lead + [i] + rest)]))
+        count, body = self.parallel_index(shape, outer, last, lambda at: wrap([self.store(lead + at + rest)]))
+        return self.parallel(count, self.out.type.num_elements, body)
 
     def _reduce(self, op) -> list:
         kind, axes = op.attrs["kind"], tuple(op.attrs["axes"])
@@ -355,10 +439,12 @@ class _Lowering:
         """A loop nest over `shape` (the first non-unit dim in parallel), `element(idx)` inside."""
         if not shape:
             return element([])
-        outer = next((d for d in range(len(shape)) if shape[d] > 1), 0)
-        rest, wrap = self.loops(shape[outer + 1:], "serial")
+        outer = next((d for d in range(len(shape)) if _over_one(shape[d])), 0)
+        last = self.parallel_span(shape, outer, len(shape))
+        rest, wrap = self.loops(shape[last + 1:], "serial")
         lead = [k.const(0)] * outer
-        return self.parallel(shape[outer], work, lambda i: wrap(element(lead + [i] + rest)))
+        count, body = self.parallel_index(shape, outer, last, lambda at: wrap(element(lead + at + rest)))
+        return self.parallel(count, work, body)
 
     def _matmul(self, op) -> list:
         a, b = op.operands
@@ -367,7 +453,8 @@ class _Lowering:
         kk = a.type.shape[-1]
         acc_dt = _accumulator(out.dtype)
         bvars, wrap_batch = self.loops(batch, "serial")
-        rows, tile = min(MATMUL_ROWS, m), min(self.tile, n)
+        rows = MATMUL_ROWS if isinstance(m, Sym) else min(MATMUL_ROWS, m)
+        tile = self.tile if isinstance(n, Sym) else min(self.tile, n)
         self.schedule.update(tile_m=rows, tile_n=tile)
 
         def tile_code(m0: Expr, mr: int, n0: Expr, nt: int) -> list:
@@ -396,14 +483,23 @@ class _Lowering:
 
         def columns(m0: Expr, mr: int) -> list:
             c = self.fresh("c")
+            if isinstance(n, Sym):  # full tiles, then the last n % tile columns one at a time
+                j = self.fresh("cj")
+                return [Loop(c, n // tile, tile_code(m0, mr, Var(c) * tile, tile)),
+                        Loop(j, n % tile, tile_code(m0, mr, Var(j) + (n - n % tile), 1))]
             body = [Loop(c, n // tile, tile_code(m0, mr, Var(c) * tile, tile))] if n >= tile else []
             if n % tile:
                 body += tile_code(m0, mr, k.const(n - n % tile), n % tile)
             return body
 
         row_blocks, tail_rows = m // rows, m % rows
-        work = m * n * kk * max(1, int(np.prod(batch, dtype=np.int64)))
-        if row_blocks >= 2 or n < 2 * tile:
+        batches = _count(batch)
+        work = m * n * kk * (batches if isinstance(batches, Sym) else max(1, batches))
+        if isinstance(m, Sym):  # full row blocks, then the last m % rows rows one at a time
+            r = self.fresh("mr")
+            tail = [Loop(r, tail_rows, columns(Var(r) + (m - tail_rows), 1))]
+            body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
+        elif isinstance(n, Sym) or row_blocks >= 2 or n < 2 * tile:
             tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
         else:  # few rows (a batch-1 linear layer): spread the columns instead
@@ -477,14 +573,14 @@ class _Lowering:
         pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
         per_group = o_ // op.attrs.get("groups", 1)
         acc_dt = _accumulator(out.dtype)
-        ob, tile = min(MATMUL_ROWS, o_), min(self.tile, ow)
+        ob = min(MATMUL_ROWS, o_)
         padded_h = any(op.attrs.get("pad", (0, 0, 0, 0))[:2])
         padded_w = any(op.attrs.get("pad", (0, 0, 0, 0))[2:])
         # A 1x1 convolution is a matmul over channels: its rows are one contiguous run of oh*ow pixels,
         # indexed as row 0 of a wider image, so that vector tiles are full width whatever the image width.
         flat = self._pointwise(op)
         rows_out, cols_out = (1, oh * ow) if flat else (oh, ow)
-        tile = min(self.tile, cols_out)
+        tile = self.tile if isinstance(cols_out, Sym) else min(self.tile, cols_out)
         self.schedule.update(tile_channels=ob, tile_x=tile)
         if flat:
             self.schedule["pixels"] = "flat"
@@ -517,6 +613,11 @@ class _Lowering:
 
         def rows_of(o0: Expr, nb: int) -> list:
             y, c = self.fresh("y"), self.fresh("x")
+            if isinstance(cols_out, Sym):  # an image size known at run time: full tiles, then pixel by pixel
+                j = self.fresh("xj")
+                tail_start = cols_out - cols_out % tile
+                return [Loop(y, rows_out, [Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile)),
+                                           Loop(j, cols_out % tile, tile_code(o0, nb, Var(y), Var(j) + tail_start, 1))])]
             inner = [Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))] \
                 if cols_out >= tile else []
             if cols_out % tile:
@@ -775,8 +876,8 @@ def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
     a, b = op.operands
     *batch, m, n = op.result.type.shape
     kk = a.type.shape[-1]
-    if op.result.type.dtype.name not in FRAGMENT_TYPES:
-        return None
+    if op.result.type.dtype.name not in FRAGMENT_TYPES or not all(isinstance(d, int) for d in (*batch, m, n, kk)):
+        return None  # sizes known only at run time: the plain schedule (its kernel says so)
     fits = [s for s in fragment_shapes(desc)
             if s.acc.name == "f32" and m >= s.m and n >= s.n and kk >= s.k
             and all(s.dtype.name in HELD_EXACTLY_BY.get(x.type.dtype.name, ()) for x in (a, b))]
@@ -934,6 +1035,8 @@ def matmul_register_tiles(fn: Function, desc: TargetDesc) -> RegisterTiles | Non
     op = roots[0]
     *batch, m, n = op.result.type.shape
     kk = op.operands[0].type.shape[-1]
+    if not all(isinstance(d, int) for d in (*batch, m, n, kk)):
+        return None  # sizes known only at run time: the split reduction (its kernel says so)
     batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
     multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
     dt = _accumulator(op.result.type.dtype)
@@ -1070,8 +1173,8 @@ class _GpuLowering(_Lowering):
                       schedule=self.schedule)
 
     def _over_output(self, shape, element, work: int) -> list:
-        count = int(np.prod(shape, dtype=np.int64))
-        self.grid = max(1, -(-count // self.threads))
+        count = _count(shape)
+        self.grid = _grid(count, self.threads)
         gid = self.fresh("gid")
         names = [self.fresh("i") for _ in shape]
         coords = [Assign(n, e) for n, e in zip(names, _delinearize(Var(gid), shape))]
@@ -1090,13 +1193,13 @@ class _GpuLowering(_Lowering):
         tiled = list(out.shape)
         if tile_axis is not None:
             tiled[tile_axis] //= tile
-        count = int(np.prod(tiled, dtype=np.int64))
-        slices = 1
-        while (count * slices < self.busy and 2 * slices <= self.max_slices
-               and length >= 2 * slices * self.MIN_SLICE_STEPS):
+        count = _count(tiled)
+        slices = 1  # a symbolic count or length: chosen for their hints, correct for every size (guards)
+        while (self.hint(count) * slices < self.busy and 2 * slices <= self.max_slices
+               and self.hint(length) >= 2 * slices * self.MIN_SLICE_STEPS):
             slices *= 2
         width = self.threads // slices
-        self.grid = max(1, -(-count // width))
+        self.grid = _grid(count, width)
         self.schedule.update(slices=slices, tile=tile, busy_threads=self.busy)
         tid = Var("tid")
         gid, acc, j, r, s = (self.fresh(p) for p in ("gid", "acc", "j", "r", "s"))
@@ -1108,12 +1211,12 @@ class _GpuLowering(_Lowering):
             idx[tile_axis] = idx[tile_axis] * tile
         c = Var(j) * slices + tid // width if slices > 1 else Var(j)
         update = steps(idx, c, acc)
-        if length % slices:
+        if slices > 1 and (isinstance(length, Sym) or length % slices):
             update = [If(Compare("lt", c, k.const(length)), update)]
         in_range = Compare("lt", Var(gid), k.const(count))
         body += [Local(acc, tile, acc_dt),
                  Loop(r, tile, [Store(acc, Var(r), k.const(0, acc_dt))], "unroll"),
-                 If(in_range, [Loop(j, -(-length // slices), update)])]
+                 If(in_range, [Loop(j, _ceil(length, slices), update)])]
 
         def at(rv):
             return [i + rv if a == tile_axis else i for a, i in enumerate(idx)]
@@ -1139,6 +1242,8 @@ class _GpuLowering(_Lowering):
         tiled = matmul_register_tiles(self.fn, self.desc)
         if tiled is not None:
             return self._register_tiled_matmul(op, tiled)
+        if not op.result.type.is_static:
+            self.schedule["fallback"] = "sizes known at run time: split reduction, not the tiled matmuls"
         a, b = op.operands
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
@@ -1364,7 +1469,7 @@ class _GpuLowering(_Lowering):
         acc_dt = _accumulator(out.dtype)
         tile = self.CHANNELS_PER_THREAD
         if groups != 1 or out.shape[1] % tile or \
-                out.num_elements // tile < self.multiprocessors * self.TILE_THREADS_PER_SM:
+                self.hint(out.num_elements) // tile < self.multiprocessors * self.TILE_THREADS_PER_SM:
             tile = 1
         window = "unroll" if kh * kw <= 25 else "serial"
 

@@ -10,12 +10,14 @@ from ..ir.symbolic import bind, evaluate_shape
 from .kernels import evaluate
 
 
-def run_function(fn: Function, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_function(fn: Function, inputs: list[np.ndarray], sizes: dict | None = None) -> list[np.ndarray]:
     """Evaluate `fn` on `inputs` (already of the argument types, symbolic dimensions at any size);
-    returns its results."""
+    returns its results. `sizes` gives the symbols' values; by default they are read off the inputs
+    (which works when each symbol is some argument's dimension by itself)."""
     env = dict(zip(fn.args, inputs))
-    dynamic = any(not a.type.is_static for a in fn.args)
-    sizes = bind([a.type.shape for a in fn.args], [np.shape(x) for x in inputs]) if dynamic else {}
+    dynamic = bool(sizes) or any(not a.type.is_static for a in fn.args)
+    if dynamic:
+        sizes = {**bind([a.type.shape for a in fn.args], [np.shape(x) for x in inputs]), **(sizes or {})}
     for op in fn.ops:
         operands = [env[v] for v in op.operands]
         attrs, rtype = op.attrs, op.result.type

@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import ParseError, RetargetError, UnsupportedOpError, VerificationError
 from ...ir.core import Builder, DenseAttr, Function, Module, TensorType, Value
 from ...ir.dtypes import DType
-from ...ir.ops import OPS, infer_types, normalize_shape_attrs
+from ...ir.ops import OPS, normalize_shape_attrs
 from ...ir.parser import function_symbols, symbolic_arg_type, types_match
 from ...ir.symbolic import Sym, divide_exactly, sanitize
 from ...mlir.syntax import MOp, Parser, custom_syntax
@@ -253,13 +253,12 @@ def is_splat(v, value) -> bool:
 def _graph_op(cv: Converter, op: MOp):
     """Our own graph IR in generic form: build it as written."""
     operands = cv.values(op)
-    attrs = normalize_shape_attrs(op.attrs)
-    types = infer_types(op.name, [v.type for v in operands], attrs, op.loc)
+    results = cv.b.op_multi(op.name, operands, normalize_shape_attrs(op.attrs))
     declared = [as_tensor_type(t, op.loc) for t in op.result_types]
-    if not types_match(declared, types):
+    if not types_match(declared, [r.type for r in results]):
         raise cv.error(op, f"declared result types {', '.join(map(str, declared))} "
-                           f"but the operands give {', '.join(map(str, types))}")
-    return cv.b.op_multi(op.name, operands, attrs)
+                           f"but the operands give {', '.join(str(r.type) for r in results)}")
+    return results
 
 
 # -- small builders shared by the dialects -----------------------------------------------------

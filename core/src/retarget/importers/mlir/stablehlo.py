@@ -347,7 +347,8 @@ def _pad(cv: Converter, op: MOp):
 @converts("stablehlo.iota")
 def _iota(cv: Converter, op: MOp):
     t = cv.result_type(op)
-    return cv.b.op("rt.iota", [], {"shape": cv.result_shape(op), "axis": int(op.attrs["iota_dimension"]), "dtype": t.dtype.name})
+    return cv.b.op("rt.iota", [], {"shape": cv.result_shape(op), "axis": int(op.attrs["iota_dimension"]),
+                                   "dtype": t.dtype.name})
 
 
 @converts("stablehlo.clamp")
