@@ -163,3 +163,12 @@ def test_cli_compiles_with_dim_lists_symbols_and_runs_any_size(tmp_path):
     assert results[0]["shape"] == [6, 4] and results[1]["values"][2] == [1.5] * 4
     bad = _cli("run", tmp_path / "m.rtm", "--input", "9x8xf32=0", "--input", "9x4xf32=0", "--input", "8x8xf32=0")
     assert bad.returncode == 2 and "outside its range 1..8" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_inputs_too_small_for_a_derived_dimension_are_refused():
+    from retarget.testing import dynamic
+
+    fn = retarget.load(retarget.compile(dynamic.module("conv_batch_image"), "vmvx"), device="local-sync").main
+    x = np.zeros((1, 3, 2, 9), np.float32)  # a 2-row image: the 2x2 pool after the stride-2 conv has 0 rows
+    with pytest.raises(InputError, match=r"at n=1, m=2, k=9, .* dimension \(\(m \+ 1\) // 2\) - 1 = 0"):
+        fn(x)

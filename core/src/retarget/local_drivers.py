@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import UnknownDeviceError
-from .ir.core import TensorType
-from .ir.symbolic import evaluate_shape
 from .protocols import DeviceInfo, EntryPoint, ExecutableBinary, TargetDesc
 
 ALIGNMENT = 64
@@ -65,15 +63,13 @@ class LocalCommandBuffer:
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
         if len(scalars) != len(ep.scalars):
             raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars ({', '.join(ep.scalars)}), got {len(scalars)}")
-        sizes = dict(zip(ep.scalars, (int(v) for v in scalars)))
         views = []
-        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            t = TensorType(evaluate_shape(b.type.shape, sizes), b.type.dtype) if sizes else b.type
+        for (buf, offset, nbytes), t in zip(bindings, ep.binding_types(scalars)):
             if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
             views.append(buf.view(offset, t))
         bind = executable.kernels[entry]
-        run = bind(views, tuple(sizes.values())) if ep.scalars else bind(views)
+        run = bind(views, tuple(int(v) for v in scalars)) if ep.scalars else bind(views)
         gx, gy, gz = workgroup_count or ep.workgroup_count
         total = gx * gy * gz
         tasks = min(total, MAX_TASKS_PER_DISPATCH)

@@ -334,6 +334,7 @@ def _check_dynamic_function(c: _Checker, fn: dict, w: str, constants_size: int, 
     names = set(symbols)
     buffers = c.list(fn.get("buffers"), f"{w}.buffers")
     c.dims(buffers, f"{w}.buffers", names)
+    c.dims(c.list(fn.get("dims", []), f"{w}.dims"), f"{w}.dims", names)
     if "arena_bytes" in fn:
         c.int(fn["arena_bytes"], f"{w}.arena_bytes")
 

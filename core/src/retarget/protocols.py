@@ -75,6 +75,15 @@ class EntryPoint:
     workgroup_count: tuple = (1, 1, 1)  # ints; or ints and Syms of `scalars`
     scalars: tuple[str, ...] = ()
 
+    def binding_types(self, scalars=()) -> list[TensorType]:
+        """The bindings' tensor types, a dynamic entry point's at these values of its `scalars`."""
+        if not self.scalars:
+            return [b.type for b in self.bindings]
+        from .ir.symbolic import evaluate_shape
+
+        sizes = dict(zip(self.scalars, (int(v) for v in scalars)))
+        return [TensorType(evaluate_shape(b.type.shape, sizes), b.type.dtype) for b in self.bindings]
+
 
 @dataclass
 class ExecutableBinary:

@@ -21,7 +21,6 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-
 from .errors import UnknownDeviceError
 from .ir.core import TensorType
 from .ir.symbolic import evaluate, evaluate_shape

@@ -686,3 +686,10 @@ def test_a_process_that_opens_a_device_exits_cleanly(vulkan_device):
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("case", ["matmul_tails", "conv_batch_image", "attention", "long_row"])
+def test_one_dynamic_module_matches_the_reference_at_each_size(vulkan_device, case):
+    from retarget.testing import dynamic
+
+    dynamic.check("vulkan-spirv:host", "vulkan", [case])

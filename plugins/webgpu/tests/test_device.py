@@ -155,3 +155,10 @@ def test_loading_a_cpu_module_on_webgpu_names_what_it_holds(webgpu_device):
     module, _, _ = mlp_module()
     with pytest.raises(UnknownDeviceError, match="vmvx"):
         retarget.load(retarget.compile(module, "vmvx"), device="webgpu")
+
+
+@pytest.mark.parametrize("case", ["matmul_tails", "conv_batch_image", "attention"])
+def test_one_dynamic_module_matches_the_reference_at_each_size(webgpu_device, case):
+    from retarget.testing import dynamic
+
+    dynamic.check("webgpu-spirv:host", "webgpu", [case])

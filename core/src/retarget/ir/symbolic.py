@@ -1,7 +1,8 @@
 """Symbolic dimensions: sizes known only when a function is called.
 
 A dimension is an `int` or a `Sym`: a polynomial with integer coefficients over named symbols
-("batch", "seq") and floor divisions of such polynomials by positive integers, so that the shape
+("batch", "seq"), floor divisions of such polynomials by positive integers, and minimums of two
+(a workgroup count capped by a device limit: `dim_min`), so that the shape
 rules of every graph op (a convolution's `(h + 2p - k) // s + 1`, a flatten's `batch * 196`) stay
 exact. Arithmetic with ints and other `Sym`s gives a `Sym`, or an `int` when the symbols cancel:
 shape code written for ints runs unchanged on symbolic shapes. A `Sym` has no order and no truth
@@ -35,6 +36,37 @@ class FloorDiv:
     def __str__(self) -> str:
         num = self.num.name or f"({self.num})"
         return f"({num} // {self.den})"
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return self.num.symbols
+
+    def evaluate(self, env) -> int:
+        return self.num.evaluate(env) // self.den
+
+    def substitute(self, mapping):
+        return substitute(self.num, mapping) // self.den
+
+
+@dataclass(frozen=True)
+class Min:
+    """`min(a, b)` of two dimensions that are not both ints; an atom of a `Sym`."""
+
+    a: object  # int | Sym
+    b: object
+
+    def __str__(self) -> str:
+        return f"min({self.a}, {self.b})"
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return symbols_of(self.a, self.b)
+
+    def evaluate(self, env) -> int:
+        return min(evaluate(self.a, env), evaluate(self.b, env))
+
+    def substitute(self, mapping):
+        return dim_min(substitute(self.a, mapping), substitute(self.b, mapping))
 
 
 def _atom_key(atom) -> tuple:
@@ -145,7 +177,7 @@ class Sym:
         out = set()
         for m, _ in self.terms:
             for a in m:
-                out |= {a} if isinstance(a, str) else a.num.symbols
+                out |= {a} if isinstance(a, str) else a.symbols
         return frozenset(out)
 
     @property
@@ -161,7 +193,7 @@ class Sym:
         for m, c in self.terms:
             value = c
             for a in m:
-                value *= env[a] if isinstance(a, str) else a.num.evaluate(env) // a.den
+                value *= env[a] if isinstance(a, str) else a.evaluate(env)
             total += value
         return total
 
@@ -170,7 +202,7 @@ class Sym:
         for m, c in self.terms:
             value: int | Sym = c
             for a in m:
-                value = value * (mapping.get(a, sym(a)) if isinstance(a, str) else substitute(a.num, mapping) // a.den)
+                value = value * (mapping.get(a, sym(a)) if isinstance(a, str) else a.substitute(mapping))
             total = total + value
         return total
 
@@ -253,6 +285,15 @@ def ceil_div(a, b: int):
     return (a + b - 1) // b
 
 
+def dim_min(a, b):
+    """min(a, b) of two dimensions: an int when both are, else a `Sym` (its own atom)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if a == b:
+        return a
+    return Sym._make({(Min(a, b),): 1})
+
+
 def divide_exactly(a, b):
     """a / b when b divides a as polynomials (a reshape's -1: `batch*seq*16 / (batch*16)`), else None."""
     if isinstance(b, int):
@@ -281,7 +322,7 @@ def divide_exactly(a, b):
 
 # -- text --------------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*%()]))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*%(),]))")
 
 
 def sanitize(name: str) -> str:
@@ -346,7 +387,17 @@ def parse_dim(text: str) -> int | Sym:
                 raise ValueError(f"'{text}': unbalanced parentheses")
             take()
             return value
-        if isinstance(t, str) and t not in ("+", "-", "*", "%", "(", ")", "//"):
+        if t == "min" and peek() == "(":
+            take()
+            first = expr()
+            if take() != ",":
+                raise ValueError(f"'{text}': min takes two arguments")
+            second = expr()
+            if peek() != ")":
+                raise ValueError(f"'{text}': unbalanced parentheses")
+            take()
+            return dim_min(first, second)
+        if isinstance(t, str) and t not in ("+", "-", "*", "%", "(", ")", "//", ","):
             return sym(t)
         raise ValueError(f"'{text}' is not a dimension expression")
 
@@ -434,6 +485,10 @@ def bounds(d, ranges: Mapping[str, SymbolRange]) -> tuple[int, int | None]:
             if isinstance(a, str):
                 r = ranges.get(a, SymbolRange())
                 alo, ahi = r.lo, r.hi
+            elif isinstance(a, Min):
+                (lo_a, hi_a), (lo_b, hi_b) = bounds(a.a, ranges), bounds(a.b, ranges)
+                alo, ahi = min(lo_a, lo_b), min(h for h in (hi_a, hi_b) if h is not None) \
+                    if hi_a is not None or hi_b is not None else None
             else:
                 nlo, nhi = bounds(a.num, ranges)
                 alo, ahi = nlo // a.den, None if nhi is None else nhi // a.den

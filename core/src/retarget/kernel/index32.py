@@ -33,6 +33,8 @@ _INDEX_OPS = ("add", "sub", "mul", "div", "rem", "min", "max")
 
 def fits(kernel: k.Kernel) -> bool:
     """Whether every buffer, private array and the whole grid of threads stay below 2^31."""
+    if kernel.scalars:
+        return False  # sizes known only at run time: no bound to check here, so indices stay 64-bit
     sizes = [p.size for p in kernel.params]
     sizes += [s.size for s in k.walk_stmts(kernel.body) if isinstance(s, k.Local)]
     threads = math.prod(kernel.workgroup_count) * math.prod(kernel.workgroup_size)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType, dtype
 from ..ir.ops import BINARY, COMPARE_PREDICATES, UNARY
-from ..ir.symbolic import Sym, sym
+from ..ir.symbolic import Min, Sym, dim_min, sym
 
 INDEX = dtype("i64")
 BOOL = dtype("i1")
@@ -311,8 +311,13 @@ def dim_expr(d) -> Expr:
         negative = out is not None and coefficient < 0  # a - 2*b, not a + (-2 * b)
         term: Expr = Const(-coefficient if negative else coefficient, INDEX)
         for atom in monomial:
-            term = _fold("mul", term, symbol_var(atom) if isinstance(atom, str)
-                         else _fold("div", dim_expr(atom.num), Const(atom.den, INDEX)))
+            if isinstance(atom, str):
+                factor = symbol_var(atom)
+            elif isinstance(atom, Min):
+                factor = Binary("min", dim_expr(atom.a), dim_expr(atom.b))
+            else:
+                factor = _fold("div", dim_expr(atom.num), Const(atom.den, INDEX))
+            term = _fold("mul", term, factor)
         out = term if out is None else _fold("sub" if negative else "add", out, term)
     return out
 
@@ -326,11 +331,24 @@ def expr_dim(e) -> int | Sym:
         return int(e.value)
     if isinstance(e, Var) and e.name.startswith(SYMBOL_PREFIX):
         return sym(e.name[len(SYMBOL_PREFIX):])
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "div", "rem"):
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "div", "rem", "min"):
         a, b = expr_dim(e.a), expr_dim(e.b)
         return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-                "div": lambda: a // b, "rem": lambda: a % b}[e.op]()
+                "div": lambda: a // b, "rem": lambda: a % b, "min": lambda: dim_min(a, b)}[e.op]()
     raise TypeError(f"{format_expr(e)} is not a size the host can compute")
+
+
+def is_size(e: Expr) -> bool:
+    """Whether `e` is a size that is at least 1 at run time, so that a division by it never traps: a
+    positive constant, a symbol's variable, sums and products of them, and their floor divisions by
+    positive constants (the runtime refuses sizes that leave a tensor dimension below 1)."""
+    if isinstance(e, Const):
+        return e.dtype == INDEX and e.value > 0
+    if isinstance(e, Var):
+        return e.name.startswith(SYMBOL_PREFIX)
+    if isinstance(e, Binary) and e.op == "div":
+        return is_size(e.a) and isinstance(e.b, Const) and e.b.value > 0
+    return isinstance(e, Binary) and e.op in ("add", "mul") and is_size(e.a) and is_size(e.b)
 
 
 def entry_point(kernel: Kernel, bindings):

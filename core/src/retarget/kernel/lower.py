@@ -103,11 +103,11 @@ def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
 
 
 def _fold_dynamic_grid(kn: Kernel, per_dim: int) -> Kernel:
-    """fold_grid for a grid whose size is known only at run time: always two dimensions, sized
-    when the kernel is dispatched (y is 1 while the count fits one dimension)."""
+    """fold_grid for a grid whose size is known only at run time: always two dimensions, sized when the
+    kernel is dispatched, min(count, per_dim) by ceil(count / per_dim) (one row while the count fits)."""
     count = kn.workgroup_count[0]
     y = (count + (per_dim - 1)) // per_dim
-    x = (count + (y - 1)) // y
+    x = k.minimum(count, per_dim)
     wg = kn.workgroup_vars[0]
     index = k.Binary("add", k.Binary("mul", Var("rt_wgy"), x), Var("rt_wgx"))
     body = [Assign(wg, index), If(Compare("lt", Var(wg), count), kn.body)]
@@ -150,8 +150,10 @@ def linearize(idx: list[Expr], shape) -> Expr:
 
 
 def _delinearize(flat: Expr, shape) -> list[Expr]:
-    # a leading symbolic dimension takes no remainder: `flat` is below the whole count (a runtime divisor costs)
-    return [k.const(0) if d == 1 else flat // s if n == 0 and isinstance(d, Sym) else (flat // s) % d
+    # the outermost symbolic dimension (after unit ones) takes no remainder: `flat` is below the whole count,
+    # and a remainder by a run-time size costs a division
+    outer = next((n for n, d in enumerate(shape) if d != 1), None)
+    return [k.const(0) if d == 1 else flat // s if n == outer and isinstance(d, Sym) else (flat // s) % d
             for n, (s, d) in enumerate(zip(strides(shape), shape))]
 
 
@@ -616,8 +618,9 @@ class _Lowering:
             if isinstance(cols_out, Sym):  # an image size known at run time: full tiles, then pixel by pixel
                 j = self.fresh("xj")
                 tail_start = cols_out - cols_out % tile
-                return [Loop(y, rows_out, [Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile)),
-                                           Loop(j, cols_out % tile, tile_code(o0, nb, Var(y), Var(j) + tail_start, 1))])]
+                full = Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))
+                return [Loop(y, rows_out, [full, Loop(j, cols_out % tile,
+                                                      tile_code(o0, nb, Var(y), Var(j) + tail_start, 1))])]
             inner = [Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))] \
                 if cols_out >= tile else []
             if cols_out % tile:

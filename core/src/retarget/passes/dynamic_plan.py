@@ -3,8 +3,9 @@
 A dynamic function's manifest entry lists its values as *buffers* whose sizes are dimensions of
 its symbols (`"nbytes": "602112*batch"`), and its dispatches in order; slots are
 `["buffer", id, nbytes]` (or `["const", offset, nbytes]`). `symbols` says each symbol's range and
-where a call's inputs give its value (`"input": [argument, axis]`). Nothing is placed at compile
-time but what the bounds fix:
+where a call's inputs give its value (`"input": [argument, axis]`); `dims` lists the function's
+derived dimensions (a convolution's `(h - 3) // 2 + 1`), each of which a call's sizes must keep at
+least 1 (kernels divide by them). Nothing is placed at compile time but what the bounds fix:
 
 - every symbol bounded (`retarget compile --dim batch=1..64`): the buffers are placed once, for
   their sizes at the bounds (sizes grow with the symbols), so every call uses one arena of
@@ -119,6 +120,9 @@ def plan_dynamic_function(fn: Function, dispatches: list[Dispatch], entry_index:
     }
     plan["outputs"] = [{"type": str(v.type), "shape": dims_to_json(v.type.shape), "slot": slot(v)} for v in fn.returns]
     plan["buffers"] = buffers
+    derived = {d for v in [*fn.args, *(r for op in fn.ops for r in op.results)] for d in v.type.shape
+               if isinstance(d, Sym) and d.name is None}
+    plan["dims"] = sorted(str(d) for d in derived)
     layout = Layout(plan)
     if layout.bounds is not None:
         plan["arena_bytes"] = layout.arena_at(layout.bounds)
@@ -180,6 +184,7 @@ class Layout:
         self.input_shapes = [dims_from_json(i["shape"]) for i in plan["inputs"]]
         self.output_shapes = [dims_from_json(o["shape"]) for o in plan["outputs"]]
         self.buffers = [_dim(b) for b in plan["buffers"]]
+        self.derived = [_dim(d) for d in plan.get("dims", ())]
         self.bounds = None  # each symbol's upper bound, when all have one: the sizes the arena is planned for
         if all(r.hi is not None for r in self.symbols.values()):
             self.bounds = {name: r.hi for name, r in self.symbols.items()}
@@ -233,6 +238,12 @@ class Layout:
                 raise InputError(f"input {i} ('{names[i]}') of {function} must have shape {list(expected)} "
                                  f"({_shape_text(want)}), got {list(have)}",
                                  hint=f"the function expects {_shape_text(want)}")
+        for d in self.derived:
+            if evaluate(d, sizes) < 1:
+                given = ", ".join(f"{k}={v}" for k, v in sizes.items())
+                raise InputError(f"at {given}, a tensor inside {function} would have a dimension {d} = "
+                                 f"{evaluate(d, sizes)}: the inputs are too small for the model",
+                                 hint="e.g. an image smaller than a convolution's window; give larger inputs")
         return sizes
 
     def arena_at(self, sizes: dict[str, int]) -> int:

@@ -17,6 +17,9 @@ one arena, one constant pool), and copies them into a scratch buffer when they d
 Grid. More than max-compute-workgroups-per-dimension workgroups become a 2-D grid; the kernel
 folds (x, y) back into its 1-D workgroup index and skips the few extra workgroups.
 
+Sizes known at run time. A kernel's scalars (`Kernel.scalars`) follow the element bases in `rt_base`,
+as i32: the driver writes them at each dispatch, and the workgroup count is computed from them.
+
 Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. i64 is the kernel IR's
 index type and computes as i32 (every zoo buffer is far below 2^31 elements; a larger one is
 refused); i64, f64, bf16, bool and 8/16-bit integer *buffers* are refused by name.
@@ -29,6 +32,7 @@ from dataclasses import replace
 
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
+from retarget.ir.symbolic import dims_from_json, dims_to_json
 from retarget.kernel import ir as k
 from retarget.kernel.lower import fold_grid
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
@@ -45,9 +49,11 @@ def _dialect(packed: bool):
     from retarget.kernel.c_renderer import WGSL
 
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
+    scalar = "let {name}: {T} = rt_base[{i} / 4][{i} % 4];"  # after the bases
     if packed:
-        return replace(WGSL, global_param="", element="rt_mem_{T}[{name}_base + {index}]", prologue=prologue)
-    return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue)
+        return replace(WGSL, global_param="", element="rt_mem_{T}[{name}_base + {index}]", prologue=prologue,
+                       scalar_prologue=scalar)
+    return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue, scalar_prologue=scalar)
 
 
 def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
@@ -64,7 +70,7 @@ def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
                 f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and f16 needs the shader-f16 "
                 "feature, which this target does not assume",
                 hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
-        if p.size >= INDEX_LIMIT:
+        if isinstance(p.size, int) and p.size >= INDEX_LIMIT:
             raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "
                                      "WGSL indices are i32, so at most 2^31 - 1")
 
@@ -114,8 +120,9 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         groups = [[i] for i in range(len(kn.params))]
         decls = []
     source = render_module([kn], _dialect(packed))
+    words = len(kn.params) + len(kn.scalars)
     uniform = (f"@group(0) @binding({len(groups)}) var<uniform> rt_base: "
-               f"array<vec4<i32>, {max(1, -(-len(kn.params) // 4))}>;")
+               f"array<vec4<i32>, {max(1, -(-words // 4))}>;")
     enable = ["enable f16;"] if any(p.dtype.name == "f16" for p in kn.params) else []
     wgsl = "\n".join([*enable, *decls, uniform, "", source])
     return {
@@ -126,7 +133,8 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         "storage_types": [STORAGE_TYPES[p.dtype.name][0] for p in kn.params],
         "itemsizes": [STORAGE_TYPES[p.dtype.name][1] for p in kn.params],
         "workgroup_size": list(kn.workgroup_size),
-        "workgroup_count": list(kn.workgroup_count),
+        "workgroup_count": dims_to_json(k.expr_dim(c) for c in kn.workgroup_count),
+        "scalars": list(kn.scalars),
     }
 
 
@@ -154,8 +162,9 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
     tensors; without it each param is a flat 1-D tensor."""
     rendered = [render(kn, desc) for kn in kernels]
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), tuple(r["workgroup_count"]))
-               for r, b in zip(rendered, bindings)]
+        bindings = [tuple(Binding(TensorType((k.expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), dims_from_json(r["workgroup_count"]),
+                          tuple(r.get("scalars", ()))) for r, b in zip(rendered, bindings)]
     listing = "\n\n".join(f"// ---- {r['name']}{' (packed)' if r['packed'] else ''}\n{r['wgsl']}" for r in rendered)
     return ExecutableBinary(FORMAT, desc, pack(rendered, desc), entries, listing=listing)

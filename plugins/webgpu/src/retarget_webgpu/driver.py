@@ -159,13 +159,18 @@ class WebGpuCommandBuffer:
             raise RuntimeError("command buffer already ended; record a new one")
         self.commands.append(command)
 
-    def dispatch(self, executable: WebGpuExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: WebGpuExecutable, entry: int, bindings, *, scalars=(),
+                 workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch; the scalars
+        follow the element bases in the `rt_base` uniform (compile.py)."""
         ep, meta = executable.entry_points[entry], executable.kernels[entry]
         if len(bindings) != len(ep.bindings):
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
+        if len(scalars) != len(ep.scalars):
+            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars, got {len(scalars)}")
+        for (buf, offset, nbytes), t in zip(bindings, ep.binding_types(scalars)):
+            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
         wgpu, dev = _wgpu(), self.device
         bases = [0] * len(bindings)
         entries, before, after = [], [], []
@@ -197,15 +202,17 @@ class WebGpuCommandBuffer:
                                      "elements")
                 bases[i] = (offset - start) // item
             entries.append({"binding": g, "resource": {"buffer": buf.gpu, "offset": start, "size": size}})
-        data = np.zeros(_round_up(max(len(bases), 1), 4), dtype=np.int32)
-        data[:len(bases)] = bases
+        words = bases + [int(v) for v in scalars]
+        data = np.zeros(_round_up(max(len(words), 1), 4), dtype=np.int32)
+        data[:len(words)] = words
         uniform = dev.gpu.create_buffer_with_data(data=data.tobytes(), usage=wgpu.BufferUsage.UNIFORM)
         entries.append({"binding": len(meta["groups"]), "resource": {"buffer": uniform, "offset": 0,
                                                                      "size": data.nbytes}})
         group = dev.gpu.create_bind_group(layout=executable.layouts[entry], entries=entries)
         for command in before:
             self._add(command)
-        self._add(("dispatch", executable.pipelines[entry], group, tuple(ep.workgroup_count), uniform))
+        count = tuple(int(c) for c in (workgroup_count or ep.workgroup_count))
+        self._add(("dispatch", executable.pipelines[entry], group, count, uniform))
         for command in after:
             self._add(command)
 
