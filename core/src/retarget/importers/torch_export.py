@@ -227,6 +227,12 @@ class _Converter:
     def _call(self, node):
         import operator
 
+        if node.target in _SIZE_ARITHMETIC:  # arithmetic on sizes (SymInts): done here, on our dimensions
+            args = [self._arg(a) for a in node.args]
+            if not all(isinstance(a, (int, Sym)) for a in args):
+                raise UnsupportedOpError(f"'{node.target.__name__}' (node '{node.name}') of {args} is not supported",
+                                         location=_loc_str(node))
+            return node.target(*args)
         if node.target is operator.getitem:
             seq, i = self.env[node.args[0]], node.args[1]
             item = seq[i]
@@ -297,6 +303,15 @@ class _Converter:
     def reshape(self, x: Value, shape) -> Value:
         shape = tuple(shape)
         return x if x.type.shape == shape else self.b.op("rt.reshape", [x], {"shape": shape})
+
+
+def _size_arithmetic():
+    import operator
+
+    return (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod)
+
+
+_SIZE_ARITHMETIC = _size_arithmetic()
 
 
 def _static(d, node) -> int:
