@@ -23,8 +23,9 @@ def test_kernel_takes_its_sizes_as_scalars_and_loops_to_them():
     kernel = lower_dispatch(dispatch.function, retarget.compiler.resolve_target("llvm-cpu")[1])
     assert kernel.scalars == ("k", "m", "n")
     text = print_kernel(kernel)
-    assert "%dim_m: i64" in text and "to (%dim_m / 4)" in text  # full row tiles, then the rows past them
-    assert "to (%dim_n - (16 * (%dim_n / 16)))" in text  # the columns past the last full tile, one at a time
+    assert "%dim_m: i64" in text and "cmp.lt(((%wg * %chunk15) + %p14), (%dim_m / 4))" in text  # row tiles
+    assert "to (%dim_m - (4 * (%dim_m / 4)))" in text  # then the rows past the last full tile, one at a time
+    assert "to (%dim_n - (16 * (%dim_n / 16)))" in text  # and the columns past it
 
 
 def test_a_batch_of_one_still_spreads_over_workgroups():

@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
-from ..ir.symbolic import Sym, ceil_div, hint, symbols_of
+from ..ir.symbolic import Sym, ceil_div, dim_min, hint, symbols_of
 from ..protocols import TargetDesc
 from . import ir as k
 from .ir import (
@@ -214,7 +214,7 @@ class _Lowering:
         return self.finish(params, body)
 
     def finish(self, params, body) -> Kernel:
-        return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",) if self.grid > 1 else (),
+        return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",) if _over_one(self.grid) else (),
                       schedule=self.schedule)
 
     def store(self, idx: list[Expr]) -> Store:
@@ -306,7 +306,7 @@ class _Lowering:
         """`body_fn(i)` for i in [0, count), spread over workgroups when the work is large enough;
         `tail` statements run once, in the last workgroup."""
         if isinstance(count, Sym) or isinstance(work, Sym):
-            return self._parallel_symbolic(count, self.hint(work), body_fn, tail)
+            return self._parallel_symbolic(count, work, body_fn, tail)
         groups = min(count, self.max_groups) if work >= MIN_PARALLEL_WORK else 1
         chunk = -(-count // groups) if groups else 0
         groups = -(-count // chunk) if chunk else 1
@@ -323,21 +323,26 @@ class _Lowering:
             out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
         return out
 
-    def _parallel_symbolic(self, count, work: int, body_fn, tail) -> list:
-        """`parallel` for a count or work known only at run time: the workgroups (as many as the work's
-        hint asks for) split the count in equal chunks, sized at run time, each index guarded."""
-        if isinstance(count, int):
-            return self.parallel(count, work, body_fn, tail)
-        groups = self.max_groups if work >= MIN_PARALLEL_WORK else 1
-        t = self.fresh("p")
-        if groups <= 1:
+    def _parallel_symbolic(self, count, work, body_fn, tail) -> list:
+        """`parallel` for a count or work known only at run time. The number of workgroups is a size the
+        host computes per call, by the static rule (min(count, max_groups) once the work reaches
+        MIN_PARALLEL_WORK, else one), so a small call runs in one workgroup as its static module would;
+        each workgroup takes a chunk of the count, sized at run time, each index guarded."""
+        if count == 0:
+            return list(tail or [])
+        spread = dim_min(1, work // MIN_PARALLEL_WORK)  # 0 below the threshold, else 1
+        groups = 1 + (dim_min(count, self.max_groups) - 1) * spread
+        if isinstance(groups, int) and groups <= 1:
+            t = self.fresh("p")
             return [Loop(t, count, body_fn(Var(t)))] + (tail or [])
         self.grid = groups
-        wg, chunk = Var("wg"), ceil_div(count, groups)
-        item = wg * chunk + Var(t)
-        out = [Loop(t, chunk, [If(Compare("lt", item, k.const(count)), body_fn(item))])]
+        wg, t, size = Var("wg"), self.fresh("p"), self.fresh("chunk")
+        groups_e = k.dim_expr(groups) if isinstance(groups, Sym) else k.const(groups)
+        item = wg * Var(size) + Var(t)
+        out = [Assign(size, (k.const(count) + groups_e - 1) // groups_e),
+               Loop(t, Var(size), [If(Compare("lt", item, k.const(count)), body_fn(item))])]
         if tail:
-            out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
+            out.append(If(Compare("eq", wg, groups_e - 1), tail))
         return out
 
     def parallel_span(self, shape, outer: int, limit: int) -> int:
