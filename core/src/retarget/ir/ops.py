@@ -108,7 +108,11 @@ def normalize_shape_attrs(attrs: dict) -> dict:
     for key in SHAPE_ATTRS:
         value = out.get(key)
         if isinstance(value, (list, tuple)) and any(isinstance(v, (str, Sym)) for v in value):
-            out[key] = tuple(parse_dim(v) if isinstance(v, str) else v for v in value)
+            try:
+                out[key] = tuple(parse_dim(v) if isinstance(v, str) else v for v in value)
+            except ValueError as e:
+                raise VerificationError(f"attribute {key} = {list(value)}: {e}",
+                                        hint="a symbolic dimension is written as text, e.g. \"2*seq\"") from None
     return out
 
 

@@ -120,6 +120,11 @@ def _over_one(d) -> bool:
     return isinstance(d, Sym) or d > 1
 
 
+def _ragged(size, tile: int) -> bool:
+    """Whether tiles of `tile` can overhang `size` (always, for a size known only at run time)."""
+    return isinstance(size, Sym) or size % tile != 0
+
+
 def _grid(count, per_group: int):
     """Workgroups of `per_group` threads covering `count` items: at least one."""
     return max(1, -(-count // per_group)) if isinstance(count, int) else ceil_div(count, per_group)
@@ -561,8 +566,8 @@ class _Lowering:
             row = Var(tiles.m0) + Var(trow) + plan.offset(Var(i), plan.thread_rows)
             col = Var(tiles.n0) + Var(tcol) + plan.offset(Var(j), plan.thread_cols)
             self.override[op.result] = _narrow(Load(acc, Var(i) * plan.cols + Var(j), dt), out.dtype)
-            inside = _all(([Compare("lt", row, k.const(m))] if m % plan.tile_m else []) +
-                          ([Compare("lt", col, k.const(n))] if n % plan.tile_n else []))
+            inside = _all(([Compare("lt", row, k.const(m))] if _ragged(m, plan.tile_m) else []) +
+                          ([Compare("lt", col, k.const(n))] if _ragged(n, plan.tile_n) else []))
             store = self.store(tiles.bvars + [row, col])
             return [Loop(i, plan.rows, [Loop(j, plan.cols, [If(inside, [store]) if inside is not None else store],
                                              "unroll")], "unroll")]
@@ -1043,9 +1048,10 @@ def matmul_register_tiles(fn: Function, desc: TargetDesc) -> RegisterTiles | Non
     op = roots[0]
     *batch, m, n = op.result.type.shape
     kk = op.operands[0].type.shape[-1]
-    if not all(isinstance(d, int) for d in (*batch, m, n, kk)):
-        return None  # sizes known only at run time: the split reduction (its kernel says so)
-    batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    # Sizes known only at run time are planned for at their hint (the range's top); the kernel guards every
+    # edge tile, so any size computes (see _staged_matmul).
+    m, n, kk = (hint(d, fn.symbols) for d in (m, n, kk))
+    batches = hint(_count(batch), fn.symbols) if batch else 1
     multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
     dt = _accumulator(op.result.type.dtype)
     for thread_rows, thread_cols, rows, cols, tk, group in REGISTER_TILE_PLANS:
@@ -1091,7 +1097,7 @@ class _Staged:
             row, col = self.at(k.const(0), k.const(0), k.const(0))
             offset: Expr = k.const(0)
             for v, stride in zip(self.bvars, strides):
-                offset = offset + v * stride if stride else offset
+                offset = offset + v * stride if isinstance(stride, Sym) or stride else offset
             out.append(Assign(self.base, offset + row * strides[-2] + col * strides[-1]))
         return out
 
@@ -1250,8 +1256,8 @@ class _GpuLowering(_Lowering):
         tiled = matmul_register_tiles(self.fn, self.desc)
         if tiled is not None:
             return self._register_tiled_matmul(op, tiled)
-        if not op.result.type.is_static:
-            self.schedule["fallback"] = "sizes known at run time: split reduction, not the tiled matmuls"
+        if not op.result.type.is_static and (fragment_shapes(self.desc) or self.desc.shared_memory_bytes):
+            self.schedule["fallback"] = "sizes known at run time: split reduction, not a tiled matmul"
         a, b = op.operands
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
@@ -1366,14 +1372,16 @@ class _GpuLowering(_Lowering):
         *batch, m, n = out.shape
         kk = a.type.shape[-1]
         tm, tn, tk = tiles.tile_m, tiles.tile_n, tiles.tile_k
-        tiles_m, tiles_n, steps = -(-m // tm), -(-n // tn), -(-kk // tk)
+        tiles_m, tiles_n, steps = _ceil(m, tm), _ceil(n, tn), _ceil(kk, tk)
         full_m, full_n = m // tm, n // tn
-        interior = full_m * full_n if kk % tk == 0 else 0
-        batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        symbolic = not all(isinstance(d, int) for d in (*batch, m, n, kk))
+        # a symbolic size: which tiles are interior is known at run time; both paths are compiled
+        interior = None if symbolic else full_m * full_n if kk % tk == 0 else 0
+        batches = _count(batch) if batch else 1
         self.threads = tiles.threads
         self.grid = batches * tiles_m * tiles_n
         self.schedule.update(tile_m=tm, tile_n=tn, tile_k=tk, stages=tiles.stages,
-                             interior_tiles=f"{interior}/{tiles_m * tiles_n}")
+                             interior_tiles="at run time" if symbolic else f"{interior}/{tiles_m * tiles_n}")
 
         wg = Var("wg")
         tile, bi, tr, tc = (self.fresh(p) for p in ("tile", "b", "tr", "tc"))
@@ -1400,7 +1408,7 @@ class _GpuLowering(_Lowering):
                       (a, tm, tk, tiles.a_stride, tiles.a_tile, "col", Var(tiles.m0), tiles.a_transposed),
                       (b, tk, tn, tiles.b_stride, tiles.b_tile, "row", Var(tiles.n0), False))]
         for st in staged:
-            body += st.declare(tiles.threads, tiles.dtype, interior > 0)
+            body += st.declare(tiles.threads, tiles.dtype, symbolic or interior > 0)
         kt = self.fresh("kt")
 
         def pipeline(unguarded: bool) -> list:
@@ -1411,7 +1419,7 @@ class _GpuLowering(_Lowering):
                 return [s for st, at in zip(staged, (tiles.a_at, tiles.b_at)) for s in st.store(at(step), tiles.dtype)]
 
             out_stmts = load(k.const(0)) + store(k.const(0)) + [k.Barrier()]
-            if steps == 1:
+            if isinstance(steps, int) and steps == 1:
                 return out_stmts + compute(tiles, k.const(0))
             following = Var(kt) + 1
             more = Compare("lt", following, k.const(steps))
@@ -1420,7 +1428,14 @@ class _GpuLowering(_Lowering):
             loop += [If(more, store(following)), k.Barrier()]
             return out_stmts + [Loop(kt, steps, loop)]
 
-        if interior == tiles_m * tiles_n:
+        if symbolic:
+            inside = _all([Compare("lt", Var(tr), k.const(full_m)), Compare("lt", Var(tc), k.const(full_n)),
+                           Compare("eq", k.const(kk % tk), k.const(0))])
+            edge = k.Binary("or", k.Binary("or", Compare("ge", Var(tr), k.const(full_m)),
+                                           Compare("ge", Var(tc), k.const(full_n))),
+                            Compare("ne", k.const(kk % tk), k.const(0)))
+            body += [If(inside, pipeline(True)), If(edge, pipeline(False))]
+        elif interior == tiles_m * tiles_n:
             body += pipeline(True)
         elif interior == 0:
             body += pipeline(False)

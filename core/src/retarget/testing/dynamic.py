@@ -95,9 +95,12 @@ CASES: dict[str, Case] = {
     "attention": Case(((2, s, 8), (2, s, 8), (2, s, 8)), _attention, ({"s": 3}, {"s": 17}),
                       "batched matmuls with symbolic rows, columns and reduction"),
     "shape_ops": Case(((n, 6),), _shape_ops, ({"n": 1}, {"n": 4}), "concat, slice, pad and reshape on symbols"),
+    "matmul_rows": Case(((s, 40), (40, 72)), _matmul_tails, ({"s": 3}, {"s": 150}),
+                        "rows up to 4096: a GPU's register-tiled matmul, its edge tiles guarded at run time"),
 }
 
 RANGES = {"n": SymbolRange(1, 64), "m": SymbolRange(1, 64), "k": SymbolRange(1, 64), "s": SymbolRange(1, 128)}
+RANGE_OVERRIDES = {"matmul_rows": {"s": SymbolRange(1, 4096)}}
 
 
 def module(name: str) -> Module:
@@ -106,10 +109,11 @@ def module(name: str) -> Module:
     args = [Value(TensorType(shape, F32), None, i) for i, shape in enumerate(case.args)]
     fn = Function("main", args, arg_names=[f"x{i}" for i in range(len(args))])
     b = Builder(fn)
+    ranges = {**RANGES, **RANGE_OVERRIDES.get(name, {})}
     for shape in case.args:
         for d in shape:
             for symbol in getattr(d, "symbols", ()):
-                b.symbol(symbol, RANGES[symbol])
+                b.symbol(symbol, ranges[symbol])
     fn.returns = [case.build(b, *args)]
     return Module({"main": fn})
 
