@@ -142,6 +142,8 @@ class LocalDevice:
     def submit(self, command_buffer: LocalCommandBuffer) -> None:
         with self._lock:
             for stage in command_buffer.stages:
+                if not stage:
+                    continue
                 if self.team is None or len(stage) == 1:
                     _run_all(stage)
                 else:

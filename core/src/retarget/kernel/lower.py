@@ -336,7 +336,8 @@ class _Lowering:
         if count == 0:
             return list(tail or [])
         spread = dim_min(1, work // MIN_PARALLEL_WORK)  # 0 below the threshold, else 1
-        groups = 1 + (dim_min(count, self.max_groups) - 1) * spread
+        most = dim_min(count, self.max_groups)  # count may be 0 (a batch of 1 in blocks of 4): at least one group
+        groups = 1 + (most - dim_min(most, 1)) * spread
         if isinstance(groups, int) and groups <= 1:
             t = self.fresh("p")
             return [Loop(t, count, body_fn(Var(t)))] + (tail or [])

@@ -97,6 +97,8 @@ CASES: dict[str, Case] = {
     "shape_ops": Case(((n, 6),), _shape_ops, ({"n": 1}, {"n": 4}), "concat, slice, pad and reshape on symbols"),
     "matmul_rows": Case(((s, 40), (40, 72)), _matmul_tails, ({"s": 3}, {"s": 150}),
                         "rows up to 4096: a GPU's register-tiled matmul, its edge tiles guarded at run time"),
+    "matmul_few_rows": Case(((s, 512), (512, 1024)), _matmul_tails, ({"s": 2}, {"s": 9}),
+                            "fewer rows than a register tile but work enough for several CPU workgroups"),
 }
 
 RANGES = {"n": SymbolRange(1, 64), "m": SymbolRange(1, 64), "k": SymbolRange(1, 64), "s": SymbolRange(1, 128)}

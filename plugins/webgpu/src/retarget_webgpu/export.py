@@ -32,6 +32,11 @@ def export(artifact, folder, target: str | None = None) -> Path:
         which = f" for {target}" if target else ""
         raise RetargetError(f"the module holds no WGSL executable{which} (it holds {held})",
                             hint="compile with --target webgpu-spirv")
+    dynamic = [name for name, plan in artifact.manifest["functions"].items() if "symbols" in plan]
+    if dynamic:  # the loader's host programs are static: sizes are placed once
+        raise RetargetError(f"function {', '.join(dynamic)} has sizes known only at run time; the browser loader "
+                            "runs static host programs", hint="compile with --dim NAME=SIZE for each symbolic "
+                            "dimension to export a static module")
     exe = executables[0]
     kernels = unpack(bytes(artifact.entries[exe["path"]]))
     folder = Path(folder)
