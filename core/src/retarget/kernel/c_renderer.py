@@ -573,12 +573,16 @@ class _Renderer:
         for j, symbol in enumerate(kn.scalars):
             if not (d.scalar_param or d.scalar_prologue):
                 raise self.fail("sizes known only at run time are not supported by this dialect")
-            n = len(kn.params)
-            fields = dict(T=self.ctype(k.INDEX), name=k.symbol_var(symbol).name, j=j, n=n, i=n + j)
+            n, name = len(kn.params), k.symbol_var(symbol).name
+            narrowed = index_dt != k.INDEX  # the argument stays 64-bit; the kernel computes with a 32-bit copy
+            fields = dict(T=self.ctype(k.INDEX), name=f"{name}_arg" if narrowed else name, j=j, n=n, i=n + j)
             if d.scalar_param:
                 params.append(d.scalar_param.format(**fields))
             if d.scalar_prologue:
                 self.emit(d.scalar_prologue.format(**fields))
+            if narrowed:
+                self.emit(d.declare_const.format(T=self.index_ctype, name=name,
+                                                 value=d.cast.format(fields["name"], T=self.index_ctype)))
         index = self.index_ctype
         for n, var in enumerate(kn.workgroup_vars):
             self.emit(d.declare_const.format(T=index, name=var, value=d.group_id.format(n=n, x=XYZ[n])))

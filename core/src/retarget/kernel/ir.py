@@ -289,6 +289,7 @@ class Kernel:
     thread_vars: tuple[str, ...] = ()  # bound to the thread's index inside its workgroup (GPUs)
     schedule: dict = field(default_factory=dict)
     scalars: tuple[str, ...] = ()  # symbols whose values the kernel takes (i64 `%dim_<symbol>`), in order
+    scalar_bounds: tuple = ()  # each scalar's largest value (None: unbounded), for 32-bit indexing (index32.py)
 
     def __post_init__(self):
         self.workgroup_count = tuple(dim_expr(c) if isinstance(c, Sym) else c for c in self.workgroup_count)

@@ -77,6 +77,7 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
     kernel = lowering(fn, desc).kernel()
     kernel.scalars = tuple(sorted(symbols_of(*[v.type.shape for v in fn.args + fn.returns],
                                              *[r.type.shape for op in fn.ops for r in op.results])))
+    kernel.scalar_bounds = tuple(fn.symbols[s].hi if s in fn.symbols else None for s in kernel.scalars)
     return kernel
 
 
