@@ -127,7 +127,7 @@ class DynamicFunction(Function):
         if not ep.scalars:
             cb.dispatch(self.module.executable, cmd["entry"], bindings)
             return
-        if "scalars" not in inspect.signature(cb.dispatch).parameters:
+        if not _takes_sizes(cb):
             device = self.module.device.info.uri
             raise UnknownDeviceError(
                 f"{device} cannot run '{self.name}', which has sizes known only at run time: its driver's "
@@ -137,3 +137,14 @@ class DynamicFunction(Function):
         scalars = [self.sizes[s] for s in ep.scalars]
         count = tuple(evaluate(c, self.sizes) for c in ep.workgroup_count)
         cb.dispatch(self.module.executable, cmd["entry"], bindings, scalars=scalars, workgroup_count=count)
+
+
+_TAKES_SIZES: dict[type, bool] = {}
+
+
+def _takes_sizes(cb) -> bool:
+    """Whether a command buffer's `dispatch` takes `scalars` (the optional contract, protocols.py); per class."""
+    kind = type(cb)
+    if kind not in _TAKES_SIZES:
+        _TAKES_SIZES[kind] = "scalars" in inspect.signature(cb.dispatch).parameters
+    return _TAKES_SIZES[kind]
