@@ -32,7 +32,8 @@ def test_floor_division_of_an_inexact_polynomial_keeps_exact_value():
     assert (batch + 1) % 2 == batch + 1 - 2 * ((batch + 1) // 2)
 
 
-@pytest.mark.parametrize("text", ["2*seq + 1", "(h + 1) // 2", "batch*seq", "-seq + 4", "2*((b + 1) // 2)", "s // 2"])
+@pytest.mark.parametrize("text", ["2*seq + 1", "(h + 1) // 2", "batch*seq", "-seq + 4", "2*((b + 1) // 2)", "s // 2",
+                                  "((m + 31) // 32)*((n + 63) // 64)", "min(n, 8) + 1"])
 def test_text_round_trips(text):
     assert str(parse_dim(str(parse_dim(text)))) == str(parse_dim(text))
     assert parse_dim(str(parse_dim(text))) == parse_dim(text)

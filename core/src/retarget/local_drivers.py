@@ -59,15 +59,7 @@ class LocalCommandBuffer:
     def dispatch(self, executable: LocalExecutable, entry: int, bindings, *, scalars=(), workgroup_count=None) -> None:
         """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (protocols.py)."""
         ep = executable.entry_points[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        if len(scalars) != len(ep.scalars):
-            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars ({', '.join(ep.scalars)}), got {len(scalars)}")
-        views = []
-        for (buf, offset, nbytes), t in zip(bindings, ep.binding_types(scalars)):
-            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
-            views.append(buf.view(offset, t))
+        views = [buf.view(offset, t) for (buf, offset, _), t in zip(bindings, ep.check_dispatch(bindings, scalars))]
         bind = executable.kernels[entry]
         run = bind(views, tuple(int(v) for v in scalars)) if ep.scalars else bind(views)
         gx, gy, gz = workgroup_count or ep.workgroup_count

@@ -84,6 +84,20 @@ class EntryPoint:
         sizes = dict(zip(self.scalars, (int(v) for v in scalars)))
         return [TensorType(evaluate_shape(b.type.shape, sizes), b.type.dtype) for b in self.bindings]
 
+    def check_dispatch(self, bindings, scalars=()) -> list[TensorType]:
+        """A driver's checks of a dispatch: ValueError unless `bindings` ((buffer, offset, nbytes) each, the
+        buffer with `nbytes`) and `scalars` fit this entry point; returns the bindings' types at these sizes."""
+        if len(bindings) != len(self.bindings):
+            raise ValueError(f"{self.name} takes {len(self.bindings)} bindings, got {len(bindings)}")
+        if len(scalars) != len(self.scalars):
+            raise ValueError(f"{self.name} takes {len(self.scalars)} scalars ({', '.join(self.scalars)}), "
+                             f"got {len(scalars)}")
+        types = self.binding_types(scalars)
+        for (buf, offset, nbytes), t in zip(bindings, types):
+            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{self.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
+        return types
+
 
 @dataclass
 class ExecutableBinary:

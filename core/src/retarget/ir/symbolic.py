@@ -213,7 +213,8 @@ class Sym:
             mag = abs(c)
             text = atoms if mag == 1 and atoms else f"{mag}*{atoms}" if atoms else str(mag)
             out += (" - " if c < 0 else " + ") + text if out else ("-" if c < 0 else "") + text
-        if len(self.terms) == 1 and self.terms[0][1] == 1 and out.startswith("(") and out.endswith(")"):
+        if len(self.terms) == 1 and self.terms[0][1] == 1 and len(self.terms[0][0]) == 1 \
+                and isinstance(self.terms[0][0][0], FloorDiv):
             out = out[1:-1]  # one floor division alone: `seq // 2`, not `(seq // 2)`
         return out
 

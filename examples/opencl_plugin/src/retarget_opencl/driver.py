@@ -155,14 +155,9 @@ class OpenClCommandBuffer:
         """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (the scalars
         are `long` kernel arguments after the buffers)."""
         ep = executable.entry_points[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        if len(scalars) != len(ep.scalars):
-            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars, got {len(scalars)}")
+        ep.check_dispatch(bindings, scalars)
         args = []
-        for (buffer, offset, nbytes), t in zip(bindings, ep.binding_types(scalars)):
-            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buffer.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
+        for buffer, offset, _ in bindings:
             args += [buffer.mem, np.int64(offset)]
         args += [np.int64(v) for v in scalars]
         kernel = _cl().Kernel(executable.program, ep.name)  # one per dispatch: its arguments are its own

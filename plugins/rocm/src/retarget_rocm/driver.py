@@ -249,13 +249,7 @@ class HipCommandBuffer:
         """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (the scalars are
         the kernel's `long long` arguments after its buffers)."""
         ep = executable.entry_points[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        if len(scalars) != len(ep.scalars):
-            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars, got {len(scalars)}")
-        for (buf, offset, nbytes), t in zip(bindings, ep.binding_types(scalars)):
-            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
+        ep.check_dispatch(bindings, scalars)
         values = np.array([buf.address + offset for buf, offset, _ in bindings] + [int(v) for v in scalars],
                           dtype=np.uint64)
         pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)

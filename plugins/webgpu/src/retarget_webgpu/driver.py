@@ -164,13 +164,7 @@ class WebGpuCommandBuffer:
         """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch; the scalars
         follow the element bases in the `rt_base` uniform (compile.py)."""
         ep, meta = executable.entry_points[entry], executable.kernels[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        if len(scalars) != len(ep.scalars):
-            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars, got {len(scalars)}")
-        for (buf, offset, nbytes), t in zip(bindings, ep.binding_types(scalars)):
-            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
+        ep.check_dispatch(bindings, scalars)
         wgpu, dev = _wgpu(), self.device
         bases = [0] * len(bindings)
         entries, before, after = [], [], []
