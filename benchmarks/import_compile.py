@@ -1,15 +1,22 @@
 """Import + compile time per zoo model and path, and per-call overhead of the tiny MLP.
 
     .venv/bin/python benchmarks/import_compile.py [--json out.json]
+    .venv/bin/python benchmarks/import_compile.py --cold [--model mobilenet_v2]
 
-Prints medians over a few repeats; nothing here is asserted anywhere.
+Prints medians over a few repeats; nothing here is asserted anywhere. `--cold` runs each path in a
+fresh process (after one run that leaves Python's bytecode cache, as a user's first import does) and
+splits the time into phases: Python imports, torch.export, its decomposition to core ATen, our import
+and our compile for vmvx.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,11 +35,74 @@ def median_seconds(fn, repeats):
     return statistics.median(times)
 
 
+def cold_phases(path: str, model_name: str, onnx_file: str, launched: str) -> dict:
+    """Seconds per phase of one first import + compile in this (fresh) process, launched at `launched`."""
+    phases, start = {"start Python, import retarget": time.time() - float(launched)}, time.perf_counter()
+
+    def lap(name):
+        nonlocal start
+        now = time.perf_counter()
+        phases[name] = now - start
+        start = now
+
+    if path == "torch":
+        import torch
+        from retarget.importers import torch_export
+        lap("python imports")
+        model, inputs = zoo.make(model_name)
+        lap("build the model")
+        program = torch.export.export(model.eval(), tuple(inputs))
+        lap("torch.export")
+        program = program.run_decompositions()
+        lap("run_decompositions")
+        module = torch_export._Converter(program, "main").run()
+    else:
+        import onnx  # noqa: F401
+        from retarget.importers.onnx import OnnxImporter
+        lap("python imports")
+        module = OnnxImporter().load(onnx_file)
+    lap("ours: import")
+    retarget.compile(module, "vmvx")
+    lap("ours: compile for vmvx")
+    return phases
+
+
+def cold(model_name: str) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_file = str(Path(tmp) / f"{model_name}.onnx")
+        zoo.export_onnx(model_name, onnx_file)
+        for path in ("torch", "onnx"):
+            for _ in range(2):  # the first leaves the bytecode cache
+                command = [sys.executable, __file__, "--child", path, model_name, onnx_file, str(time.time())]
+                out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+            phases = json.loads(out.strip().splitlines()[-1])
+            rows.append({"model": model_name, "path": path, "phases": phases, "seconds": sum(phases.values())})
+    for r in rows:
+        ours = sum(v for k, v in r["phases"].items() if k.startswith("ours"))
+        print(f"{r['model']} via {r['path']}: {r['seconds']:.2f} s in a fresh process, {ours:.2f} s of it ours")
+        for k, v in r["phases"].items():
+            print(f"    {k:24s} {v * 1e3:8.0f} ms")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cold", action="store_true", help="phases of a first import + compile per path")
+    parser.add_argument("--model", default="mobilenet_v2")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(cold_phases(*args.child)))
+        return
+    if args.cold:
+        rows = cold(args.model)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("mlp", "mobilenet_v2", "resnet18"):

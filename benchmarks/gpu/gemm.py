@@ -7,7 +7,7 @@ runs with TF32 off in torch (retarget never uses it), f16 on the matrix units wh
         [--repeats 20] [--variants]
 (writes $OUT/gemm-<device>-<dtype>.json if OUT is set). `--variants` also times each size with other
 register-tile plans of the GPU lowering (`retarget.kernel.lower.REGISTER_TILE_PLANS`; none: the split-reduction
-schedule), for f32.
+schedule) for f32, and other fragment-matmul plans (`LARGE_FRAGMENT_PLANS`, `FRAGMENT_K_STEPS`) for f16.
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ def main():
     dt = np.float16 if args.dtype == "f16" else np.float32
     torch.backends.cuda.matmul.allow_tf32 = False
     variants = [("default", {})]
-    if args.variants:
+    if args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans
+        variants += [("tile_k 64, one copy", {"FRAGMENT_K_STEPS": 4}),
+                     ("256x128, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((4, 2, 4, 4),)}),
+                     ("128x256, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 4, 4, 4),)}),
+                     ("128x128, 4 warps of 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 2, 4, 4),)})]
+    elif args.variants:
         variants += [("runs of 1", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 8, 1), (16, 16, 4, 4, 16, 1))}),
                      ("tile_k 16", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 16, 4), (16, 16, 4, 4, 16, 4))}),
                      ("8x4 a thread", {"REGISTER_TILE_PLANS": ((16, 32, 8, 4, 8, 4), (16, 16, 4, 4, 16, 4))}),

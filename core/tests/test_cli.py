@@ -132,3 +132,102 @@ def test_check_reports_each_function_and_fails_on_a_wrong_expectation(tmp_path):
     assert result.returncode == 1
     assert [(f["function"], f["status"]) for f in report["functions"]] == [("doubles", "pass"), ("wrong", "fail")]
     assert f"{src}:9:3: expect_eq failed" in report["functions"][1]["messages"][0]
+
+
+# -- --fallback, --refuse, --explain and devices per placement -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp_mlir(tmp_path_factory):
+    from retarget.ir import print_module
+    from retarget.testing import graphs
+
+    folder = tmp_path_factory.mktemp("split")
+    module, x, expected = graphs.mlp_module()
+    (folder / "mlp.mlir").write_text(print_module(module))
+    np.save(folder / "x.npy", x)
+    return folder, expected
+
+
+def test_compile_without_a_fallback_names_the_refused_op_and_suggests_one(mlp_mlir):
+    folder, _ = mlp_mlir
+    result = cli("compile", folder / "mlp.mlir", "--target", "vmvx", "--refuse", "rt.max", "-o", folder / "no.rtm")
+    assert_clean_error(result, "rt.max", "refused by --refuse", "--fallback llvm-cpu")
+
+
+def test_compile_explain_prints_each_op_with_its_placement_and_reason(mlp_mlir):
+    folder, _ = mlp_mlir
+    result = cli("compile", folder / "mlp.mlir", "--target", "vmvx", "--refuse", "rt.max", "--fallback", "vmvx",
+                 "-o", folder / "split.rtm", "--explain")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any("rt.matmul" in line and " cpu " in line and "supported" in line for line in lines), result.stdout
+    assert any("rt.max" in line and "cpu-fallback" in line and "refused by --refuse" in line for line in lines)
+    assert "schedule: cpu (1 dispatch) -> cpu->cpu-fallback 32 B -> cpu-fallback (1 dispatch)" in result.stdout
+
+
+def test_compile_explain_json_holds_the_placement_report(mlp_mlir):
+    folder, _ = mlp_mlir
+    result = cli("compile", folder / "mlp.mlir", "--target", "vmvx", "--refuse", "rt.max", "--fallback", "vmvx",
+                 "-o", folder / "split.rtm", "--explain", "--json")
+    data = json.loads(result.stdout)
+    assert data["placements"] == {"cpu": ["vmvx:reference"], "cpu-fallback": ["vmvx:reference"]}
+    ops = data["placement"]["functions"]["predict"]["ops"]
+    assert [(o["op"], o["placement"]) for o in ops] == [("rt.matmul", "cpu"), ("rt.add", "cpu"),
+                                                         ("rt.max", "cpu-fallback")]
+    assert data["transfers"] == 1
+
+
+def test_run_takes_a_device_per_placement_and_lists_where_functions_run(mlp_mlir):
+    folder, expected = mlp_mlir
+    cli("compile", folder / "mlp.mlir", "--target", "vmvx", "--refuse", "rt.max", "--fallback", "vmvx",
+        "-o", folder / "split.rtm")
+    result = cli("run", folder / "split.rtm", "--device", "cpu=local-sync", "--device", "cpu-fallback=local-task",
+                 "--input", f"@{folder / 'x.npy'}", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["device"] == "cpu=local-sync:0 cpu-fallback=local-task:0"
+    np.testing.assert_allclose(np.array(data["results"][0]["values"], np.float32), expected, rtol=1e-5)
+    listing = cli("run", folder / "split.rtm", "--list-functions")
+    assert "runs: cpu (1 dispatch) -> cpu->cpu-fallback 32 B -> cpu-fallback (1 dispatch)" in listing.stdout
+
+
+def test_two_devices_without_placements_is_a_clean_error(mlp_rtm):
+    assert_clean_error(cli("run", mlp_rtm[0], "--device", "local-sync", "--device", "local-task"),
+                       "--device given 2 times", "--device gpu=vulkan")
+
+
+def test_compile_help_lists_every_quantization_scheme():
+    from retarget.passes.quantize import SCHEMES
+
+    result = cli("compile", "--help")
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert all(name in text for name in SCHEMES) and "--precision" in text and "--interface-precision" in text
+
+
+def test_compile_quantizes_and_reports_constant_bytes(tmp_path):
+    import retarget
+    from retarget.testing import quant_model
+
+    module, x, w, b = quant_model.linear_layer(2, 64, 32)
+    source = tmp_path / "linear.mlir"
+    from retarget import ir
+
+    source.write_text(ir.print_module(module))
+    plain = json.loads(cli("compile", source, "-o", tmp_path / "a.rtm", "--json").stdout)
+    result = cli("compile", source, "-o", tmp_path / "q.rtm", "--quantize", "int4-g32", "--precision", "f16", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "int4-g32: 1 linear layers" in result.stderr
+    assert json.loads(result.stdout)["constant_bytes"] < plain["constant_bytes"] / 5
+    y = retarget.load(tmp_path / "q.rtm", device="local-sync").main(x)
+    assert y.dtype == np.float32 and np.abs(y - (quant_model.linear(x, w, "int4-g32") + b)).max() < 0.05
+
+
+def test_compile_with_an_unknown_precision_is_a_one_line_error(tmp_path):
+    source = tmp_path / "m.mlir"
+    from retarget import ir
+    from retarget.testing import quant_model
+
+    source.write_text(ir.print_module(quant_model.linear_layer(1, 8, 8)[0]))
+    assert_clean_error(cli("compile", source, "-t", "vmvx", "--precision", "half", "-o", tmp_path / "x.rtm"),
+                       "unknown precision 'half'", "f16")

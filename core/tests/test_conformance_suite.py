@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 from retarget.plugin_manager import PluginManager
@@ -141,6 +142,78 @@ def test_each_defect_fails_its_test_while_sound_behaviour_passes(mutants, failin
     assert mutants.get(passing) == "PASSED", f"{passing}: {mutants.get(passing)}"
 
 
+# Drivers wrong under threads or over many calls; each is the local driver with one defect.
+LEAKY_MUTANTS = """
+    import time
+
+    from retarget.hookspecs import hookimpl
+    from retarget.local_drivers import LocalDevice, LocalDriver
+
+    RETARGET_PLUGIN_API = 1
+
+
+    class SharedStaging(LocalDevice):
+        \"\"\"Reads through one staging array that every thread shares, without a lock.\"\"\"
+
+        def read(self, buffer, offset, nbytes):
+            self.staging = buffer.data[offset:offset + nbytes].copy()
+            time.sleep(0.001)  # another thread's read lands in between
+            return self.staging
+
+
+    class KeepsInputs(LocalDevice):
+        def write(self, buffer, offset, data):
+            self.__dict__.setdefault("kept", []).append(data.copy())
+            super().write(buffer, offset, data)
+
+
+    class CountsNoFrees(LocalDevice):
+        def allocate(self, nbytes):
+            self.held = getattr(self, "held", 0) + nbytes
+            return super().allocate(nbytes)
+
+        def memory_in_use(self):
+            return self.held
+
+
+    class Mutant(LocalDriver):
+        def __init__(self, name, device_class):
+            super().__init__(name, workers=1)
+            self.device_class = device_class
+            self.device = None
+
+        def create(self, device_id):
+            self.device = self.device or self.device_class(self.enumerate()[0], 1)
+            return self.device
+
+
+    @hookimpl
+    def retarget_drivers():
+        return [Mutant("shared-staging", SharedStaging), Mutant("keeps-inputs", KeepsInputs),
+                Mutant("counts-no-frees", CountsNoFrees)]
+"""
+
+
+@pytest.fixture(scope="module")
+def leaky_mutants(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("leaky_mutants")
+    _install(folder, "leaky_mutants", LEAKY_MUTANTS)
+    return _suite(folder, "--retarget-plugin", "leaky_mutants", "-k", "threads or leak or memory_in_use or round_trips")
+
+
+@pytest.mark.parametrize("failing, passing", [
+    ("test_sixteen_threads_sharing_one_loaded_module_get_their_own_answers[shared-staging]",
+     "test_write_then_read_round_trips_at_any_byte_offset[shared-staging]"),
+    ("test_two_thousand_calls_leak_no_memory[keeps-inputs]",
+     "test_sixteen_threads_sharing_one_loaded_module_get_their_own_answers[keeps-inputs]"),
+    ("test_device_memory_in_use_comes_back_when_a_buffer_is_dropped[counts-no-frees]",
+     "test_two_thousand_calls_leak_no_memory[counts-no-frees]"),
+], ids=["threads", "calls-leak", "device-memory"])
+def test_each_thread_or_leak_defect_fails_its_test_while_sound_behaviour_passes(leaky_mutants, failing, passing):
+    assert leaky_mutants.get(failing) == "FAILED", f"{failing}: {leaky_mutants.get(failing)}"
+    assert leaky_mutants.get(passing) == "PASSED", f"{passing}: {leaky_mutants.get(passing)}"
+
+
 def test_a_plugin_that_fails_to_import_fails_the_first_test_with_its_error(monkeypatch, tmp_path):
     from retarget import plugin_manager
     from retarget.testing.conformance.test_plugin import test_the_plugin_is_installed_and_loads
@@ -154,3 +227,46 @@ def test_a_plugin_that_fails_to_import_fails_the_first_test_with_its_error(monke
         test_the_plugin_is_installed_and_loads("boom_kit")
     with pytest.raises(AssertionError, match="no plugin 'nothing-here' is installed"):
         test_the_plugin_is_installed_and_loads("nothing-here")
+
+
+def test_a_device_lacking_a_protocol_member_fails_naming_the_member():
+    from types import SimpleNamespace
+
+    import retarget
+    from retarget.testing.conformance.test_driver import test_the_device_describes_itself
+
+    real = retarget.drivers()["local-sync"].create("0")
+    device = SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("_") and n != "info"})
+    with pytest.raises(AssertionError, match="the device lacks info of retarget.protocols.Device"):
+        test_the_device_describes_itself(device, "local-sync")
+
+
+def test_a_device_info_naming_another_driver_fails_saying_what_it_must_be():
+    from retarget.local_drivers import LocalDriver
+    from retarget.protocols import DeviceInfo
+    from retarget.testing.conformance import test_driver
+
+    class Liar(LocalDriver):
+        def enumerate(self):
+            return [DeviceInfo("oops", "0", "host")]
+
+    with pytest.raises(AssertionError, match="DeviceInfo.driver is 'oops'; it must be the driver's name, 'liar'"):
+        test_driver.test_enumerate_never_raises_and_says_why_a_device_is_unavailable(Liar("liar", 1), "liar")
+
+
+def test_a_host_spelling_that_ignores_the_devices_fails_while_one_that_describes_them_passes():
+    from retarget.testing.conformance.test_target import test_the_host_spellings_describe_a_device_here
+    from retarget.vmvx import REFERENCE, VmvxTarget
+
+    class FixedHost(VmvxTarget):
+        drivers = ("local-sync",)
+
+        def names(self):
+            return ("host", "reference", "other")
+
+        def parse(self, spec):
+            return replace(REFERENCE, arch="other") if spec in ("host", "other") else REFERENCE
+
+    test_the_host_spellings_describe_a_device_here(VmvxTarget())
+    with pytest.raises(AssertionError, match="parse\\('host'\\) gives vmvx:other, which describe\\(\\) gives for no"):
+        test_the_host_spellings_describe_a_device_here(FixedHost())

@@ -169,3 +169,19 @@ def test_inputs_too_small_for_a_derived_dimension_are_refused():
     x = np.zeros((1, 3, 2, 9), np.float32)  # a 2-row image: the 2x2 pool after the stride-2 conv has 0 rows
     with pytest.raises(InputError, match=r"at n=1, m=2, k=9, .* dimension \(\(m \+ 1\) // 2\) - 1 = 0"):
         fn(x)
+
+
+def test_list_functions_shows_the_symbols_and_their_ranges(bounded, tmp_path):
+    listed = _cli("run", bounded.save(tmp_path / "m.rtm"), "--list-functions", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["functions"]
+    assert row["symbols"] == {"x_dim0": "1..16"} and row["inputs"][0]["shape"][0] == "x_dim0"
+
+
+def test_per_dispatch_timing_runs_at_the_shape_of_its_inputs(unbounded):
+    from retarget.bench.timing import per_dispatch
+
+    fn = retarget.load(unbounded, device="local-sync").main
+    report = per_dispatch(fn, _inputs(3), repeats=1, warmup=0)
+    assert fn.cached_shapes == [{"x_dim0": 3}] and len(report["dispatches"]) == len(fn.plan["program"]) - sum(
+        c["op"] == "barrier" for c in fn.plan["program"])

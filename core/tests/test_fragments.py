@@ -62,6 +62,17 @@ def _matmul(a_shape, b_shape, dt=F32, *, bias_relu=False, transpose_b=False, sca
     return fn
 
 
+def _dequantized_b(m: int, k_: int, n: int) -> Function:
+    """y = a @ dequantize(q, scale)^T: int4 weights in groups of 32 (`--quantize int4-g32` in f16)."""
+    args = [Value(TensorType((m, k_), F16)), Value(TensorType((n, k_ // 8), dtypes.dtype("ui32"))),
+            Value(TensorType((n, k_ // 32), F16))]
+    fn = Function("mm", args)
+    bld = Builder(fn)
+    w = bld.op("rt.dequantize", args[1:], {"bits": 4, "group_size": 32, "shape": [n, k_]})
+    fn.returns = [bld.op("rt.matmul", [args[0], bld.op("rt.transpose", [w], {"perm": [1, 0]})])]
+    return fn
+
+
 def _dispatch(fn: Function) -> Function:
     (d,) = form_dispatches(fn)
     return d.function
@@ -387,6 +398,7 @@ CASES = {  # name -> (function, target, tolerance); the whole function is one ke
                                 2e-3),
     "large_transposed_b": (lambda: _matmul((256, 64), (64, 200), F16, transpose_b=True), _big_gpu(WMMA_F16), 2e-3),
     "large_prologue": (lambda: _matmul((256, 96), (96, 130), F16, scale_a=True), _big_gpu(WMMA_F16), 2e-3),
+    "large_dequantized_b": (lambda: _dispatch(_dequantized_b(130, 96, 70)), _big_gpu(WMMA_F16), 2e-3),
     "large_bf16_wmma": (lambda: _dispatch(_matmul((260, 64), (64, 150), BF16)),
                         _big_gpu(_fragment(m=16, n=16, k=16, a="bf16", b="bf16")), 1e-2),
     "large_bf16_into_f32": (lambda: _dispatch(_matmul((130, 48), (48, 70), BF16, bias_relu=True)),
@@ -416,6 +428,8 @@ REGISTER_CASES = {  # name -> (function, target, tolerance, the register tile it
 
 
 def _random(t: TensorType) -> np.ndarray:
+    if t.dtype.kind == "uint":  # packed words: any bits
+        return rng.integers(0, 2**32, t.shape, dtype=np.uint64).astype(t.dtype.np_dtype)
     return rng.standard_normal(t.shape).astype(t.dtype.np_dtype)
 
 

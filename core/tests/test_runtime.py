@@ -351,3 +351,35 @@ def test_two_thousand_calls_leak_no_memory(predict):
     assert grown < 64 << 10, f"Python-visible memory grew by {grown:,} bytes over 2000 calls"
     if rss is not None:
         assert _rss_bytes() - rss < 16 << 20, f"RSS grew by {_rss_bytes() - rss:,} bytes over 2000 calls"
+
+
+def _vmvx_code_with_two_workgroups(backend: str):
+    from dataclasses import replace
+
+    from retarget.testing.conformance import kit
+    from retarget.testing.graphs import add_module
+    from retarget.vmvx import REFERENCE, VmvxTarget
+
+    module, _, _ = add_module(n=8)
+    binary = VmvxTarget().compile([d.function for d in kit.dispatches(kit.prepare(module))],
+                                  replace(REFERENCE, backend=backend))
+    binary.entry_points = [replace(e, workgroup_count=(2, 1, 1)) for e in binary.entry_points]
+    return binary
+
+
+def test_vmvx_code_that_another_target_got_wrong_blames_that_target_not_the_module():
+    from retarget.errors import ModuleFormatError
+    from retarget.vmvx import VmvxLoader
+
+    with pytest.raises(ModuleFormatError, match="asks for \\[2, 1, 1\\] workgroups") as error:
+        VmvxLoader().load(_vmvx_code_with_two_workgroups("acme"))
+    assert "target 'acme' produced this vmvx-graph code" in error.value.hint and "corrupt" not in error.value.hint
+
+
+def test_vmvx_code_of_vmvx_itself_that_is_wrong_is_a_corrupt_module():
+    from retarget.errors import ModuleFormatError
+    from retarget.vmvx import VmvxLoader
+
+    with pytest.raises(ModuleFormatError) as error:
+        VmvxLoader().load(_vmvx_code_with_two_workgroups("vmvx"))
+    assert error.value.hint == "the module is corrupt; recompile it"

@@ -93,7 +93,7 @@ def _dtype_of(code: int, bits: int, lanes: int) -> DType:
     if lanes != 1:
         raise InputError(f"DLPack arrays of {lanes}-lane vectors are not supported", hint="pass scalars per element")
     for dt in DTYPES.values():
-        if dt.kind in ("float", "int", "uint", "bool") and dtype_code(dt) == (code, bits):
+        if not dt.storage and dtype_code(dt) == (code, bits):  # f8 variants share (float, 8): none is chosen
             return dt
     raise InputError(f"DLPack element type (code {code}, {bits} bits) has no retarget element type",
                      hint="convert it to float32, float16, bfloat16 or an integer type first")

@@ -62,6 +62,10 @@ class PluginError(RetargetError):
     """A plugin that failed to load or broke the plugin contract."""
 
 
+class KernelBoundsError(RetargetError):
+    """A kernel whose loads and stores cannot be proved inside their buffers (`retarget.kernel.bounds`)."""
+
+
 def closest(name: str, known, n: int = 3) -> list[str]:
     """Up to `n` names from `known` that look like `name`, for 'did you mean'."""
     import difflib

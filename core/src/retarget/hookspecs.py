@@ -14,8 +14,9 @@ name, the one whose hook runs first wins: mark it `@hookimpl(tryfirst=True)` to
 override a built-in, and the loser is reported by `retarget plugins`.
 
 A plugin that fails to import, declares another API version, implements a hook
-that this API lacks (unless marked `@hookimpl(optionalhook=True)`), or raises inside
-a hook is recorded as broken, with its error; the rest of retarget keeps working.
+that this API lacks (unless marked `@hookimpl(optionalhook=True)`), defines a hook
+without `@hookimpl`, or raises inside a hook is recorded as broken, with its error and
+what to do about it; the rest of retarget keeps working.
 The core's own target, drivers and importers register through these same hooks
 (`retarget.builtin`). The objects returned implement the protocols in
 `retarget.protocols`. `docs/plugins.md` is the guide, with an example of each;
@@ -39,7 +40,9 @@ def retarget_targets() -> list:
 
     Returns a list of objects implementing `retarget.protocols.TargetBackend`.
     Each backend's `name` (``cuda``, ``vulkan-spirv``) is what ``--target`` starts
-    with; its `parse` owns the architecture table behind the colon.
+    with; its `parse` owns the architecture table behind the colon. A backend may
+    also say what it cannot run (optional `support(desc)`, a `SupportTable`), so
+    that ``--fallback`` takes those ops instead of its `compile` failing.
     """
 
 

@@ -107,7 +107,8 @@ class LocalDevice:
     def can_load(self, format: str, target: TargetDesc) -> str | None:
         loader = self.loaders.get(format)
         if loader is None:
-            return f"no executable loader for format '{format}' is installed"
+            return (f"no executable loader for format '{format}' is installed (the plugin of target "
+                    f"'{target.backend}' provides it)")
         return loader.can_load(target)
 
     def allocate(self, nbytes: int) -> HostBuffer:
@@ -191,8 +192,12 @@ class _Team:
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._serve, args=(i,), daemon=True, name=f"retarget-local-{i}")
                         for i in range(helpers)]
-        for t in self.threads:
-            t.start()
+        try:
+            for t in self.threads:
+                t.start()
+        except BaseException:  # the OS refused a thread: stop the ones that started
+            self.close()
+            raise
 
     def _serve(self, i: int) -> None:
         while True:
@@ -251,7 +256,13 @@ class LocalDriver:
                                      hint=f"use --device {self.name}")
         with self._lock:
             if self._device is None:
-                self._device = LocalDevice(self.enumerate()[0], self._workers())
+                try:
+                    self._device = LocalDevice(self.enumerate()[0], self._workers())
+                except RuntimeError as e:  # threading's "can't start new thread"
+                    raise UnknownDeviceError(
+                        f"{self.name} cannot start its {self._workers() - 1} worker threads ({e})",
+                        hint="use --device local-sync, which runs in the calling thread, or raise the process's "
+                             "thread limit (ulimit -u)") from None
             return self._device
 
     def dump(self, device_id: str) -> dict:

@@ -33,7 +33,11 @@ import numpy as np
 from .errors import ModuleFormatError, RetargetError
 
 FORMAT = "retarget-module"
-FORMAT_VERSION = 1
+# A module is written in the lowest format that holds it, so older readers keep reading what they can:
+# 1 for a module whose ops run on one placement (every retarget reads it), 2 for one split across
+# placements (`placements`, per-function `steps`), which a reader of format 1 refuses by its version.
+FORMAT_VERSION = 2
+FORMAT_VERSION_SINGLE = 1
 MANIFEST = "manifest.json"
 SIGNATURE = "signature.json"  # optional: who signed manifest.json (signing.py)
 CONSTANTS = "constants.bin"
@@ -52,6 +56,7 @@ class Artifact:
     manifest: dict
     entries: dict[str, bytes | np.ndarray] = field(default_factory=dict)
     path: str | None = None
+    placement: dict | None = None  # from `compile`: where each op runs and why (--explain); not saved
 
     def save(self, path: str | os.PathLike, *, signing_key=None) -> Path:
         """Write the module to `path`; with `signing_key` (an Ed25519 private key, or the path of its
@@ -82,6 +87,15 @@ class Artifact:
     @property
     def functions(self) -> dict:
         return self.manifest["functions"]
+
+    def explain(self) -> str:
+        """Where each op runs and why, as `retarget compile --explain` prints it (`placement` is its JSON)."""
+        from .passes.placement import explain_text
+
+        if self.placement is None:
+            raise RetargetError("this module was read from a file; the placement report comes from compiling it",
+                                hint="recompile with `retarget compile ... --explain`")
+        return explain_text(self.placement)
 
     def constants(self) -> np.ndarray:
         data = self.entries.get(CONSTANTS, b"")
@@ -223,12 +237,39 @@ def _check_manifest(m: dict, path: Path) -> None:
         if offset + nbytes > constants_size:
             c.fail(w, f"lies outside constants.bin ({constants_size} bytes)")
 
-    layouts = [_check_executable(c, exe, f"executables[{i}]", entries)
-               for i, exe in enumerate(c.list(m.get("executables"), "executables"))]
+    executables = c.list(m.get("executables"), "executables")
+    layouts = [_check_executable(c, exe, f"executables[{i}]", entries) for i, exe in enumerate(executables)]
     if not layouts:
         c.fail("executables", "is empty: the module holds no code")
+    if m["format_version"] < 2:
+        for name, fn in c.dict(m.get("functions"), "functions").items():
+            _check_function(c, fn, f"functions['{name}']", constants_size, layouts)
+        return
+    placements = c.dict(m.get("placements"), "placements")
+    if not placements:
+        c.fail("placements", "is empty")
+    consts, by_placement = {}, {p: [] for p in placements}
+    for p, meta in placements.items():
+        meta = c.dict(meta, f"placements['{p}']")
+        for k, target in enumerate(c.list(meta.get("targets", []), f"placements['{p}'].targets")):
+            c.str(target, f"placements['{p}'].targets[{k}]")
+        span = c.list(meta.get("constants"), f"placements['{p}'].constants")
+        if len(span) != 2:
+            c.fail(f"placements['{p}'].constants", "is not [offset, nbytes]")
+        offset, nbytes = (c.int(v, f"placements['{p}'].constants") for v in span)
+        if offset + nbytes > constants_size:
+            c.fail(f"placements['{p}'].constants", f"lies outside constants.bin ({constants_size} bytes)")
+        consts[p] = nbytes
+    for i, (exe, layout) in enumerate(zip(executables, layouts)):
+        p = c.str(exe.get("placement"), f"executables[{i}].placement")
+        if p not in placements:
+            c.fail(f"executables[{i}].placement", f"names '{p}', which is not a placement")
+        by_placement[p].append((i, layout))
+    for p, found in by_placement.items():
+        if not found:
+            c.fail(f"placements['{p}']", "has no executable")
     for name, fn in c.dict(m.get("functions"), "functions").items():
-        _check_function(c, fn, f"functions['{name}']", constants_size, layouts)
+        _check_partitioned_function(c, fn, f"functions['{name}']", consts, by_placement)
 
 
 def _check_executable(c: _Checker, exe, w: str, entries: dict) -> list[list[int]]:
@@ -297,8 +338,14 @@ def _check_function(c: _Checker, fn, w: str, constants_size: int, layouts: list[
             if nbytes != t.nbytes or (key == "inputs" and kind != "arena"):
                 where = " in the arena" if key == "inputs" else ""
                 c.fail(f"{wa}.slot", f"does not hold a {t} ({t.nbytes} bytes{where})")
-    for i, cmd in enumerate(c.list(fn.get("program"), f"{w}.program")):
-        wc = f"{w}.program[{i}]"
+    _check_program(c, fn.get("program"), f"{w}.program", limits, list(enumerate(layouts)))
+
+
+def _check_program(c: _Checker, program, w: str, limits: dict, layouts: list[tuple[int, list[list[int]]]]) -> None:
+    """Dispatches and barriers: each dispatch's entry point and bindings fit every executable in `layouts`
+    (pairs of the executable's index and its layout)."""
+    for i, cmd in enumerate(c.list(program, w)):
+        wc = f"{w}[{i}]"
         cmd = c.dict(cmd, wc)
         if cmd.get("op") == "barrier":
             continue
@@ -307,7 +354,7 @@ def _check_function(c: _Checker, fn, w: str, constants_size: int, layouts: list[
         entry = c.int(cmd.get("entry"), f"{wc}.entry")
         slots = [c.slot(b, f"{wc}.bindings[{k}]", limits)
                  for k, b in enumerate(c.list(cmd.get("bindings"), f"{wc}.bindings"))]
-        for v, layout in enumerate(layouts):
+        for v, layout in layouts:
             if entry >= len(layout):
                 c.fail(f"{wc}.entry", f"is {entry}, and executables[{v}] has {len(layout)} entry points")
             if len(slots) != len(layout[entry]) or any(n < need for (_, _, n), need in zip(slots, layout[entry])
@@ -368,6 +415,55 @@ def _check_dynamic_function(c: _Checker, fn: dict, w: str, constants_size: int, 
         for v, layout in enumerate(layouts):
             if entry >= len(layout) or len(slots) != len(layout[entry]):
                 c.fail(f"{wc}", f"does not match entry point {entry} of executables[{v}]")
+
+
+def _check_partitioned_function(c: _Checker, fn, w: str, consts: dict[str, int],
+                                layouts: dict[str, list[tuple[int, list[list[int]]]]]) -> None:
+    """A function of format 2: per placement an arena; inputs written to some placements, outputs read
+    from one, and steps that run a placement's program or transfer bytes between two placements."""
+    fn = c.dict(fn, w)
+    arenas = c.dict(fn.get("arena_bytes"), f"{w}.arena_bytes")
+    limits = {}
+    for p in consts:
+        limits[p] = {"arena": c.int(arenas.get(p, 0), f"{w}.arena_bytes['{p}']"), "const": consts[p]}
+    for p in arenas:
+        if p not in consts:
+            c.fail(f"{w}.arena_bytes", f"names '{p}', which is not a placement")
+
+    def placement(value, where: str) -> str:
+        if not isinstance(value, str) or value not in consts:
+            c.fail(where, f"is not a placement ({', '.join(consts)})")
+        return value
+
+    for i, arg in enumerate(c.list(fn.get("inputs"), f"{w}.inputs")):
+        wa = f"{w}.inputs[{i}]"
+        arg = c.dict(arg, wa)
+        c.str(arg.get("name"), f"{wa}.name")
+        t = c.tensor(arg.get("type"), f"{wa}.type")
+        for p, slot in c.dict(arg.get("slots"), f"{wa}.slots").items():
+            kind, _, nbytes = c.slot(slot, f"{wa}.slots['{placement(p, f'{wa}.slots')}']", limits[p])
+            if nbytes != t.nbytes or kind != "arena":
+                c.fail(f"{wa}.slots['{p}']", f"does not hold a {t} ({t.nbytes} bytes in the arena)")
+    for i, out in enumerate(c.list(fn.get("outputs"), f"{w}.outputs")):
+        wo = f"{w}.outputs[{i}]"
+        out = c.dict(out, wo)
+        t = c.tensor(out.get("type"), f"{wo}.type")
+        p = placement(out.get("placement"), f"{wo}.placement")
+        if c.slot(out.get("slot"), f"{wo}.slot", limits[p])[2] != t.nbytes:
+            c.fail(f"{wo}.slot", f"does not hold a {t} ({t.nbytes} bytes)")
+    for i, step in enumerate(c.list(fn.get("steps"), f"{w}.steps")):
+        ws = f"{w}.steps[{i}]"
+        step = c.dict(step, ws)
+        if step.get("op") == "run":
+            p = placement(step.get("placement"), f"{ws}.placement")
+            _check_program(c, step.get("program"), f"{ws}.program", limits[p], layouts[p])
+        elif step.get("op") == "transfer":
+            src, dst = placement(step.get("from"), f"{ws}.from"), placement(step.get("to"), f"{ws}.to")
+            n_src = c.slot(step.get("src"), f"{ws}.src", limits[src])[2]
+            if c.slot(step.get("dst"), f"{ws}.dst", limits[dst])[2] != n_src:
+                c.fail(f"{ws}.dst", f"is not {n_src} bytes, as its src")
+        else:
+            c.fail(f"{ws}.op", "is not 'run' or 'transfer'")
 
 
 class _Checker:

@@ -6,6 +6,7 @@ protocols with any class it likes; nothing here is meant to be subclassed.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -51,6 +52,30 @@ class TargetDesc:
     @property
     def name(self) -> str:
         return f"{self.backend}:{self.arch}"
+
+
+@dataclass(frozen=True)
+class SupportTable:
+    """What a target cannot run, each entry with the reason a user reads (`--explain`, errors);
+    everything not listed, it runs. A backend returns one from its optional `support(desc)`.
+
+    - `ops`: graph op names (`"rt.erf"`), refused whatever their types, or an op at one element
+      type or kind (`"rt.exp:i32"`, `"rt.exp:int"`; kinds: float, int, uint, bool). An op is
+      matched at the type of its first operand (its result's when it has none): `rt.cmp` of
+      f32 is `"rt.cmp:f32"`, whatever its i1 result.
+    - `dtypes`: element types the target neither computes in nor stores (`"i4"`).
+    - `buffers`: element types a kernel cannot read or write as a buffer (an argument or the
+      result of a dispatch), though a fused kernel may compute them inside (WGSL's i1 masks).
+
+    The compiler places an op on a target only where its table allows it (`--fallback` takes
+    the rest), so a table must not allow what `compile` then refuses; refusing more than needed
+    only moves work to the fallback. `retarget.testing.support.probe` finds what a target
+    refuses in practice.
+    """
+
+    ops: dict[str, str] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    buffers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,6 +165,15 @@ class TargetBackend(Protocol):
     saying which was chosen and why (None when there is no choice to announce);
     `describe(device)` is the architecture matching a live device. `compile` gets the
     dispatches (one graph `Function` each, named after its entry point).
+
+    Optional: `support(desc) -> SupportTable`, what the target cannot run for that architecture
+    (the ops and element types it refuses, with the reasons). The compiler places only what it
+    allows on the target, and the rest on `--fallback`. A backend without it supports everything
+    as far as placement knows, and a refusal surfaces only when `compile` raises.
+
+    Optional: `export(artifact, folder, arch) -> Path`, for `retarget export`: write the module's
+    code of architecture `arch` (an executable the module holds) as files that run outside
+    retarget (webgpu-spirv: a folder that a web page loads); returns the path of its main file.
     """
 
     name: str
@@ -184,6 +218,10 @@ class CommandBuffer(Protocol):
     A command buffer is recorded once and may be submitted many times. A range outside
     a buffer raises ValueError when it is recorded; recording after `end` raises RuntimeError.
 
+    `copy` and `fill` are given offsets and sizes that are multiples of 4 (what every API supports);
+    a driver may accept others too, or raise ValueError for them. `fill` repeats one byte,
+    `value` (0 to 255), over `nbytes`.
+
     Optional (dynamic shapes): `dispatch(..., scalars=(...), workgroup_count=(x, y, z))` records a
     dispatch of a dynamic entry point: `scalars` are the values of its `EntryPoint.scalars` (ints,
     in order), which the kernel receives (kernel arguments, push constants, a uniform: the
@@ -207,9 +245,16 @@ class Device(Protocol):
     `write`/`read` move host bytes (a range outside the buffer raises ValueError);
     `submit` runs a command buffer and `wait` blocks until all submitted work is done.
 
+    `info` is the `DeviceInfo` that its driver's `enumerate` reported for it. `command_buffer()`
+    is called without arguments unless the device lists `modes` (below).
+
     Optional: a device that can run command buffers in several ways lists them in
     `modes`, the default first (CUDA: `("graph", "direct")`), and accepts
     `command_buffer(mode=...)`. A device without `modes` has one way.
+
+    Optional: `memory_in_use()` returns the bytes of device memory in use, as the API reports
+    them (cuMemGetInfo) or as the driver tracks them (its allocations); leak checks
+    (`retarget.testing.leaks`) read it. A device without it is checked by host memory alone.
 
     Optional, for DLPack (arrays of other libraries in, `retarget.DeviceArray` out; see
     `retarget.dlpack`): `dlpack_device` (DLPack's (device type, id) of this device), `dlpack_stream`
@@ -259,3 +304,13 @@ class ExecutableLoader(Protocol):
 
     def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray]], Callable[[tuple[int, int, int]], None]]]: ...
     def can_load(self, target: TargetDesc) -> str | None: ...
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The members of `protocol` that `obj` lacks: why `isinstance(obj, protocol)` is False, by name."""
+    members: dict[str, None] = {}
+    for cls in reversed(protocol.__mro__):
+        if cls is not Protocol and getattr(cls, "_is_protocol", False):
+            names = (*inspect.get_annotations(cls), *cls.__dict__)
+            members.update(dict.fromkeys(n for n in names if not n.startswith("_")))
+    return [name for name in members if not hasattr(obj, name)]

@@ -3,6 +3,13 @@
 Loading picks the executable variant the device can run, uploads the constant
 pool once, and records one command buffer per function. A call then writes the
 inputs, submits that command buffer once, and reads the outputs.
+
+A module split across placements (`--fallback`) gets a device per placement (`devices=`,
+or the best one for each), with its own executable, constants and arenas there, and one
+command buffer per segment of each function. A call writes each input to the placements
+that read it, then goes through the steps in order: it submits a segment's command buffer
+(a GPU runs it while the host goes on), and for a transfer waits for the source device
+only, reads the bytes and writes them to the destination device.
 """
 
 from __future__ import annotations
@@ -17,17 +24,18 @@ import numpy as np
 
 from . import dlpack
 from .compiler import desc_from_json
-from .errors import DeviceMemoryError, InputError, ModuleFormatError, UnknownDeviceError, suggestion
+from .errors import DeviceMemoryError, InputError, ModuleFormatError, PluginError, UnknownDeviceError, suggestion
 from .ir.dtypes import dtype as lookup_dtype
 from .ir.dtypes import from_numpy
 from .ir.symbolic import dims_from_json, dims_to_json
 from .mlir.syntax import parse_type
 from .module_format import Artifact, read
 from .plugin_manager import manager
-from .protocols import Binding, DeviceInfo, EntryPoint, ExecutableBinary
+from .protocols import Binding, Device, DeviceInfo, EntryPoint, ExecutableBinary, missing_members
 
 # Drivers tried by device="auto", best first; any other driver ranks above these.
 FALLBACK_ORDER = ("local-task", "local-sync")
+SINGLE = "default"  # the one placement of a module that runs on one device (format 1)
 
 
 def parse_device(spec: str) -> tuple[str, str]:
@@ -42,11 +50,24 @@ def parse_device(spec: str) -> tuple[str, str]:
 def all_devices() -> list[DeviceInfo]:
     devices = []
     for name, driver in manager().by_name("retarget_drivers").items():
-        try:
-            devices.extend(driver.enumerate())
-        except Exception as e:  # enumerate must not raise; report it instead of failing
-            devices.append(DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}"))
+        devices.extend(enumerate_devices(name, driver))
     return devices
+
+
+def enumerate_devices(name: str, driver) -> list[DeviceInfo]:
+    """`driver.enumerate()`, held to its contract: it must not raise, and each device names this driver
+    (its `uri` is what --device takes). A device that breaks the contract is listed as unavailable, saying so."""
+    try:
+        infos = list(driver.enumerate())
+    except Exception as e:  # enumerate must not raise; report it instead of failing
+        return [DeviceInfo(name, "?", name, False, f"enumerate() raised {type(e).__name__}: {e}".replace("\n", " "))]
+    return [info if info.driver == name else _misattributed(name, info) for info in infos]
+
+
+def _misattributed(name: str, info: DeviceInfo) -> DeviceInfo:
+    return DeviceInfo(name, info.id, info.name, False,
+                      f"driver {name}'s enumerate() reports this device with DeviceInfo.driver {info.driver!r}; "
+                      f"it must be the driver's name, {name!r} (a bug in the plugin)")
 
 
 def open_device(spec: str):
@@ -56,7 +77,7 @@ def open_device(spec: str):
     if driver is None:
         raise UnknownDeviceError(f"unknown device '{spec}': no driver '{name}'",
                                  hint=suggestion(name, drivers) + " (`retarget drivers` lists them)")
-    infos = driver.enumerate()
+    infos = enumerate_devices(name, driver)
     available = [d for d in infos if d.available]
     if not available:
         reason = "; ".join(d.reason for d in infos if d.reason) or "it found no device"
@@ -66,7 +87,15 @@ def open_device(spec: str):
     if device_id not in {d.id for d in available}:
         raise UnknownDeviceError(f"driver '{name}' has no device '{device_id}'",
                                  hint=f"its devices: {', '.join(d.uri for d in available)}")
-    return driver.create(device_id)
+    device = driver.create(device_id)
+    missing = missing_members(device, Device)
+    if missing:
+        kind = type(device)
+        raise PluginError(f"driver '{name}' made a device without {', '.join(missing)}, which "
+                          "retarget.protocols.Device requires",
+                          hint=f"add {'it' if len(missing) == 1 else 'them'} to {kind.__module__}.{kind.__qualname__} "
+                               "(docs/plugins.md, Device), or ask the plugin's author")
+    return device
 
 
 def _rank(info: DeviceInfo) -> int:
@@ -120,32 +149,65 @@ class Function:
             [(i["name"], t.shape, t.dtype.name) for i, t in zip(plan["inputs"], self.input_types)],
             [(t.shape, t.dtype.name) for t in self.output_types],
         )
-        device = module.device
-        self.arena = _allocate(device, plan["arena_bytes"], f"the buffers of function '{name}'")
-        self.command_buffer = self.record()
+        partitioned = "steps" in plan
+        self.steps = plan["steps"] if partitioned else [{"op": "run", "placement": SINGLE, "program": plan["program"]}]
+        sizes = plan["arena_bytes"] if partitioned else {SINGLE: plan["arena_bytes"]}
+        self.arenas = {p: _allocate(module.placements[p].device, sizes.get(p, 0),
+                                    f"the buffers of function '{name}'" + (f" on {p}" if partitioned else ""))
+                       for p in module.placements}
+        self.arena = self.arenas[module.primary]
+        self._inputs = [[(p, slot) for p, slot in i["slots"].items()] if partitioned else [(SINGLE, i["slot"])]
+                        for i in plan["inputs"]]
+        self._outputs = [(o.get("placement", SINGLE), o["slot"]) for o in plan["outputs"]]
+        self.segments = [i for i, step in enumerate(self.steps) if step["op"] == "run"]
+        self.command_buffers = {i: self._record(self.steps[i]) for i in self.segments}
         self._lock = threading.Lock()
 
-    def _buffer(self, kind: str):
-        return self.arena if kind == "arena" else self.module.constants
+    @property
+    def command_buffer(self):
+        """The recorded command buffer of a function that runs as one segment (most do: those of a
+        module on one device), which `retarget.bench` times and may replace by one in another mode."""
+        return self.command_buffers[self._only_segment()]
+
+    @command_buffer.setter
+    def command_buffer(self, cb) -> None:
+        self.command_buffers[self._only_segment()] = cb
+
+    def _only_segment(self) -> int:
+        if len(self.segments) != 1:
+            raise InputError(f"function '{self.name}' runs as {len(self.segments)} segments on "
+                             f"{', '.join(self.module.placements)}; this needs a function on one device",
+                             hint="time the whole call instead (retarget benchmark without --per-dispatch)")
+        return self.segments[0]
+
+    def _buffer(self, placement: str, kind: str):
+        return self.arenas[placement] if kind == "arena" else self.module.placements[placement].constants
 
     def record(self, commands: list[dict] | None = None, mode: str | None = None):
         """Record `commands` (default: the whole host program) into a new, ended command buffer over
         this function's buffers, in `mode` (one of the device's `modes`; None: its default).
-        `retarget.bench` records one dispatch at a time, and each mode in turn."""
-        device = self.module.device
-        mode = mode or self.module.mode
+        `retarget.bench` records one dispatch at a time, and each mode in turn. Only for a function
+        that runs as one segment."""
+        step = self.steps[self._only_segment()]
+        return self._record(step if commands is None else {**step, "program": commands}, mode)
+
+    def _record(self, step: dict, mode: str | None = None):
+        placement = self.module.placements[step["placement"]]
+        device = placement.device
+        mode = mode or self.module.mode_on(device)
         cb = device.command_buffer() if mode is None else device.command_buffer(mode=mode)
-        for cmd in self.plan["program"] if commands is None else commands:
+        for cmd in step["program"]:
             if cmd["op"] == "barrier":
                 cb.barrier()
             else:
-                bindings = [(self._buffer(kind), offset, nbytes) for kind, offset, nbytes in cmd["bindings"]]
-                self._dispatch(cb, cmd, bindings)
+                bindings = [(self._buffer(step["placement"], kind), offset, nbytes)
+                            for kind, offset, nbytes in cmd["bindings"]]
+                self._dispatch(cb, placement.executable, cmd, bindings)
         cb.end()
         return cb
 
-    def _dispatch(self, cb, cmd: dict, bindings) -> None:
-        cb.dispatch(self.module.executable, cmd["entry"], bindings)
+    def _dispatch(self, cb, executable, cmd: dict, bindings) -> None:
+        cb.dispatch(executable, cmd["entry"], bindings)
 
     def check_inputs(self, args) -> list[np.ndarray | dlpack.Borrowed]:
         """The call's arguments as C-contiguous host arrays (or arrays borrowed on this module's device),
@@ -197,7 +259,8 @@ class Function:
         plan, arena and command buffer of the inputs' shape here (runtime_dynamic.py)."""
 
     def _borrow(self, arg, where: str) -> dlpack.Borrowed | None:
-        """`arg` borrowed through DLPack when it lives on a device other than the host; None for host arrays."""
+        """`arg` borrowed through DLPack when it lives on a device other than the host; None for host arrays.
+        It must be on the device of the module (of its first placement, for a split one)."""
         if isinstance(arg, np.ndarray):
             return None
         place = dlpack.device_of(arg)
@@ -206,7 +269,7 @@ class Function:
         device = self.module.device
         ours = getattr(device, "dlpack_device", None)
         if place != ours:
-            here = f"this module runs on {device.info.uri}"
+            here = f"this module runs on {self.module.describe_devices()}"
             raise InputError(f"{where} is an array on {dlpack.device_name(place)}; {here}",
                              hint="copy it to the host first, e.g. x.cpu().numpy()" if ours is None else
                              f"move it to {dlpack.device_name(ours)}, or copy it to the host")
@@ -219,36 +282,59 @@ class Function:
         input came from the device, else "host"."""
         arrays = self.check_inputs(args)
         borrowed = [a for a in arrays if isinstance(a, dlpack.Borrowed)]
-        device = self.module.device
+        placements = self.module.placements
         if output is None:
             output = "device" if borrowed else "host"
         if output not in ("host", "device"):
             raise InputError(f"output must be 'host' or 'device', not {output!r}")
-        if output == "device" and getattr(device, "dlpack_device", None) is None:
-            raise InputError(f"{device.info.uri} cannot hand out device arrays (its driver has no DLPack support)",
-                             hint="leave out output='device' to get numpy arrays")
+        if output == "device":
+            for p, _ in self._outputs:
+                if getattr(placements[p].device, "dlpack_device", None) is None:
+                    raise InputError(f"{placements[p].device.info.uri} cannot hand out device arrays (its driver "
+                                     "has no DLPack support)", hint="leave out output='device' to get numpy arrays")
         try:
             with self._lock:
                 self._select(arrays)
-                for a, meta in zip(arrays, self.plan["inputs"]):
-                    _, offset, _ = meta["slot"]
-                    if isinstance(a, dlpack.Borrowed):
-                        device.copy(device.wrap(a.address, a.nbytes), 0, self.arena, offset, a.nbytes)
-                    else:
-                        device.write(self.arena, offset, a)
-                device.submit(self.command_buffer)
+                for a, slots in zip(arrays, self._inputs):
+                    for p, (_, offset, _) in slots:
+                        device = placements[p].device
+                        if not isinstance(a, dlpack.Borrowed):
+                            device.write(self.arenas[p], offset, a)
+                        elif device is self.module.device:  # on the device already: a device-side copy
+                            device.copy(device.wrap(a.address, a.nbytes), 0, self.arenas[p], offset, a.nbytes)
+                        else:  # a placement on another device: through the host
+                            home = self.module.device
+                            device.write(self.arenas[p], offset, home.read(home.wrap(a.address, a.nbytes), 0, a.nbytes))
+                busy = []  # devices with work submitted and not yet waited for
+                for i, step in enumerate(self.steps):
+                    if step["op"] == "run":
+                        device = placements[step["placement"]].device
+                        device.submit(self.command_buffers[i])
+                        if device not in busy:
+                            busy.append(device)
+                    else:  # a transfer waits for its source device only, not for the others
+                        src, dst = placements[step["from"]].device, placements[step["to"]].device
+                        if src in busy:
+                            src.wait()
+                            busy.remove(src)
+                        kind, offset, nbytes = step["src"]
+                        data = src.read(self._buffer(step["from"], kind), offset, nbytes)
+                        kind, offset, _ = step["dst"]
+                        dst.write(self._buffer(step["to"], kind), offset, data)
                 outs = []
-                for t, meta in zip(self.output_types, self.plan["outputs"]):
-                    kind, offset, nbytes = meta["slot"]
-                    if output == "device":
+                if output == "device":  # copied out in stream order, before the wait
+                    for t, (p, (kind, offset, nbytes)) in zip(self.output_types, self._outputs):
+                        device = placements[p].device
                         held = _allocate(device, nbytes, f"an output of function '{self.name}'")
-                        device.copy(self._buffer(kind), offset, held, 0, nbytes)
+                        device.copy(self._buffer(p, kind), offset, held, 0, nbytes)
                         outs.append(dlpack.DeviceArray(device, held, t.shape, t.dtype))
-                device.wait()
+                        if device not in busy:
+                            busy.append(device)
+                for device in busy:
+                    device.wait()
                 if output == "host":
-                    for t, meta in zip(self.output_types, self.plan["outputs"]):
-                        kind, offset, nbytes = meta["slot"]
-                        raw = device.read(self._buffer(kind), offset, nbytes)
+                    for t, (p, (kind, offset, nbytes)) in zip(self.output_types, self._outputs):
+                        raw = placements[p].device.read(self._buffer(p, kind), offset, nbytes)
                         outs.append(raw.view(t.dtype.np_dtype).reshape(t.shape))
         finally:
             for a in borrowed:
@@ -300,45 +386,112 @@ def _entry_point(e: dict) -> EntryPoint:
     return EntryPoint(e["name"], tuple(bindings), tuple(e["workgroup_size"]), count, tuple(e.get("scalars", ())))
 
 
-class LoadedModule:
-    """A module on a device. Functions are attributes: `m.predict(x)`."""
+@dataclass
+class Placement:
+    """Where one placement of a loaded module runs: its device, the executable variant that device
+    runs, that executable loaded, and the placement's constants uploaded."""
 
-    def __init__(self, artifact: Artifact, device_spec: str = "auto", mode: str | None = None):
+    name: str
+    device: object
+    variant: ExecutableBinary
+    executable: object
+    constants: object
+
+
+class LoadedModule:
+    """A module on a device (or, split across placements, on one device each). Functions are
+    attributes: `m.predict(x)`. `placements` maps each placement to where it runs; `device`,
+    `variant` and `executable` are those of the first (the only one, for most modules). `mode` is the
+    command-buffer mode its devices run in (None: each device's default)."""
+
+    def __init__(self, artifact: Artifact, device_spec: str = "auto", devices: dict[str, str] | None = None,
+                 mode: str | None = None):
         self.artifact = artifact
-        self.device, self.variant = self._choose(device_spec)
-        modes = getattr(self.device, "modes", None) or ()
-        if mode is not None and mode not in modes:
-            raise InputError(f"{self.device.info.uri} has no command-buffer mode '{mode}'",
+        manifest = artifact.manifest
+        spans = {p: meta["constants"] for p, meta in manifest["placements"].items()} \
+            if "placements" in manifest else {SINGLE: [0, len(artifact.constants())]}
+        self._opened: dict[str, object] = {}
+        choices = self._choose_all(device_spec, devices, list(spans))
+        self.mode = mode
+        if mode is not None and not any(mode in (getattr(d, "modes", None) or ()) for d, _ in choices.values()):
+            uris = ", ".join(d.info.uri for d, _ in choices.values())
+            modes = list(dict.fromkeys(m for d, _ in choices.values() for m in getattr(d, "modes", None) or ()))
+            raise InputError(f"{uris} has no command-buffer mode '{mode}'",
                              hint=f"its modes: {', '.join(modes)}" if modes else "it runs command buffers one way; "
                              "leave out the mode")
-        self.mode = mode
-        self.executable = self.device.load_executable(self.variant)
         constants = artifact.constants()
-        self.constants = _allocate(self.device, len(constants), "the module's constants")
-        if len(constants):
-            self.device.write(self.constants, 0, np.asarray(constants))
+        self.placements: dict[str, Placement] = {}
+        for p, (device, variant) in choices.items():
+            offset, nbytes = spans[p]
+            buffer = _allocate(device, nbytes, "the module's constants" + (f" on {p}" if p != SINGLE else ""))
+            if nbytes:
+                device.write(buffer, 0, np.asarray(constants[offset:offset + nbytes]))
+            self.placements[p] = Placement(p, device, variant, device.load_executable(variant), buffer)
+        self.primary = next(iter(self.placements))
+        first = self.placements[self.primary]
+        self.device, self.variant, self.executable, self.constants = (first.device, first.variant,
+                                                                      first.executable, first.constants)
         from .runtime_dynamic import DynamicFunction
 
         self.functions = {name: (DynamicFunction if "symbols" in plan else Function)(self, name, plan)
                           for name, plan in artifact.functions.items()}
 
-    def _variants(self) -> list[ExecutableBinary]:
+    def _variants(self) -> list[tuple[str, ExecutableBinary]]:
         out = []
         for exe in self.artifact.manifest["executables"]:
             try:
                 entries = [_entry_point(e) for e in exe["entry_points"]]
                 data = self.artifact.entries[exe["path"]]
-                out.append(ExecutableBinary(exe["format"], desc_from_json(exe["target"]), bytes(data), entries))
+                binary = ExecutableBinary(exe["format"], desc_from_json(exe["target"]), bytes(data), entries)
+                out.append((exe.get("placement", SINGLE), binary))
             except (KeyError, TypeError, ValueError) as e:
                 raise ModuleFormatError(f"executable entry is malformed ({e})", hint="recompile the module") from None
         return out
 
-    def _choose(self, spec: str):
+    def _choose_all(self, spec: str, devices: dict[str, str] | None, names: list[str]) -> dict:
+        """(device, variant) for each placement: `devices[p]`, else `spec` where it runs p, else the best."""
+        variants = self._variants()
+        devices = devices or {}
+        if devices and names == [SINGLE]:
+            raise InputError("devices= names a device per placement, and this module runs on one device",
+                             hint="pass device= instead (e.g. device='vulkan')")
+        unknown = [p for p in devices if p not in names]
+        if unknown:
+            raise UnknownDeviceError(f"the module has no placement '{unknown[0]}'",
+                                     hint=f"its placements: {', '.join(names)} (`retarget run --list-functions` "
+                                          "shows where each runs)")
+        mine = {p: [v for q, v in variants if q == p] for p in names}
+        if names == [SINGLE]:
+            return {SINGLE: self._choose(spec, mine[SINGLE], SINGLE)}
+        shared = None if spec == "auto" else self._open(spec)  # one device for a split module: where it fits
+        out = {}
+        for p in names:
+            if p in devices:
+                out[p] = self._choose(devices[p], mine[p], p)
+            elif shared is not None and _fits(shared, mine[p]) is not None:
+                out[p] = (shared, _fits(shared, mine[p]))
+            else:
+                out[p] = self._choose("auto", mine[p], p)
+        if shared is not None and not any(device is shared for device, _ in out.values()):
+            held = "; ".join(f"{p}: {', '.join(v.target.name for v in mine[p])}" for p in names)
+            raise UnknownDeviceError(f"the module holds no code that {shared.info.uri} can run "
+                                     f"(its placements: {held})",
+                                     hint="name a device per placement, e.g. "
+                                          + " ".join(f"--device {p}=..." for p in names))
+        return out
+
+    def _open(self, spec: str):
+        if spec not in self._opened:
+            self._opened[spec] = open_device(spec)
+        return self._opened[spec]
+
+    def _choose(self, spec: str, variants: list[ExecutableBinary], placement: str):
         # The numpy reference runs anywhere but slowly: native code goes first when both fit.
-        variants = sorted(self._variants(), key=lambda v: v.target.backend == "vmvx")
+        variants = sorted(variants, key=lambda v: v.target.backend == "vmvx")
         held = ", ".join(v.target.name for v in variants) or "none"
+        what = "the module" if placement == SINGLE else f"placement '{placement}' of the module"
         if spec != "auto":
-            device = open_device(spec)
+            device = self._open(spec)
             reasons = []
             for v in variants:
                 reason = device.can_load(v.format, v.target)
@@ -346,20 +499,21 @@ class LoadedModule:
                     return device, v
                 reasons.append(f"{v.target.name}: {reason}")
             raise UnknownDeviceError(
-                f"the module holds no code that {device.info.uri} can run (it holds {held}; {'; '.join(reasons)})",
+                f"{what} holds no code that {device.info.uri} can run (it holds {held}; {'; '.join(reasons)})",
                 hint=f"recompile with a target for this device, e.g. `--target {device.info.driver}`"
                 if device.info.driver not in FALLBACK_ORDER else "recompile with --target vmvx or llvm-cpu:host",
             )
         for info in sorted((d for d in all_devices() if d.available), key=_rank):
             try:
-                device = open_device(info.uri)
+                device = self._open(info.uri)
             except UnknownDeviceError:
                 continue
             for v in variants:
                 if device.can_load(v.format, v.target) is None:
                     return device, v
-        raise UnknownDeviceError(f"no available device can run this module (it holds {held})",
-                                 hint="`retarget devices` lists devices; `retarget doctor` says what is missing")
+        raise UnknownDeviceError(f"no available device can run {what} (it holds {held})",
+                                 hint="`retarget devices` lists devices; `retarget doctor` says what is missing"
+                                 + (f"; name one with devices={{'{placement}': ...}}" if placement != SINGLE else ""))
 
     def __getattr__(self, name: str) -> Function:
         functions = self.__dict__.get("functions", {})
@@ -373,20 +527,43 @@ class LoadedModule:
                              hint=f"its functions: {', '.join(self.functions)}")
         return self.functions[name]
 
+    def mode_on(self, device) -> str | None:
+        """The command-buffer mode for `device`: the module's, where the device has it, else its default."""
+        return self.mode if self.mode in (getattr(device, "modes", None) or ()) else None
 
-def load(source, device: str = "auto", *, mode: str | None = None, trusted_keys=None) -> LoadedModule:
+    def describe_devices(self) -> str:
+        """Where it runs: `vulkan:0`, or `gpu=vulkan:0 cpu=local-task:0` for a split module."""
+        if list(self.placements) == [SINGLE]:
+            return self.device.info.uri
+        return " ".join(f"{p}={pl.device.info.uri}" for p, pl in self.placements.items())
+
+
+def _fits(device, variants: list[ExecutableBinary]):
+    """The first of `variants` that `device` can load (native code before vmvx's), or None."""
+    ordered = sorted(variants, key=lambda v: v.target.backend == "vmvx")
+    return next((v for v in ordered if device.can_load(v.format, v.target) is None), None)
+
+
+def load(source, device: str = "auto", *, devices: dict[str, str] | None = None, mode: str | None = None,
+         trusted_keys=None) -> LoadedModule:
     """Load a module (an `Artifact` or a .rtm path) onto `device`.
 
-    `mode` picks how the device runs the recorded command buffers, one of its `modes` (cuda: "graph",
-    the default, "stream" or "direct"; None: the device's default).
+    A module split across placements (compiled with `fallback=`) runs each placement on a device:
+    `devices` maps placements to devices (`{"gpu": "vulkan", "cpu": "local-task"}`); a placement
+    it leaves out runs on `device` when that device can run it, else on the best available device
+    ("auto" picks the best for each placement).
+
+    `mode` picks how the devices run the recorded command buffers, one of their `modes` (cuda: "graph",
+    the default, "stream" or "direct"; None: each device's default).
+
     With `trusted_keys` (Ed25519 public keys: paths of PEM files, PEM bytes, or raw keys) a module file
     must be signed by one of them (`retarget compile --sign KEY`), or it is refused with a SignatureError."""
     if isinstance(source, Artifact):
         if trusted_keys is not None:
             raise InputError("trusted_keys checks the signature of a module file; an Artifact in memory has none",
                              hint="save it and load the file, or leave out trusted_keys")
-        return LoadedModule(source, device, mode)
-    return LoadedModule(read(source, trusted_keys=trusted_keys), device, mode)
+        return LoadedModule(source, device, devices, mode)
+    return LoadedModule(read(source, trusted_keys=trusted_keys), device, devices, mode)
 
 
 def parse_input(text: str) -> np.ndarray:

@@ -21,24 +21,24 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .errors import UnknownDeviceError
+from .errors import InputError, UnknownDeviceError
 from .ir.core import TensorType
 from .ir.symbolic import evaluate, evaluate_shape
 from .passes.dynamic_plan import Layout, size_class
-from .runtime import Function, FunctionSignature, _allocate, _tensor_type
+from .runtime import SINGLE, Function, FunctionSignature, _allocate, _tensor_type
 
 DEFAULT_SHAPE_CACHE = 8
 
 
 @dataclass
 class _Shape:
-    """One concrete shape of a function: its plan, arena, command buffer and output types."""
+    """One concrete shape of a function: its plan, arena, command buffers (by step; one step) and output types."""
 
     sizes: dict
     plan: dict
     arena: object
     arena_class: int | None
-    command_buffer: object
+    command_buffers: dict
     output_types: list
 
 
@@ -63,7 +63,11 @@ class DynamicFunction(Function):
         self._shapes: OrderedDict[tuple, _Shape] = OrderedDict()
         self._arenas: dict[int, object] = {}  # size class -> arena, when each shape is planned for itself
         self._lock = threading.Lock()
-        self.arena = self.command_buffer = None  # of the shape being recorded or run
+        # What a static Function holds, for the shape being recorded or run (`use`); a dynamic function
+        # runs on one device, as one segment.
+        self.arena, self.arenas, self.command_buffers = None, {}, {}
+        self.steps, self.segments = [], [0]
+        self._inputs, self._outputs = [], []
         self.plan = plan  # its static plan, once a shape is used; until then this one (for the inputs' names)
         self.sizes: dict = {}
         self.bounded_arena = None
@@ -91,9 +95,15 @@ class DynamicFunction(Function):
                 self._evict(self._shapes.popitem(last=False)[1])
         else:
             self._shapes.move_to_end(key)
-        self.sizes, self.plan, self.arena = shape.sizes, shape.plan, shape.arena
-        self.command_buffer, self.output_types = shape.command_buffer, shape.output_types
+        self._install(shape.sizes, shape.plan, shape.arena)
+        self.command_buffers, self.output_types = shape.command_buffers, shape.output_types
         return shape
+
+    def _install(self, sizes: dict, plan: dict, arena) -> None:
+        self.sizes, self.plan, self.arena, self.arenas = sizes, plan, arena, {SINGLE: arena}
+        self.steps = [{"op": "run", "placement": SINGLE, "program": plan["program"]}]
+        self._inputs = [[(SINGLE, i["slot"])] for i in plan["inputs"]]
+        self._outputs = [(SINGLE, o["slot"]) for o in plan["outputs"]]
 
     def _prepare(self, sizes: dict) -> _Shape:
         plan = self.layout.plan_for(sizes)
@@ -105,16 +115,33 @@ class DynamicFunction(Function):
                 arena = _allocate(self.module.device, arena_class, f"the buffers of function '{self.name}' at "
                                   + ", ".join(f"{k}={v}" for k, v in sizes.items()))
                 self._arenas[arena_class] = arena
-        self.sizes, self.plan, self.arena = sizes, plan, arena
+        self._install(sizes, plan, arena)
         outputs = [TensorType(evaluate_shape(t.shape, sizes), t.dtype) for t in self.symbolic_output_types]
-        return _Shape(sizes, plan, arena, arena_class, self.record(), outputs)
+        return _Shape(sizes, plan, arena, arena_class, {0: self.record()}, outputs)
 
     def _evict(self, shape: _Shape) -> None:
-        release = getattr(shape.command_buffer, "release", None)
-        if release is not None:  # e.g. a CUDA graph
-            release()
+        for cb in shape.command_buffers.values():
+            release = getattr(cb, "release", None)
+            if release is not None:  # e.g. a CUDA graph
+                release()
         if shape.arena_class is not None and not any(s.arena_class == shape.arena_class for s in self._shapes.values()):
             self._arenas.pop(shape.arena_class, None)
+
+    def _only_segment(self) -> int:
+        if not self.steps:
+            raise InputError(f"function '{self.name}' has sizes known only at run time, and no shape yet",
+                             hint="call it once first: its command buffer is recorded for that call's shape")
+        return 0
+
+    @property
+    def command_buffer(self):
+        """The recorded command buffer of the current shape (None before the first call)."""
+        return self.command_buffers.get(0)
+
+    @command_buffer.setter
+    def command_buffer(self, cb) -> None:
+        self._only_segment()
+        self.command_buffers[0] = cb
 
     @property
     def cached_shapes(self) -> list[dict]:
@@ -122,10 +149,10 @@ class DynamicFunction(Function):
         return [s.sizes for s in self._shapes.values()]
 
     # -- recording ------------------------------------------------------------------------------------
-    def _dispatch(self, cb, cmd: dict, bindings) -> None:
-        ep = self.module.executable.entry_points[cmd["entry"]]
+    def _dispatch(self, cb, executable, cmd: dict, bindings) -> None:
+        ep = executable.entry_points[cmd["entry"]]
         if not ep.scalars:
-            cb.dispatch(self.module.executable, cmd["entry"], bindings)
+            cb.dispatch(executable, cmd["entry"], bindings)
             return
         if not _takes_sizes(cb):
             device = self.module.device.info.uri
@@ -136,7 +163,7 @@ class DynamicFunction(Function):
                      "or use a device whose driver supports dynamic shapes")
         scalars = [self.sizes[s] for s in ep.scalars]
         count = tuple(evaluate(c, self.sizes) for c in ep.workgroup_count)
-        cb.dispatch(self.module.executable, cmd["entry"], bindings, scalars=scalars, workgroup_count=count)
+        cb.dispatch(executable, cmd["entry"], bindings, scalars=scalars, workgroup_count=count)
 
 
 _TAKES_SIZES: dict[type, bool] = {}

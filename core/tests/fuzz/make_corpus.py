@@ -5,7 +5,7 @@
 - mlir/: examples/*.mlir, the JAX StableHLO fixtures, the MLIR snippets of the importer tests,
   and a few graph-IR modules as retarget prints them;
 - onnx/: zoo models exported with `zoo.export_onnx` (seeded weights, small sizes);
-- rtm/: vmvx modules compiled from some of the above;
+- rtm/: vmvx modules compiled from some of the above, and one split across two placements;
 - input/: `--input` values (inputs.txt, one a line) and small .npy files.
 
 Every file is small (the largest is about 100 KB); no weights but the zoo's seeded ones.
@@ -96,8 +96,17 @@ def _rtm(out: Path) -> None:
     two = Module({"add": add.functions["main"], "chain": chain.functions["main"]})
     two.functions["add"].name, two.functions["chain"].name = "add", "chain"
     retarget.compile(two, "vmvx").save(out / "two-functions.rtm")
+    _split_rtm(out)
     for tmp in out.glob("*.tmp"):
         tmp.unlink()
+
+
+def _split_rtm(out: Path) -> None:
+    """A module split across two placements (format 2): the MLP graph with its max on the fallback."""
+    import retarget
+    from retarget.testing import graphs
+
+    retarget.compile(graphs.mlp_module()[0], "vmvx", fallback="vmvx", refuse=["rt.max"]).save(out / "split.rtm")
 
 
 def _input(out: Path) -> None:

@@ -316,3 +316,61 @@ def test_named_elementwise_unary(op, ref):
     }}"""
     a = r(2, 3)
     np.testing.assert_allclose(run(text, a)[0][0], ref(a), rtol=1e-5, atol=1e-7)
+
+
+CONV_GENERIC = """#x = affine_map<(n, oh, ow, f, kh, kw, c) -> (n, oh * 2 + kh, ow * 2 + kw * 2, c)>
+#k = affine_map<(n, oh, ow, f, kh, kw, c) -> (kh, kw, c, f)>
+#y = affine_map<(n, oh, ow, f, kh, kw, c) -> (n, oh, ow, f)>
+func.func @f(%x: tensor<1x7x9x3xf32>, %k: tensor<3x2x3x4xf32>, %init: tensor<1x3x3x4xf32>) -> tensor<1x3x3x4xf32> {
+  %0 = linalg.generic {indexing_maps = [#x, #k, #y],
+      iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+      ins(%x, %k : tensor<1x7x9x3xf32>, tensor<3x2x3x4xf32>) outs(%init : tensor<1x3x3x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = BODY
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<1x3x3x4xf32>
+  return %0 : tensor<1x3x3x4xf32>
+}"""
+
+
+def conv_reference(x, k, init):
+    """stride 2, width dilation 2, NHWC x HWCF."""
+    out = init.astype(np.float64).copy()
+    for i in range(3):
+        for j in range(3):
+            window = x[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3:2]  # [kh, kw, c]
+            out[0, i, j] += np.einsum("hwc,hwcf->f", window, k)
+    return out
+
+
+@pytest.mark.parametrize("body", ["arith.mulf %a, %b : f32", "arith.mulf %b, %a : f32"])
+def test_generic_with_conv_style_maps_contracts_its_windows(body):
+    """`oh * 2 + kh` reads: each such axis becomes a gather of its window positions (im2col), then one matmul."""
+    x, k, init = r(1, 7, 9, 3), r(3, 2, 3, 4), r(1, 3, 3, 4)
+    module = import_mlir(CONV_GENERIC.replace("BODY", body), "conv.mlir")
+    (fn,) = module.functions.values()
+    assert [op.name for op in fn.ops].count("rt.matmul") == 1
+    np.testing.assert_allclose(run_function(fn, [x, k, init])[0], conv_reference(x, k, init), rtol=1e-5, atol=1e-5)
+
+
+def test_generic_with_conv_style_maps_and_any_body():
+    """A body that is not a plain product (here |a| * b) runs broadcast over the whole iteration space."""
+    x, k, init = r(1, 7, 9, 3), r(3, 2, 3, 4), r(1, 3, 3, 4)
+    text = CONV_GENERIC.replace("%m = BODY", "%p = math.absf %a : f32\n    %m = arith.mulf %p, %b : f32")
+    np.testing.assert_allclose(run(text, x, k, init)[0][0], conv_reference(np.abs(x), k, init), rtol=1e-5, atol=1e-5)
+
+
+def test_generic_with_a_constant_index_reads_that_element():
+    text = """#x = affine_map<(d0) -> (d0, 2)>
+    #y = affine_map<(d0) -> (d0)>
+    func.func @f(%x: tensor<3x4xf32>, %init: tensor<3xf32>) -> tensor<3xf32> {
+      %0 = linalg.generic {indexing_maps = [#x, #y], iterator_types = ["parallel"]}
+          ins(%x : tensor<3x4xf32>) outs(%init : tensor<3xf32>) {
+      ^bb0(%a: f32, %acc: f32):
+        linalg.yield %a : f32
+      } -> tensor<3xf32>
+      return %0 : tensor<3xf32>
+    }"""
+    x = r(3, 4)
+    np.testing.assert_array_equal(run(text, x, r(3))[0][0], x[:, 2])

@@ -42,6 +42,17 @@ def test_insert_slice_writes_into_the_destination():
     np.testing.assert_array_equal(run(text, A, s)[0], expected)
 
 
+def test_insert_slice_with_strides_writes_every_stride_th_element():
+    text = """func.func @f(%a: tensor<4x6xf32>, %s: tensor<2x2xf32>) -> tensor<4x6xf32> {
+      %0 = tensor.insert_slice %s into %a[1, 0] [2, 2] [2, 5] : tensor<2x2xf32> into tensor<4x6xf32>
+      return %0 : tensor<4x6xf32>
+    }"""
+    s = -np.arange(1, 5, dtype=np.float32).reshape(2, 2)
+    expected = A.copy()
+    expected[1:4:2, 0:6:5] = s
+    np.testing.assert_array_equal(run(text, A, s)[0], expected)
+
+
 def test_pad_with_constant_body():
     text = """func.func @f(%a: tensor<4x6xf32>) -> tensor<5x9xf32> {
       %cst = arith.constant -1.0 : f32

@@ -151,3 +151,48 @@ def test_claims_the_ops_of_the_zoo_families():
                "Gather", "Unsqueeze", "Squeeze", "Shape", "Constant", "ConstantOfShape", "Expand", "Cast", "Where",
                "ReduceMean", "Identity", "Dropout", "Range", "Tile", "Pad", "Min", "Max", "Sum"):
         assert op in SUPPORTED_OPS
+
+
+# values at the edges of every narrow type: ties (round to nearest even), overflow, infinities, NaN, -0
+NARROW_INPUTS = np.array([0.0, -0.0, 0.3, 1.0625, 1.1875, 2.5, -3.5, 7.5, 240.0, 448.0, 460.0, 464.0, 500.0,
+                          57344.0, 61440.0, 1e6, -1e6, np.inf, -np.inf, np.nan, 1e-7, -9.0, 16.0], np.float32)
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("to", ["FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT4E2M1",
+                                "INT4", "UINT4", "INT2", "UINT2"])
+def test_cast_to_narrow_types_matches_onnx_reference_bit_for_bit(to, saturate):
+    from onnx.reference import ReferenceEvaluator
+
+    to_type = getattr(TensorProto, to)
+    attrs = {"saturate": saturate} if to.startswith("FLOAT8") else {}
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=to_type, **attrs)],
+                       [tensor("x", [NARROW_INPUTS.size])], [tensor("y", [NARROW_INPUTS.size], to_type)], opset=21)
+    x = NARROW_INPUTS if to.startswith("FLOAT") else np.nan_to_num(NARROW_INPUTS, posinf=0, neginf=0)
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (out,) = run_function(OnnxImporter().load(model).functions["main"], [x])
+    assert out.dtype == ref.dtype
+    np.testing.assert_array_equal(out.view(np.uint8), ref.view(np.uint8))
+
+
+def test_narrow_types_are_only_cast_and_moved():
+    """A graph op that computes in float8 is refused: the type exists for casts at the edges."""
+    from retarget.errors import VerificationError
+    from retarget.ir.core import Builder, Function, TensorType, Value
+    from retarget.ir.dtypes import DTYPES
+
+    x = Value(TensorType((4,), DTYPES["f8E4M3FN"]))
+    b = Builder(Function("f", [x]))
+    assert b.op("rt.reshape", [x], {"shape": (2, 2)}).type.dtype.name == "f8E4M3FN"
+    with pytest.raises(VerificationError, match="f8E4M3FN values are only cast and moved"):
+        b.op("rt.add", [x, x])
+
+
+def test_training_dropout_without_a_seed_is_refused_with_a_hint():
+    ratio = numpy_helper.from_array(np.array(0.5, np.float32), "r")
+    training = numpy_helper.from_array(np.array(True), "t")
+    model = make_model([helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")],
+                       [tensor("x", [2, 3])], [tensor("y", [2, 3])], [ratio, training])
+    with pytest.raises(UnsupportedOpError, match="without a seed") as e:
+        OnnxImporter().load(model)
+    assert "drop" in e.value.message and "seed" in e.value.hint

@@ -8,13 +8,20 @@ API, as this project understands it from Apple's documentation."""
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
 from msl_cpu import CpuLibrary, kernels
 
 APPLE_FAMILY = 7  # an M1
+# With ASYNCHRONOUS, a queue runs its committed command buffers in order on a thread of its own, as a GPU
+# does, and waitUntilCompleted blocks until they are done; without it, commit runs them at once.
+ASYNCHRONOUS = False
+LATENCY_S = 0.002  # how long the asynchronous queue takes to start each command buffer
 ITEMSIZE = {"float": 4, "half": 2, "bfloat": 2, "long": 8, "ulong": 8, "int": 4, "uint": 4, "short": 2,
             "ushort": 2, "char": 1, "uchar": 1}
 
@@ -223,12 +230,21 @@ class FakeCommandBuffer:
             raise MetalUsageError("commit with an encoder still active")
         self.committed = True
         self.queue.device.committed.append(self)
+        self.completed = threading.Event()
+        if self.queue.worker is not None:
+            self.queue.work.put(self)
+        else:
+            self.run()
+
+    def run(self):
         for step in self.work:
             step()
+        self.completed.set()
 
     def waitUntilCompleted(self):  # noqa: N802
         if not self.committed:
             raise MetalUsageError("waiting on a command buffer that was never committed")
+        self.completed.wait()
 
     def status(self):
         return 4  # MTLCommandBufferStatusCompleted
@@ -246,6 +262,19 @@ class FakeCommandBuffer:
 class FakeQueue:
     def __init__(self, device):
         self.device = device
+        self.work: queue.Queue = queue.Queue()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.worker = threading.Thread(target=self._serve, daemon=True) if ASYNCHRONOUS else None
+        if self.worker is not None:
+            self.worker.start()
+
+    def _serve(self):
+        while True:
+            cb = self.work.get()
+            time.sleep(LATENCY_S)
+            self.gate.wait()  # a test may hold the queue
+            cb.run()
 
     def commandBuffer(self):  # noqa: N802
         return FakeCommandBuffer(self)

@@ -164,3 +164,48 @@ def test_loading_a_cpu_module_on_metal_names_what_it_holds(fake_metal):
 @pytest.mark.parametrize("case", ["matmul_tails", "matmul_rows"])
 def test_dynamic_shapes_pass_their_sizes_with_setbytes(fake_metal, case):
     dynamic.check("metal-spirv", "metal", [case])
+
+
+def test_sixteen_threads_get_their_own_answers_from_a_gpu_that_runs_behind_them(fake_metal, monkeypatch):
+    """The stand-in queue runs committed command buffers on a thread of its own, as a GPU does; 16 threads
+    share a module, and a thread that waits while another waits on the same command buffer waits too."""
+    import fake_metal as fake
+    from retarget.testing.conformance import test_threads
+
+    monkeypatch.setattr(fake, "ASYNCHRONOUS", True)
+    artifact, calls = test_threads._work(METAL.create("0"), "metal")
+    module = retarget.load(artifact, device="metal:0")
+    problems = test_threads._run_threads(calls, lambda t: module)
+    assert not problems, f"{len(problems)} problems, first: " + "; ".join(problems[:3])
+
+
+def test_a_wait_begun_while_another_thread_waits_still_waits_for_the_work(fake_metal, monkeypatch):
+    import threading
+
+    import fake_metal as fake
+
+    monkeypatch.setattr(fake, "ASYNCHRONOUS", True)
+    device = METAL.create("0")
+    a, b = device.allocate(64), device.allocate(64)
+    device.queue.gate.clear()  # the GPU holds everything committed from now on
+    for _ in range(2):
+        cb = device.command_buffer()
+        cb.fill(a, 0, 64, 7)
+        cb.copy(a, 0, b, 0, 64)
+        cb.end()
+        device.submit(cb)
+    first = threading.Thread(target=device.wait, daemon=True)
+    second = threading.Thread(target=device.wait, daemon=True)
+    try:
+        first.start()
+        first.join(timeout=0.2)
+        assert first.is_alive()
+        second.start()
+        second.join(timeout=0.2)
+        assert second.is_alive(), "a second thread's wait returned before the work was done"
+    finally:
+        device.queue.gate.set()
+    first.join(timeout=10)
+    second.join(timeout=10)
+    assert not first.is_alive() and not second.is_alive()
+    assert (device.read(b, 0, 64) == 7).all()

@@ -123,7 +123,7 @@ def test_export_writes_one_wgsl_per_kernel_and_a_manifest(tmp_path):
 def test_export_of_a_dynamic_module_asks_for_static_sizes(tmp_path):
     from retarget.errors import RetargetError
     from retarget.testing import dynamic
-    from retarget_webgpu.export import export  # the package's `export` is shadowed once the module is imported
+    from retarget_webgpu.web import export
 
     art = retarget.compile(dynamic.module("long_row"), "webgpu-spirv")
     with pytest.raises(RetargetError, match="known only at run time") as info:

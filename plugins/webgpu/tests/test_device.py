@@ -1,12 +1,14 @@
 """The webgpu driver on a real adapter (lavapipe on a machine without a GPU)."""
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import retarget
 from retarget.errors import UnknownDeviceError
+from retarget.ir import dtypes
 from retarget.testing.graphs import mlp_module
 from retarget.testing.kernels import shared_kernel, sum_kernel
 from retarget_webgpu import targets
@@ -56,7 +58,7 @@ def _run(device, kernel, desc, arrays, buffers=None, offsets=None):
         device.submit(cb)
         device.wait()
         outs.append(device.read(buffers[-1], offsets[-1], arrays[-1].nbytes).view(arrays[-1].dtype))
-    np.testing.assert_array_equal(outs[0], outs[1])
+    assert outs[0].tobytes() == outs[1].tobytes()  # bit for bit (NaNs included)
     return outs[0]
 
 
@@ -78,6 +80,35 @@ def test_a_packed_kernel_gathers_inputs_from_several_buffers(webgpu_device):
     out = _run(webgpu_device, sum_kernel("sum10", 10, 100), DEFAULT, xs + [np.empty(100, np.float32)],
                buffers, [64] * 11)
     np.testing.assert_allclose(out, np.sum(xs, axis=0), rtol=1e-5)
+
+
+def test_bf16_buffers_hold_two_elements_a_word_written_by_neighbouring_threads(webgpu_device):
+    import ml_dtypes
+
+    a, b = (rng.standard_normal(101).astype(ml_dtypes.bfloat16) for _ in range(2))  # an odd count: a half word
+    out = _run(webgpu_device, sum_kernel("add", 2, 101, dtypes.DTYPES["bf16"]), DEFAULT,
+               [a, b, np.empty(101, ml_dtypes.bfloat16)])
+    expected = (a.astype(np.float32) + b.astype(np.float32)).astype(ml_dtypes.bfloat16)  # rounded to nearest even
+    np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+
+
+def test_a_packed_bf16_kernel_reads_and_writes_one_array_of_atomic_words(webgpu_device):
+    import ml_dtypes
+
+    xs = [rng.standard_normal(100).astype(ml_dtypes.bfloat16) for _ in range(10)]
+    out = _run(webgpu_device, sum_kernel("sum10", 10, 100, dtypes.DTYPES["bf16"]), DEFAULT,
+               xs + [np.empty(100, ml_dtypes.bfloat16)])
+    np.testing.assert_allclose(out.astype(np.float32), np.sum([x.astype(np.float32) for x in xs], axis=0),
+                               rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("case", ["bf16_mul_add", "bf16_cast_from_f32"])
+def test_bf16_scalar_cases_match_the_reference_including_nan_and_inf(webgpu_device, case):
+    from retarget.testing.op_cases import op_cases
+
+    kern, inputs, expected = op_cases()[case]
+    out = _run(webgpu_device, kern, DEFAULT, [*inputs, np.empty(len(expected), expected.dtype)])
+    np.testing.assert_array_equal(out.astype(np.float32), np.asarray(expected).astype(np.float32))  # NaN where NaN
 
 
 def test_a_two_dimensional_grid_covers_every_element(webgpu_device):
@@ -114,6 +145,68 @@ def test_copy_and_fill(webgpu_device):
     got = webgpu_device.read(dst, 0, 64)
     assert (got[:16] == 0x7F).all() and (got[48:] == 0).all()
     np.testing.assert_array_equal(got[16:48].view(np.int32), np.arange(8))
+
+
+def test_a_chain_of_dispatches_in_one_command_buffer_runs_in_order(webgpu_device):
+    """300 dispatches of one kernel, each adding to the one before's output: one compute pass, the pipeline set
+    once, and more rt_base uniforms than one uniform buffer of the driver holds."""
+    n, steps = 256, 300
+    exe = webgpu_device.load_executable(compile_kernels([sum_kernel("add", 2, n)], DEFAULT))
+    arena = webgpu_device.allocate(3 * 4 * n)
+    x, b = rng.integers(-100, 100, n).astype(np.float32), np.ones(n, np.float32)
+    webgpu_device.write(arena, 0, x)
+    webgpu_device.write(arena, 8 * n, b)
+    ping, pong = (arena, 0, 4 * n), (arena, 4 * n, 4 * n)
+    cb = webgpu_device.command_buffer()
+    for i in range(steps):
+        src, dst = (ping, pong) if i % 2 == 0 else (pong, ping)
+        cb.dispatch(exe, 0, [src, (arena, 8 * n, 4 * n), dst])
+        cb.barrier()
+    cb.end()
+    webgpu_device.submit(cb)
+    webgpu_device.wait()
+    np.testing.assert_array_equal(webgpu_device.read(arena, 0, 4 * n).view(np.float32), x + steps)
+
+
+def test_timed_submit_runs_the_work_and_returns_the_gpu_seconds(webgpu_device):
+    if not hasattr(webgpu_device, "timed_submit"):
+        pytest.skip(f"{webgpu_device.info.name} has no timestamp-query feature")
+    n = 1 << 14
+    exe = webgpu_device.load_executable(compile_kernels([sum_kernel("add", 2, n)], DEFAULT))
+    arena = webgpu_device.allocate(3 * 4 * n)
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    webgpu_device.write(arena, 0, a)
+    webgpu_device.write(arena, 4 * n, b)
+    cb = webgpu_device.command_buffer()
+    cb.dispatch(exe, 0, [(arena, 0, 4 * n), (arena, 4 * n, 4 * n), (arena, 8 * n, 4 * n)])
+    cb.end()
+    start = time.perf_counter()
+    seconds = webgpu_device.timed_submit(cb)
+    wall = time.perf_counter() - start
+    assert 0 < seconds < wall
+    np.testing.assert_allclose(webgpu_device.read(arena, 8 * n, 4 * n).view(np.float32), a + b, rtol=1e-6)
+
+
+def test_shaders_leave_out_naga_checks_unless_retarget_webgpu_checks_is_set(webgpu_device, monkeypatch):
+    module, x, expected = mlp_module()
+    art = retarget.compile(module, "webgpu-spirv")
+    assert not retarget.load(art, device="webgpu").device.shader_checks
+    monkeypatch.setenv("RETARGET_WEBGPU_CHECKS", "1")
+    checked = retarget.load(art, device="webgpu")
+    assert checked.device.shader_checks
+    np.testing.assert_allclose(checked.predict(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_spinning_wait_returns_each_calls_own_outputs(webgpu_device, monkeypatch):
+    # RETARGET_WEBGPU_SPIN_US sets this when the process opens the device; the device is shared, so set it here
+    monkeypatch.setattr(webgpu_device.native, "spin_s", 0.2)
+    module, x, _ = mlp_module()
+    m = retarget.load(retarget.compile(module, "webgpu-spirv"), device="webgpu")
+    reference = retarget.load(retarget.compile(module, "vmvx"), device="local-sync")
+    assert m.device is webgpu_device
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
+        np.testing.assert_allclose(m.predict(x), reference.predict(x), rtol=1e-5, atol=1e-5)
 
 
 def test_code_for_larger_limits_than_the_device_has_is_refused_with_the_fix(webgpu_device):
@@ -162,3 +255,79 @@ def test_one_dynamic_module_matches_the_reference_at_each_size(webgpu_device, ca
     from retarget.testing import dynamic
 
     dynamic.check("webgpu-spirv:host", "webgpu", [case])
+
+
+def test_an_adapter_without_compute_is_listed_unavailable_with_the_reason():
+    """A downlevel adapter (OpenGL ES 3.0: the H100 machine's EGL one) reports zero compute limits; opening it
+    and building a pipeline would lose the device, so it is not offered."""
+    from retarget_webgpu.driver import _info
+
+    class Downlevel:
+        info = {"device": "Some GPU", "backend_type": "OpenGL", "adapter_type": "DiscreteGPU"}
+        features = set()
+        limits = {"max-compute-invocations-per-workgroup": 0, "max-compute-workgroups-per-dimension": 0,
+                  "max-storage-buffers-per-shader-stage": 0, "max-buffer-size": 1 << 28}
+
+    info = _info(3, Downlevel())
+    assert not info.available and "no compute shaders" in info.reason and "Vulkan adapter" in info.reason
+
+
+def test_threads_sharing_a_module_learn_only_their_own_outputs(webgpu_device):
+    """16 threads share one module: each function's command buffer learns to copy out only its own outputs
+    (a read learns only for the reading thread's own last run), never another function's; a read that
+    another thread's work followed learns nothing, and the next calls on their own learn the outputs."""
+    from retarget.testing.conformance import test_threads
+
+    artifact, calls = test_threads._work(webgpu_device, "webgpu")
+    module = retarget.load(artifact, device=webgpu_device.info.uri)
+    problems = test_threads._run_threads(calls, lambda t: module)
+    assert not problems, "; ".join(problems[:3])
+    for name, function in module.functions.items():
+        outputs = {(function.arena, offset, nbytes) for _, offset, nbytes in
+                   (meta["slot"] for meta in function.plan["outputs"])}
+        assert set(function.command_buffer.readback_ranges) <= outputs, name
+        args = next(args for mine in calls for called, args, _ in mine if called == name)
+        function(*args)
+        function(*args)
+        assert set(function.command_buffer.readback_ranges) == outputs, name
+
+
+def test_opening_a_device_twice_returns_the_same_device(webgpu_device):
+    assert WEBGPU.create(webgpu_device.info.id) is webgpu_device
+
+
+def test_a_hundred_loads_of_a_module_leave_no_wgpu_object_behind(webgpu_device):
+    """Pipelines, bind groups, buffers (the learned readbacks' too), as wgpu-py counts them."""
+    import gc
+
+    from wgpu import diagnostics
+
+    module, x, _ = mlp_module()
+    artifact = retarget.compile(module, "webgpu-spirv:host")
+
+    def load_call_drop():
+        loaded = retarget.load(artifact, device=webgpu_device.info.uri)
+        loaded.predict(x)
+        loaded.predict(x)  # the second call runs the readback the first one's read taught it
+
+    def counts():
+        gc.collect()
+        return {kind: entry["count"] for kind, entry in diagnostics.object_counts.get_dict().items()}
+
+    load_call_drop()
+    before = counts()
+    for _ in range(100):
+        load_call_drop()
+    assert counts() == before
+
+
+def test_an_opengl_adapter_beside_a_native_one_is_listed_unavailable():
+    from retarget.protocols import DeviceInfo
+    from retarget_webgpu.driver import _prefer_native
+
+    vulkan = DeviceInfo("webgpu", "0", "GPU (Vulkan)", properties={"backend": "Vulkan"})
+    gl = DeviceInfo("webgpu", "1", "GPU (OpenGL)", properties={"backend": "OpenGL"})
+    infos = _prefer_native([vulkan, gl])
+    assert infos[0].available and not infos[1].available and "webgpu:0" in infos[1].reason
+    alone = DeviceInfo("webgpu", "0", "GPU (OpenGL)", properties={"backend": "OpenGL"})
+    assert _prefer_native([alone])[0].available  # with nothing better, OpenGL is offered

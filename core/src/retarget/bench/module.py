@@ -59,6 +59,8 @@ def only_backend(artifact: Artifact, backend: str) -> Artifact:
 def _reference(artifact: Artifact, loaded, function: str, args) -> tuple[object | None, str]:
     from ..runtime import load
 
+    if len(loaded.placements) > 1:
+        return None, "not checked: a split module holds no independent reference; pass --expected"
     timed = loaded.variant.target.backend
     has_vmvx = any(e["backend"] == "vmvx" for e in artifact.manifest["executables"])
     if timed == "vmvx" or not has_vmvx:
@@ -69,16 +71,17 @@ def _reference(artifact: Artifact, loaded, function: str, args) -> tuple[object 
     return ref.function(function)(*args), f"the module's vmvx variant on {REFERENCE_DEVICE}"
 
 
-def run_module(path, *, device: str = "auto", function: str | None = None, inputs: Sequence[np.ndarray] | None = None,
+def run_module(path, *, device: str = "auto", devices: dict[str, str] | None = None, function: str | None = None,
+               inputs: Sequence[np.ndarray] | None = None,
                expected: Sequence[np.ndarray] | None = None, repeats: int = 30, warmup: int = 3,
                tolerance: float = TOLERANCE, dispatches: bool = False,
                progress: Callable[[str], None] = lambda message: None) -> dict:
-    """Benchmark `function` of the module at `path` on `device`; returns the report (rows as in
-    `report.rows`, plus `per_dispatch` when `dispatches`)."""
+    """Benchmark `function` of the module at `path` on `device` (a split module: a device per placement,
+    `devices`); returns the report (rows as in `report.rows`, plus `per_dispatch` when `dispatches`)."""
     from ..runtime import load
 
     artifact = read(path)
-    loaded = load(artifact, device=device)
+    loaded = load(artifact, device=device, devices=devices)
     fn = pick_function(loaded, function)
     if inputs:
         args = list(inputs)
@@ -92,16 +95,19 @@ def run_module(path, *, device: str = "auto", function: str | None = None, input
     else:
         reference, source = _reference(artifact, loaded, fn.name, args)
 
-    modes = command_buffer_modes(loaded.device)
+    split = len(loaded.placements) > 1
+    modes = [None] if split else command_buffer_modes(loaded.device)  # a split module: each device's default
     info = loaded.device.info
     runners = []
     for mode in modes:
         this = loaded if mode == modes[0] else load_in_mode(artifact, device, mode)  # modes[0] is the default
-        target = this.variant.target
-        label = f"retarget {target.backend} {info.uri}" + (f" {mode}" if mode else "")
+        targets = " + ".join(p.variant.target.backend for p in this.placements.values())
+        where = this.describe_devices()
+        label = f"retarget {targets} {where}" + (f" {mode}" if mode else "")
         runners.append(function_runner(this.function(fn.name), args, label, {
-            "kind": "retarget", "device": info.uri, "device_name": info.name, "target": target.name, "mode": mode}))
-    progress(f"@{fn.name} on {info.uri}: {repeats} rounds after {warmup} warm-ups")
+            "kind": "retarget", "device": where, "device_name": info.name, "mode": mode,
+            "target": " + ".join(p.variant.target.name for p in this.placements.values())}))
+    progress(f"@{fn.name} on {loaded.describe_devices()}: {repeats} rounds after {warmup} warm-ups")
     measurements = measure(runners, reference, repeats=repeats, warmup=warmup, tolerance=tolerance)
     report = {
         "module": str(path),
@@ -111,7 +117,7 @@ def run_module(path, *, device: str = "auto", function: str | None = None, input
         "command": sys.argv,
         "machine": machine(),
         "versions": versions(),
-        "devices": [device_record(info)],
+        "devices": [device_record(p.device.info) for p in loaded.placements.values()],
         "settings": {"repeats": repeats, "warmup": warmup, "tolerance": tolerance, "reference": source,
                      "inputs": "given" if inputs else "seeded random"},
         "results": rows(measurements, function=fn.name),

@@ -174,7 +174,7 @@ def measure(runners: Sequence[Runner], expected=None, *, repeats: int, warmup: i
 def function_runner(fn, args: Sequence[np.ndarray], label: str, facts: dict | None = None) -> Runner:
     """A Runner for a loaded retarget function called with `args` (numpy in, numpy out); it reports
     device time when the device has `timed_submit` (the recorded command buffer alone, no copies)."""
-    timed = getattr(fn.module.device, "timed_submit", None)
+    timed = getattr(fn.module.device, "timed_submit", None) if len(fn.segments) == 1 else None
     return Runner(label, lambda: fn(*args),
                   device_time=(lambda: timed(fn.command_buffer)) if timed is not None else None,
                   facts=dict(facts or {}))
@@ -201,6 +201,7 @@ def per_dispatch(fn, args: Sequence[np.ndarray], *, repeats: int, warmup: int = 
     1 elsewhere. Returns `{"dispatches": [...], "whole": stats, "sum_ms": ..., "clock": "device" |
     "host", "inner": n}`, each dispatch with its name, entry point, workgroup count, stats and share
     of the sum of medians. The share uses device time where the device has it, else the host clock."""
+    fn.command_buffer  # noqa: B018 - raises an InputError for a function split into several segments
     fn(*args)
     device = fn.module.device
     if inner is None:

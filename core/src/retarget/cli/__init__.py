@@ -16,7 +16,8 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 from ..errors import InputError, RetargetError
 
@@ -50,6 +51,11 @@ def _main(
         raise typer.Exit()
 
 
+def _table(*headers: str) -> Table:
+    """A listing whose cells wrap, long words too, instead of being cut with '…' at the terminal's width."""
+    return Table(*(Column(h, overflow="fold") for h in headers))
+
+
 def _print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
@@ -65,15 +71,20 @@ def plugins(as_json: JsonFlag = False):
     records = list_plugins()
     if as_json:
         return _print_json(records)
-    table = Table("plugin", "distribution", "version", "status", "hooks / error")
+    table = _table("plugin", "distribution", "version", "status", "hooks")
     for r in records:
         status = "[green]ok[/]" if r["status"] == "ok" else "[red]broken[/]"
-        detail = ", ".join(h.removeprefix("retarget_") for h in r["hooks"]) if r["status"] == "ok" else r["error"]
+        detail = ", ".join(h.removeprefix("retarget_") for h in r["hooks"]) if r["status"] == "ok" else "(see below)"
         table.add_row(r["name"], r["distribution"], r["version"], status, detail)
     out.print(table)
+    # Errors and notes go below the table, one line each and never cut to the terminal's width.
     for r in records:
+        if r["status"] != "ok":
+            out.print(f"[red]error[/] {escape(r['name'])}: {escape(r['error'])}", soft_wrap=True)
+            out.print(f"  fix: {escape(r['fix'] or 'reinstall or upgrade ' + (r['distribution'] or r['name']))}",
+                      soft_wrap=True)
         for note in r["notes"]:
-            out.print(f"[yellow]note[/] {r['name']}: {note}")
+            out.print(f"[yellow]note[/] {escape(r['name'])}: {escape(note)}", soft_wrap=True)
 
 
 def _owner(hook: str, name: str) -> str:
@@ -97,7 +108,7 @@ def targets(as_json: JsonFlag = False):
                      "default": desc.arch, "architectures": list(backend.names())})
     if as_json:
         return _print_json(rows)
-    table = Table("target", "plugin", "drivers", "default arch", "architectures")
+    table = _table("target", "plugin", "drivers", "default arch", "architectures")
     for r in rows:
         archs = ", ".join(r["architectures"][:8]) + (" ..." if len(r["architectures"]) > 8 else "")
         table.add_row(r["name"], r["plugin"], ", ".join(r["drivers"]), r["default"], archs)
@@ -119,7 +130,7 @@ def drivers(as_json: JsonFlag = False):
                      "unavailable": [d.reason for d in mine if not d.available]})
     if as_json:
         return _print_json(rows)
-    table = Table("driver", "plugin", "usable devices", "note")
+    table = _table("driver", "plugin", "usable devices", "note")
     for r in rows:
         table.add_row(r["name"], r["plugin"], str(r["devices"]), "; ".join(r["unavailable"]))
     out.print(table)
@@ -143,7 +154,7 @@ def devices(
         rows.append(row)
     if as_json:
         return _print_json(rows)
-    table = Table("device", "name", "available", "properties")
+    table = _table("device", "name", "available", "properties")
     for d in devs:
         props = ", ".join(f"{k}={v}" for k, v in d.properties.items())
         table.add_row(d.uri, d.name, "[green]yes[/]" if d.available else f"[red]no[/]: {d.reason}", props)
@@ -160,8 +171,9 @@ def devices(
 def doctor(as_json: JsonFlag = False):
     """Check every plugin, driver and device, and say how to fix what is missing.
 
-    For each usable device it also compiles and runs a tiny model on each target
-    the device can run, and prints PASS or FAIL with the reason."""
+    For each usable device it also compiles and runs a tiny model on each target that
+    lists the device's driver (for a driver that no target lists, on the first target
+    whose code the device loads), and prints PASS, FAIL or SKIP with the reason."""
     from .doctor import diagnose
 
     report = diagnose()
@@ -177,17 +189,46 @@ def doctor(as_json: JsonFlag = False):
 # -- compile and run ----------------------------------------------------------------------------
 
 
+def _quantize_help() -> str:
+    from ..passes.quantize import SCHEMES
+
+    return ("Quantize the weights of linear layers and 1x1 convolutions: int8 (per output channel), "
+            "int4-gG (per group of G inputs), 8da8w and 8da4w-gG (also int8 activations, one scale per row, "
+            "computed at run time); -asym adds zero points. One of: " + ", ".join(SCHEMES) + ".")
+
+
+_QUANTIZE_HELP = _quantize_help()
+
+
 @app.command(name="compile")
 def compile_(
     source: Annotated[Path, typer.Argument(help="Model: .mlir (linalg/TOSA/StableHLO/graph IR), .onnx or .pt2.")],
     target: Annotated[list[str], typer.Option(
         "--target", "-t", "--iree-hal-target-backends",
         help="BACKEND[:ARCH], repeatable: vmvx, llvm-cpu:host, cuda:h100, ... (`retarget targets` lists them).")] = None,
+    fallback: Annotated[list[str] | None, typer.Option(
+        "--fallback",
+        help="BACKEND[:ARCH] that runs what the targets refuse, e.g. llvm-cpu: the module is split between "
+             "the two, with transfers (run it with --device gpu=... --device cpu=...).")] = None,
+    refuse: Annotated[list[str] | None, typer.Option(
+        "--refuse",
+        help="Make the targets refuse an op (rt.erf), an op at a type (rt.exp:i64, rt.exp:int) or an element "
+             "type (i64), as if their support tables said so; repeatable. For testing --fallback.")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Print where each op runs and why (with --json: as JSON, under 'placement').")] = False,
     output: Annotated[Path, typer.Option("--output", "-o", help="The .rtm module to write.")] = None,
     dump_after_all: Annotated[Path | None, typer.Option(
         "--dump-after-all", help="Write the IR after every stage into this folder.")] = None,
     sign: Annotated[Path | None, typer.Option(
         "--sign", help="Sign the module with this Ed25519 private key (PEM; `retarget keygen` makes one).")] = None,
+    precision: Annotated[str | None, typer.Option(
+        "--precision", help="Compute floats in f32, f16 or bf16 (sums still accumulate in f32). "
+        "Default: the model's own types.")] = None,
+    interface_precision: Annotated[str | None, typer.Option(
+        "--interface-precision", help="Float type of the functions' arguments and results: f32, f16 or bf16. "
+        "Default: the model's own, whatever --precision is.")] = None,
+    quantize: Annotated[str | None, typer.Option(
+        "--quantize", help=_QUANTIZE_HELP)] = None,
     dim: Annotated[list[str] | None, typer.Option(
         "--dim", help="Bound a symbolic dimension, repeatable: NAME=LO..HI (`batch=1..64`), NAME=LO.. or "
                       "NAME=SIZE (fixes it). Bounded symbols get one memory plan, sized at the bounds.")] = None,
@@ -195,10 +236,24 @@ def compile_(
 ):
     """Compile a model into a .rtm module holding code for each target.
 
+    Each target declares what it cannot run (its support table). An op a target refuses is an
+    error naming it, unless `--fallback` names a target for it:
+
+        retarget compile model.onnx --target vulkan-spirv --fallback llvm-cpu -o m.rtm --explain
+        retarget run m.rtm --device gpu=vulkan --device cpu=local-task --input @x.npy
+
+    `--explain` lists each op with its placement and the reason, then the schedule.
+
+    Precision and quantization, e.g.:
+
+    `retarget compile model.pt2 --target cuda --precision f16 --quantize int4-g32 -o model.rtm`
+
     Symbolic dimensions (torch.export Dim, ONNX dim_param, MLIR `?`) stay symbolic: one module
-    runs at every size in their ranges. `--dim batch=1..64` bounds one; `--dim batch=8` fixes it."""
+    runs at every size in their ranges. `--dim batch=1..64` bounds one; `--dim batch=8` fixes it.
+    """
     from .. import compiler
     from ..ir.symbolic import parse_dim_option
+    from ..passes.placement import PlacementError, explain_text
 
     if output is None:
         output = source.with_suffix(".rtm")
@@ -206,34 +261,87 @@ def compile_(
     if not target:
         err.print("note: no --target given; using vmvx, the numpy reference (slow, always works)")
     start = time.perf_counter()
-    with err.status(f"compiling {source} for {', '.join(targets)}"):
-        artifact = compiler.compile(source, targets, dump_dir=dump_after_all,
-                                    notes=lambda n: err.print(f"note: {n}"),
-                                    dims=dict(parse_dim_option(d) for d in dim or ()))
-        artifact.save(output, signing_key=sign)
+    try:
+        with err.status(f"compiling {source} for {', '.join(targets)}"):
+            artifact = compiler.compile(source, targets, fallback=fallback or None, refuse=refuse,
+                                        dump_dir=dump_after_all, notes=lambda n: err.print(f"note: {n}"),
+                                        precision=precision, interface_precision=interface_precision,
+                                        quantize=quantize,
+                                        dims=dict(parse_dim_option(d) for d in dim or ()))
+            artifact.save(output, signing_key=sign)
+    except PlacementError as e:
+        if explain:
+            _print_json({"placement": e.report}) if as_json else sys.stdout.write(explain_text(e.report) + "\n")
+        raise
     elapsed = time.perf_counter() - start
+    manifest = artifact.manifest
+    programs = [step["program"] for fn in artifact.functions.values()
+                for step in fn.get("steps", [{"op": "run", "program": fn.get("program", [])}]) if step["op"] == "run"]
     summary = {
         "output": str(output),
-        "targets": [f"{e['backend']}:{e['arch']}" for e in artifact.manifest["executables"]],
+        "targets": [f"{e['backend']}:{e['arch']}" for e in manifest["executables"]],
+        "placements": {p: meta["targets"] for p, meta in manifest.get("placements", {}).items()},
         "functions": list(artifact.functions),
-        "dispatches": len(artifact.manifest["executables"][0]["entry_points"]),
+        "dispatches": sum(c["op"] == "dispatch" for program in programs for c in program),
+        "transfers": sum(step["op"] == "transfer" for fn in artifact.functions.values()
+                         for step in fn.get("steps", [])),
         "bytes": output.stat().st_size,
         "seconds": round(elapsed, 3),
         "signed": sign is not None,
+        "constant_bytes": artifact.manifest["constants"]["size"],
     }
     if as_json:
-        return _print_json(summary)
-    out.print(f"wrote {output} ({summary['bytes']:,} bytes; {', '.join(summary['targets'])}; "
-              f"{summary['dispatches']} dispatches; functions {', '.join(summary['functions'])}"
+        return _print_json({**summary, "placement": artifact.placement} if explain else summary)
+    if explain:
+        sys.stdout.write(explain_text(artifact.placement) + "\n")
+    where = ", ".join(f"{p}: {' + '.join(t)}" for p, t in summary["placements"].items()) \
+        or ", ".join(summary["targets"])
+    split = f"; {summary['transfers']} transfers" if summary["placements"] else ""
+    out.print(f"wrote {output} ({summary['bytes']:,} bytes; {where}; "
+              f"{summary['dispatches']} dispatches{split}; functions {', '.join(summary['functions'])}"
               f"{'; signed' if sign else ''}) in {elapsed:.2f} s")
     if dump_after_all:
         out.print(f"stages dumped to {dump_after_all}/")
 
 
+DeviceOption = Annotated[list[str] | None, typer.Option(
+    "--device", "-d",
+    help="DRIVER[:ID], e.g. local-task, cuda:0, or auto (the default). For a module split by --fallback, "
+         "once per placement, PLACEMENT=DRIVER[:ID] (--device gpu=vulkan --device cpu=local-task); "
+         "a placement left out runs on the plain --device where it can, else on the best device.")]
+
+
+def parse_devices(values: list[str] | None) -> tuple[str, dict[str, str]]:
+    """Repeated --device values -> (the plain device or "auto", {placement: device})."""
+    plain, named = [], {}
+    for value in values or []:
+        placement, sep, spec = value.partition("=")
+        if sep:
+            if not placement or not spec:
+                raise InputError(f"--device {value}: write PLACEMENT=DRIVER[:ID]", hint="e.g. --device gpu=vulkan")
+            if placement in named:
+                raise InputError(f"--device names placement '{placement}' twice", hint="give one device per placement")
+            named[placement] = spec
+        else:
+            plain.append(value)
+    if len(plain) > 1:
+        raise InputError(f"--device given {len(plain)} times without a placement ({', '.join(plain)})",
+                         hint="for a split module name each: --device gpu=vulkan --device cpu=local-task")
+    return (plain[0] if plain else "auto"), named
+
+
+def describe_function(fn) -> dict:
+    """A loaded function's signature (with its symbolic dimensions' ranges), and where it runs: each step
+    of its host program."""
+    from ..passes.placement import summarize_steps
+
+    return {**fn.signature.to_json(), "steps": summarize_steps(fn.plan)}
+
+
 @app.command()
 def run(
     module: Annotated[Path, typer.Argument(help="A .rtm module from `retarget compile`.")],
-    device: Annotated[str, typer.Option("--device", "-d", help="DRIVER[:ID], e.g. local-task, cuda:0; or auto.")] = "auto",
+    device: DeviceOption = None,
     function: Annotated[str | None, typer.Option("--function", "-f", help="Function to call (default: the only one).")] = None,
     input: Annotated[list[str] | None, typer.Option(
         "--input", "-i",
@@ -249,15 +357,25 @@ def run(
         "(cuda: graph, the default; stream; direct, which waits after each dispatch so an error names it).")] = None,
     as_json: JsonFlag = False,
 ):
-    """Run one function of a module with the given inputs and print (or save) its results."""
+    """Run one function of a module with the given inputs and print (or save) its results.
+
+    `--list-functions` prints each function's signature, and for a module split by `--fallback`
+    where it runs: its segments and transfers, and the device of each placement."""
     from ..runtime import load, parse_input
 
-    loaded = load(module, device=device, mode=mode, trusted_keys=trusted_key or None)
+    plain, named = parse_devices(device)
+    loaded = load(module, device=plain, devices=named or None, mode=mode, trusted_keys=trusted_key or None)
     if list_functions:
-        sigs = [f.signature for f in loaded.functions.values()]
+        rows = [describe_function(f) for f in loaded.functions.values()]
         if as_json:
-            return _print_json([s.to_json() for s in sigs])
-        return [out.print(str(s), highlight=False) for s in sigs]
+            return _print_json({"devices": loaded.describe_devices(), "functions": rows})
+        for row in rows:
+            out.print(row["signature"], highlight=False)
+            if len(row["steps"]) > 1:
+                out.print("  runs: " + _steps_text(row["steps"]), highlight=False)
+        if len(loaded.placements) > 1:
+            out.print(f"devices: {loaded.describe_devices()}", highlight=False)
+        return
     if function is None:
         if len(loaded.functions) != 1:
             raise InputError(f"the module has several functions: {', '.join(loaded.functions)}",
@@ -273,13 +391,68 @@ def run(
         for path, value in zip(output, results):
             np.save(path, value)
     if as_json:
-        return _print_json({"device": loaded.device.info.uri, "function": function,
+        return _print_json({"device": loaded.describe_devices(), "function": function,
                             "results": [{"shape": list(r.shape), "dtype": str(r.dtype), "values": r.tolist()} for r in results]})
-    err.print(f"EXEC @{function} on {loaded.device.info.uri}")
+    err.print(f"EXEC @{function} on {loaded.describe_devices()}")
     for i, (r, t) in enumerate(zip(results, fn.output_types)):
         out.print(f"result[{i}]: {t}")
         with np.printoptions(threshold=64, edgeitems=4, precision=6):
             out.print(str(r), highlight=False)
+
+
+def _steps_text(steps: list[dict]) -> str:
+    parts = []
+    for s in steps:
+        if s["op"] == "run":
+            n = len(s["dispatches"])
+            parts.append(f"{s['placement']} ({n} dispatch{'es' if n != 1 else ''})")
+        else:
+            parts.append(f"{s['from']}->{s['to']} {s['bytes']:,} B")
+    return " -> ".join(parts)
+
+
+@app.command(name="export")
+def export_(
+    module: Annotated[Path, typer.Argument(help="A .rtm module from `retarget compile`.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The folder to write (made if missing; the files "
+                                                                "export writes are replaced).")],
+    target: Annotated[str | None, typer.Option(
+        "--target", "-t", help="BACKEND[:ARCH] of the code to export, when the module holds several.")] = None,
+    as_json: JsonFlag = False,
+):
+    """Write a module's code as files that run outside retarget, e.g. a folder a web page loads.
+
+    For webgpu-spirv: the WGSL, the constants, manifest.json, retarget.js (the loader) and
+    index.html (a page that runs the model once). Serve the folder and open the page:
+
+        retarget compile model.onnx --target webgpu-spirv -o model.rtm
+        retarget export model.rtm -o site/model
+        python3 -m http.server -d site
+
+    then http://localhost:8000/model/. In your own page, `const model = await load("model/manifest.json")`
+    with `load` imported from model/retarget.js, then `const y = await model.main(x)`
+    (plugins/webgpu/README.md, "Running in a browser")."""
+    from .. import targets as list_targets
+    from ..module_format import read
+
+    artifact = read(module)
+    backends = list_targets()
+    held = [f"{e['backend']}:{e['arch']}" for e in artifact.manifest["executables"]]
+    exporters = sorted(name for name, backend in backends.items() if callable(getattr(backend, "export", None)))
+    backend_name, _, arch = (target or "").partition(":")
+    chosen = [e for e in artifact.manifest["executables"] if e["backend"] in exporters
+              and (not target or (e["backend"] == backend_name and arch in ("", e["arch"])))]
+    if not chosen:
+        which = f" for {target}" if target else ""
+        raise InputError(f"{module} holds no code that can be exported{which} (it holds {', '.join(held)})",
+                         hint=f"compile it for a target that exports: {', '.join(exporters) or 'none is installed'}")
+    exe = chosen[0]
+    path = backends[exe["backend"]].export(artifact, output, exe["arch"])
+    summary = {"output": str(output), "target": f"{exe['backend']}:{exe['arch']}", "manifest": str(path),
+               "files": sorted(str(p.relative_to(output)) for p in Path(output).rglob("*") if p.is_file())}
+    if as_json:
+        return _print_json(summary)
+    out.print(f"wrote {output}/ ({summary['target']}; {len(summary['files'])} files, manifest {path})", highlight=False)
 
 
 @app.command()

@@ -56,7 +56,9 @@ def _names(values: ListOption) -> list[str] | None:
 def benchmark(
     module: Annotated[Path | None, typer.Argument(
         help="A .rtm module from `retarget compile`; leave it out with --suite.", show_default=False)] = None,
-    device: Annotated[str, typer.Option("--device", "-d", help="DRIVER[:ID] to run the module on, or auto.")] = "auto",
+    device: Annotated[list[str] | None, typer.Option(
+        "--device", "-d", help="DRIVER[:ID] to run the module on, or auto; for a module split by --fallback, "
+                               "once per placement: --device gpu=vulkan --device cpu=local-task.")] = None,
     function: Annotated[str | None, typer.Option(
         "--function", "-f", help="Function to time (default: the only one).")] = None,
     input: Annotated[ListOption, typer.Option(
@@ -91,7 +93,7 @@ def benchmark(
                          hint="e.g. `retarget benchmark m.rtm --device local-task` or `retarget benchmark --suite zoo`")
     suite_only = {"--models": models, "--devices": devices, "--peers": peers, "--work-dir": work_dir}
     module_only = {"--function": function, "--input": input, "--expected": expected,
-                   "--per-dispatch": per_dispatch or None, "--device": None if device == "auto" else device}
+                   "--per-dispatch": per_dispatch or None, "--device": device or None}
     wrong = [flag for flag, value in (module_only if suite else suite_only).items() if value is not None]
     if wrong:
         raise InputError(f"{', '.join(wrong)} {'goes' if len(wrong) == 1 else 'go'} with "
@@ -110,8 +112,10 @@ def benchmark(
     else:
         from ..bench.module import run_module
         from ..runtime import parse_input
+        from . import parse_devices
 
-        report = run_module(module, device=device, function=function,
+        plain, named = parse_devices(device)
+        report = run_module(module, device=plain, devices=named or None, function=function,
                             inputs=[parse_input(t) for t in input] if input else None,
                             expected=[parse_input(t) for t in expected] if expected else None,
                             repeats=repeats, warmup=warmup, tolerance=tolerance, dispatches=per_dispatch,

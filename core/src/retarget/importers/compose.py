@@ -174,3 +174,42 @@ def attention(b: Builder, q: Value, k: Value, v: Value, mask: Value | None = Non
         else:
             s = b.op("rt.add", [s, mask])
     return b.op("rt.matmul", [softmax(b, s, -1), v])
+
+
+def reverse(b: Builder, x: Value, axes) -> Value:
+    """x with `axes` reversed: a gather of the reversed indices along each."""
+    for axis in axes:
+        size = x.type.shape[axis]
+        if size > 1:
+            x = b.op("rt.gather", [x, b.constant(np.arange(size - 1, -1, -1, dtype=np.int64))], {"axis": axis})
+    return x
+
+
+def dilate(b: Builder, x: Value, interior, value=0) -> Value:
+    """`interior[d]` copies of `value` between neighbours along each axis d (StableHLO's interior padding,
+    an input dilation of interior + 1): pad a unit axis after each dilated one, merge, drop the tail."""
+    if not any(interior):
+        return x
+    lifted, padded, merged = [], [], []
+    for size, k in zip(x.type.shape, interior):
+        lifted += [size, 1] if k else [size]
+        padded += [0, k] if k else [0]
+        merged.append(size * (k + 1) if k else size)
+    y = b.op("rt.pad", [b.op("rt.reshape", [x], {"shape": tuple(lifted)})],
+             {"low": (0,) * len(lifted), "high": tuple(padded), "value": value})
+    y = b.op("rt.reshape", [y], {"shape": tuple(merged)})
+    limit = tuple((size - 1) * (k + 1) + 1 if size else 0 for size, k in zip(x.type.shape, interior))
+    return b.op("rt.slice", [y], {"start": (0,) * len(limit), "limit": limit, "stride": (1,) * len(limit)})
+
+
+def pad_signed(b: Builder, x: Value, low, high, value=0) -> Value:
+    """Edge padding where a negative amount crops."""
+    low, high = list(low), list(high)
+    if any(v < 0 for v in low + high):
+        start = [max(-v, 0) for v in low]
+        limit = [s - max(-v, 0) for s, v in zip(x.type.shape, high)]
+        x = b.op("rt.slice", [x], {"start": tuple(start), "limit": tuple(limit), "stride": (1,) * x.type.rank})
+        low, high = [max(v, 0) for v in low], [max(v, 0) for v in high]
+    if not any(low + high):
+        return x
+    return b.op("rt.pad", [x], {"low": tuple(low), "high": tuple(high), "value": value})

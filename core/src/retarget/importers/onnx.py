@@ -32,7 +32,8 @@ MIN_OPSET, MAX_OPSET = 13, 21
 
 # TensorProto.DataType -> retarget element type
 _ONNX_DTYPES = {1: "f32", 2: "ui8", 3: "i8", 4: "ui16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16",
-                11: "f64", 12: "ui32", 13: "ui64", 16: "bf16"}
+                11: "f64", 12: "ui32", 13: "ui64", 16: "bf16", 17: "f8E4M3FN", 18: "f8E4M3FNUZ", 19: "f8E5M2",
+                20: "f8E5M2FNUZ", 21: "ui4", 22: "i4", 23: "f4E2M1FN", 25: "ui2", 26: "i2"}
 
 
 def _dtype(elem_type: int, what: str) -> DType:
@@ -42,7 +43,9 @@ def _dtype(elem_type: int, what: str) -> DType:
         known = elem_type in onnx.TensorProto.DataType.values()
         name = onnx.TensorProto.DataType.Name(elem_type) if known else elem_type
         raise UnsupportedOpError(f"{what} has element type {name}, which retarget does not support",
-                                 hint="supported: float, double, float16, bfloat16, (u)int8-64, bool")
+                                 hint="supported: float, double, float16, bfloat16, (u)int8-64, bool; and "
+                                      "for Cast only: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), float4, (u)int4, "
+                                      "(u)int2")
     return DTYPES[_ONNX_DTYPES[elem_type]]
 
 
@@ -412,11 +415,20 @@ def _identity(n):
 
 @handles("Dropout")
 def _dropout(n):
-    if n.has(2) and bool(np.asarray(n.known(2, "training_mode"))):
-        raise UnsupportedOpError("Dropout in training mode is not supported")
     x = n(0)
-    mask = np.ones(x.type.shape, dtype=bool) if n.wants(1) else None
-    return [x, mask]
+    ratio = float(np.asarray(n.known(1, "ratio")).reshape(-1)[0]) if n.has(1) else 0.5
+    if not (n.has(2) and bool(np.asarray(n.known(2, "training_mode")))) or ratio == 0:
+        return [x, np.ones(x.type.shape, dtype=bool) if n.wants(1) else None]
+    seed = n.attr("seed")
+    if seed is None:
+        raise UnsupportedOpError("Dropout in training mode without a seed is not supported",
+                                 hint="its mask is fresh on every run and the graph IR has no random numbers; "
+                                      "give the node a seed")
+    # The spec leaves the generator to the runtime; with a seed, the mask is a constant of (seed, shape):
+    # numpy's RandomState(seed), as onnx's reference draws it.
+    keep = np.random.RandomState(int(seed)).uniform(0, 1.0, x.type.shape) >= ratio
+    scaled = n.b.op("rt.mul", [x, n.b.constant((keep / (1 - ratio)).astype(x.type.dtype.np_dtype))])
+    return [scaled, keep if n.wants(1) else None]
 
 
 @handles("Relu")
@@ -489,17 +501,25 @@ def _clip(n):
     return x
 
 
+def _cast_to(n, x: Value, dtype: DType) -> Value:
+    if x.type.dtype == dtype:
+        return x
+    if dtype.name.startswith("f8") and x.type.dtype.is_float and n.attr("saturate", 1):
+        import ml_dtypes  # saturate (the default): out-of-range values and infinities become the largest finite
+
+        info = ml_dtypes.finfo(dtype.np_dtype)
+        x = C.clamp(n.b, x, float(info.min), float(info.max))
+    return n.b.op("rt.cast", [x], {"dtype": dtype.name})
+
+
 @handles("Cast")
 def _cast(n):
-    dtype = _dtype(n.attr("to"), "Cast target")
-    x = n(0)
-    return x if x.type.dtype == dtype else n.b.op("rt.cast", [x], {"dtype": dtype.name})
+    return _cast_to(n, n(0), _dtype(n.attr("to"), "Cast target"))
 
 
 @handles("CastLike")
 def _cast_like(n):
-    x, dtype = n(0), n(1).type.dtype
-    return x if x.type.dtype == dtype else n.b.op("rt.cast", [x], {"dtype": dtype.name})
+    return _cast_to(n, n(0), n(1).type.dtype)
 
 
 @handles("Where")
@@ -538,10 +558,23 @@ def _layer_norm(n):
 
 @handles("BatchNormalization")
 def _batch_norm(n):
-    if n.attr("training_mode", 0):
-        raise UnsupportedOpError("BatchNormalization in training mode is not supported")
     x, scale, bias, mean, var = (n(i) for i in range(5))
-    return C.batch_norm(n.b, x, scale, bias, mean, var, n.attr("epsilon", 1e-5))
+    eps = n.attr("epsilon", 1e-5)
+    if not n.attr("training_mode", 0):
+        return C.batch_norm(n.b, x, scale, bias, mean, var, eps)
+    # training: normalize by the batch's statistics (population variance); the running ones move toward them
+    b, axes = n.b, (0, *range(2, x.type.rank))
+    batch_mean = C.mean(b, x, axes)
+    centered = b.op("rt.sub", [x, C.channel_vector(b, batch_mean, x.type.rank)])
+    batch_var = C.mean(b, b.op("rt.mul", [centered, centered]), axes)
+    y = C.batch_norm(b, x, scale, bias, batch_mean, batch_var, eps)
+    momentum = n.attr("momentum", 0.9)
+
+    def running(old, new):
+        return b.op("rt.add", [b.op("rt.mul", [old, C.scalar(b, momentum, old)]),
+                               b.op("rt.mul", [new, C.scalar(b, 1 - momentum, new)])])
+
+    return [y, running(mean, batch_mean), running(var, batch_var)]
 
 
 @handles("Gemm")
@@ -633,39 +666,113 @@ def _conv(n):
     return y
 
 
-def _pool(n, rt_name):
-    x = n(0)
-    rank = x.type.rank
+def _pool_window(n, x):
+    """kernel, strides, dilations, begin and end pads of a pooling node, with ceil_mode's extra end padding
+    (windows that start inside the input or its padding) as a separate list."""
     kernel = list(n.attr("kernel_shape"))
-    strides, dilations = _spatial_attrs(n, rank, kernel)
-    if n.wants(1):
-        raise UnsupportedOpError("the Indices output of MaxPool is not supported")
+    strides, dilations = _spatial_attrs(n, x.type.rank, kernel)
     begin, end = _spatial_pads(n, x, kernel, strides, dilations)
+    extra = [0] * len(kernel)
     if n.attr("ceil_mode", 0):
         for d, (size, k, s, dil) in enumerate(zip(x.type.shape[2:], kernel, strides, dilations, strict=False)):
             k = dil * (k - 1) + 1  # the window's span
             out = -(-(size + begin[d] + end[d] - k) // s) + 1
             if (out - 1) * s >= size + begin[d]:
                 out -= 1
-            extra = max(0, (out - 1) * s + k - (size + begin[d] + end[d]))
-            if extra and rt_name == "rt.avg_pool2d" and n.attr("count_include_pad", 0):
-                raise UnsupportedOpError("AveragePool with ceil_mode and count_include_pad is not supported")
-            end[d] += extra
-    x4 = _lift_1d(n, x)
-    if rank == 3:
-        kernel, strides, begin, end = [1] + kernel, [1] + strides, [0] + begin, [0] + end
-        dilations = [1] + dilations
+            extra[d] = max(0, (out - 1) * s + k - (size + begin[d] + end[d]))
+    return kernel, strides, dilations, begin, end, extra
+
+
+def _pool2d(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad=False):
+    """One rt pool over the last two dims of a rank-4 tensor."""
     attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pad": (begin[0], end[0], begin[1], end[1])}
     if any(d != 1 for d in dilations):
         attrs["dilations"] = tuple(dilations)
     if rt_name == "rt.avg_pool2d":
-        attrs["count_include_pad"] = bool(n.attr("count_include_pad", 0))
-    y = n.b.op(rt_name, [x4], attrs)
-    return y if rank == 4 else n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
+        attrs["count_include_pad"] = count_include_pad
+    return n.b.op(rt_name, [x], attrs)
 
 
-HANDLERS["MaxPool"] = lambda n: _pool(n, "rt.max_pool2d")
-HANDLERS["AveragePool"] = lambda n: _pool(n, "rt.avg_pool2d")
+def _pool_nd(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad=False):
+    """Max or average pooling of an NC + 1, 2 or 3 spatial dims tensor, in rt's 2-D pools: 1-D lifted to 2-D,
+    3-D as a pool over (H, W) and then one over D (both are separable: max of maxes, and the mean of means
+    of equal counts, since a window's count over (H, W) is the same at every depth)."""
+    rank = x.type.rank
+    if rank == 3:
+        lift = n.b.op("rt.reshape", [x], {"shape": x.type.shape[:2] + (1,) + x.type.shape[2:]})
+        y = _pool_nd(n, lift, rt_name, [1, *kernel], [1, *strides], [1, *dilations], [0, *begin], [0, *end],
+                 count_include_pad)
+        return n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
+    if rank == 4:
+        return _pool2d(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad)
+    if rank != 5:
+        raise UnsupportedOpError(f"{n.node.op_type} on rank-{rank} tensors is not supported (1-D to 3-D are)")
+    b, (nb, c, d, h, w) = n.b, x.type.shape
+    y = _pool2d(n, b.op("rt.reshape", [x], {"shape": (nb, c * d, h, w)}), rt_name, kernel[1:], strides[1:],
+                dilations[1:], begin[1:], end[1:], count_include_pad)
+    oh, ow = y.type.shape[2:]
+    y = _pool2d(n, b.op("rt.reshape", [y], {"shape": (nb, c, d, oh * ow)}), rt_name, [kernel[0], 1],
+                [strides[0], 1], [dilations[0], 1], [begin[0], 0], [end[0], 0], count_include_pad)
+    return b.op("rt.reshape", [y], {"shape": (nb, c, y.type.shape[2], oh, ow)})
+
+
+def _pool_node(n, rt_name):
+    x = n(0)
+    kernel, strides, dilations, begin, end, extra = _pool_window(n, x)
+    include = bool(n.attr("count_include_pad", 0)) and rt_name == "rt.avg_pool2d"
+    if include and any(extra):  # pads count, ceil_mode's extra positions do not: pad explicitly, then exclude
+        x = n.b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": 0})
+        begin, end, include = [0] * len(begin), [0] * len(end), False
+    stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
+    y = _pool_nd(n, x, rt_name, kernel, strides, dilations, begin, stop, include)
+    if n.wants(1):
+        return [y, _max_pool_indices(n, x, y, kernel, strides, dilations, begin, stop)]
+    return y
+
+
+def _max_pool_indices(n, x, y, kernel, strides, dilations, begin, end):
+    """MaxPool's Indices: the flat index (row-major, or spatially column-major with storage_order=1) of the
+    first window element, in window order, that equals the maximum; as onnx's reference picks it."""
+    b = n.b
+    spatial, out = x.type.shape[2:], y.type.shape[2:]
+    order = list(range(len(spatial)))[::-1] if n.attr("storage_order", 0) else list(range(len(spatial)))
+    step = {d: math.prod(spatial[e] for e in order[k + 1:]) for k, d in enumerate(order)}
+    base = np.arange(math.prod(x.type.shape[:2]), dtype=np.int64).reshape(x.type.shape[:2] + (1,) * len(spatial))
+    base = b.constant(base * math.prod(spatial))
+    lowest = _lowest(x.type.dtype.np_dtype)
+    xp = b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": float(lowest)})
+    index = None
+    for tap in reversed(list(np.ndindex(*kernel))):  # the first tap in window order is assigned last
+        start = [t * dil for t, dil in zip(tap, dilations, strict=True)]
+        limit = [s0 + (o - 1) * s + 1 for s0, o, s in zip(start, out, strides, strict=True)]
+        window = b.op("rt.slice", [xp], {"start": (0, 0, *start), "limit": (*x.type.shape[:2], *limit),
+                                         "stride": (1, 1, *strides)})
+        pos = [np.arange(o) * s + s0 - lo for o, s, s0, lo in zip(out, strides, start, begin, strict=True)]
+        grids = np.meshgrid(*pos, indexing="ij")
+        inside = np.logical_and.reduce([(g >= 0) & (g < size) for g, size in zip(grids, spatial, strict=True)])
+        flat = sum(g * step[d] for d, g in enumerate(grids))
+        tap_index = b.op("rt.add", [base, b.constant(flat.astype(np.int64))])
+        hit = b.op("rt.and", [b.op("rt.cmp", [window, y], {"predicate": "eq"}), b.constant(inside)])
+        index = tap_index if index is None else b.op("rt.select", [hit, tap_index, index])
+    return index
+
+
+HANDLERS["MaxPool"] = lambda n: _pool_node(n, "rt.max_pool2d")
+HANDLERS["AveragePool"] = lambda n: _pool_node(n, "rt.avg_pool2d")
+
+
+@handles("LpPool")
+def _lp_pool(n):
+    """(sum of |x|^p over the window)^(1/p); padding adds zeros."""
+    x = n(0)
+    p = float(n.attr("p", 2))
+    kernel, strides, dilations, begin, end, extra = _pool_window(n, x)
+    stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
+    b = n.b
+    power = b.op("rt.mul", [x, x]) if p == 2 else b.op("rt.pow", [b.op("rt.abs", [x]), C.scalar(b, p, x)])
+    mean = _pool_nd(n, power, "rt.avg_pool2d", kernel, strides, dilations, begin, stop, True)
+    total = b.op("rt.mul", [mean, C.scalar(b, math.prod(kernel), mean)])
+    return b.op("rt.sqrt", [total]) if p == 2 else b.op("rt.pow", [total, C.scalar(b, 1 / p, total)])
 
 
 @handles("GlobalAveragePool")

@@ -876,3 +876,6 @@ def _arange(cv, node, *args, **kwargs):
 def _sdpa(cv, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *rest, scale=None, **kwargs):
     y = C.attention(cv.b, q, k, v, attn_mask if isinstance(attn_mask, Value) else None, is_causal, scale)
     return y if "flash" not in str(node.target) else _Multi((y, None))
+
+
+from . import torch_quant  # noqa: E402,F401  (registers the PT2E quantize/dequantize handlers)

@@ -14,6 +14,7 @@ class DType:
     np_dtype: np.dtype
     bits: int
     kind: str  # "float", "int", "uint" or "bool"
+    storage: bool = False  # only cast and moved, never computed in (the narrow types of ONNX and MLIR)
 
     @property
     def is_float(self) -> bool:
@@ -31,8 +32,8 @@ class DType:
         return self.name
 
 
-def _d(name, np_type, bits, kind):
-    return DType(name, np.dtype(np_type), bits, kind)
+def _d(name, np_type, bits, kind, storage=False):
+    return DType(name, np.dtype(np_type), bits, kind, storage)
 
 
 DTYPES: dict[str, DType] = {
@@ -52,6 +53,15 @@ DTYPES: dict[str, DType] = {
         _d("ui16", np.uint16, 16, "uint"),
         _d("ui8", np.uint8, 8, "uint"),
         _d("i1", np.bool_, 1, "bool"),
+        # float8/float4 (OCP and the FNUZ variants) and the sub-byte integers; one element per byte
+        _d("f8E4M3FN", ml_dtypes.float8_e4m3fn, 8, "float", True),
+        _d("f8E4M3FNUZ", ml_dtypes.float8_e4m3fnuz, 8, "float", True),
+        _d("f8E5M2", ml_dtypes.float8_e5m2, 8, "float", True),
+        _d("f8E5M2FNUZ", ml_dtypes.float8_e5m2fnuz, 8, "float", True),
+        _d("f4E2M1FN", ml_dtypes.float4_e2m1fn, 4, "float", True),
+        _d("ui4", ml_dtypes.uint4, 4, "uint", True),
+        _d("i2", ml_dtypes.int2, 2, "int", True),
+        _d("ui2", ml_dtypes.uint2, 2, "uint", True),
     )
 }
 
@@ -69,9 +79,14 @@ def dtype(name: str) -> DType:
         raise KeyError(f"unknown element type '{name}'; known: {', '.join(DTYPES)}") from None
 
 
+_BY_NUMPY = {d.np_dtype: d for d in DTYPES.values()}
+
+
 def from_numpy(np_dtype) -> DType:
     np_dtype = np.dtype(np_dtype)
-    for d in DTYPES.values():
+    if np_dtype in _BY_NUMPY:
+        return _BY_NUMPY[np_dtype]
+    for d in DTYPES.values():  # other byte orders
         if d.np_dtype == np_dtype:
             return d
     raise KeyError(f"numpy dtype {np_dtype} has no retarget element type")

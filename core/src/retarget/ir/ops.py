@@ -3,7 +3,18 @@
 Semantics follow numpy where numpy has the op: elementwise ops broadcast,
 `rt.matmul` is `np.matmul`. Images are NCHW and conv filters OIHW; importers
 insert the transposes for other layouts, and passes fold them. Integer `div`
-and `rem` truncate toward zero, as C and every GPU do.
+and `rem` truncate toward zero, as C and every GPU do. `shr` shifts integers
+right (arithmetic for signed, logical for unsigned), by 0 to bits - 1.
+
+Quantized weights (`passes/quantize.py` makes them) are packed into 32-bit words:
+`rt.dequantize(q, scale[, zero])` unpacks `bits`-bit unsigned values u along a
+row (value c of row r is bits [bits * (c % per_word), ...) of word q[r, c // per_word],
+per_word = 32 / bits) and returns (u - zero[r, c // group_size]) * scale[r, c // group_size],
+zero defaulting to 2^(bits - 1) (symmetric); `shape` is the result's, its first
+dim the rows and the rest one row. `rt.quantized_matmul(xq, x_scale, q, w_scale[, w_zero])`
+is x @ W^T for int8 activations xq (integers in an i32 tensor) with per-row
+scales and W packed as above: the products of each group are summed exactly, as
+integers, then scaled.
 The numpy reference for each op is in `vmvx/kernels.py`.
 
 Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
@@ -30,10 +41,13 @@ UNARY = (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf floor ceil round sin cos tan "
     "reciprocal sign not log1p expm1 atan"
 ).split()
-BINARY = "add sub mul div rem pow max min and or xor atan2".split()
+BINARY = "add sub mul div rem pow max min and or xor atan2 shr".split()
 COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_KINDS = ("sum", "max", "min", "prod", "and", "or")
 SHAPE_ATTRS = SHAPE_ATTR_KEYS  # attributes whose entries are dimensions, and may be symbolic
+
+# The ops that only move or convert elements: the only ones that take storage-only types (f8, f4, ui4, i2).
+MOVES = frozenset(f"rt.{n}" for n in "cast constant reshape transpose broadcast slice concat pad gather select".split())
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,8 @@ def _is_int(d) -> bool:
 
 
 def broadcast_shapes(*shapes):
+    if all(s == shapes[0] for s in shapes[1:]) and None not in shapes[0]:  # the common case
+        return tuple(shapes[0])
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(rank):
@@ -117,7 +133,8 @@ def normalize_shape_attrs(attrs: dict) -> dict:
 
 
 def _same_dtype(types):
-    _check(len({t.dtype for t in types}) == 1, f"operand element types differ: {', '.join(str(t) for t in types)}")
+    if len({t.dtype for t in types}) != 1:  # the message only when it fails: this runs for every op
+        raise _Fail(f"operand element types differ: {', '.join(str(t) for t in types)}")
     return types[0].dtype
 
 
@@ -304,6 +321,41 @@ def _iota(name, types, attrs):
     return [TensorType(shape, DTYPES[attrs["dtype"]])]
 
 
+def _packed_weight(types, attrs, columns: int):
+    """Checks q (words), scale and zero point of a packed weight of `columns` values a row; returns its rows."""
+    q, scale, *zero = types
+    bits, group = attrs["bits"], attrs["group_size"]
+    _check(bits in (4, 8), f"bits must be 4 or 8, got {bits}")
+    _check(isinstance(group, int) and group > 0 and group % (32 // bits) == 0,
+           f"group_size {group} must be a positive multiple of {32 // bits} (values in a word)")
+    _check(q.rank == 2 and q.dtype.name == "ui32", f"packed weights must be a 2-D ui32 tensor, got {q}")
+    rows = q.shape[0]
+    _check(q.shape[1] == -(-columns // (32 // bits)), f"{q} holds {q.shape[1]} words a row; "
+           f"{columns} values of {bits} bits need {-(-columns // (32 // bits))}")
+    groups = (rows, -(-columns // group))
+    for t in [scale, *zero]:
+        _check(t.dtype.is_float and t.shape == groups, f"scales and zero points must be float {list(groups)}, got {t}")
+    _check(not zero or zero[0].dtype == scale.dtype, "the zero points' type must be the scales'")
+    return rows
+
+
+def _dequantize(name, types, attrs):
+    shape = tuple(attrs["shape"])
+    _check(len(shape) >= 2 and all(d > 0 for d in shape), f"shape {list(shape)} must be rank >= 2, positive")
+    _check(_packed_weight(types, attrs, math.prod(shape[1:])) == shape[0],
+           f"shape {list(shape)} has {shape[0]} rows, the weight {types[0].shape[0]}")
+    return [TensorType(shape, types[1].dtype)]
+
+
+def _quantized_matmul(name, types, attrs):
+    xq, x_scale, *weight = types
+    _check(xq.rank >= 2 and xq.dtype.name == "i32", f"activations must be an i32 tensor of rank >= 2, got {xq}")
+    _check(x_scale.dtype == weight[1].dtype and x_scale.shape == xq.shape[:-1] + (1,),
+           f"activation scales must be {weight[1].dtype} {list(xq.shape[:-1]) + [1]}, got {x_scale}")
+    rows = _packed_weight(weight, attrs, xq.shape[-1])
+    return [TensorType(xq.shape[:-1] + (rows,), weight[1].dtype)]
+
+
 OPS: dict[str, OpDef] = {}
 
 
@@ -333,6 +385,8 @@ _define("max_pool2d", 1, 1, ("kernel",), _pool2d)
 _define("avg_pool2d", 1, 1, ("kernel",), _pool2d)
 _define("reduce", 1, 1, ("kind", "axes"), _reduce)
 _define("argmax", 1, 1, ("axis",), _argmax)
+_define("dequantize", 2, 3, ("bits", "group_size", "shape"), _dequantize)
+_define("quantized_matmul", 4, 5, ("bits", "group_size"), _quantized_matmul)
 
 
 def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location | None = None) -> list[TensorType]:
@@ -349,7 +403,11 @@ def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location |
     if missing:
         raise VerificationError(f"'{name}'{where}: missing attribute {', '.join(missing)}")
     try:
-        return opdef.infer(name, types, attrs)
+        results = opdef.infer(name, types, attrs)
+        if name not in MOVES:
+            narrow = sorted({str(t.dtype) for t in [*types, *results] if t.dtype.storage})
+            _check(not narrow, f"{', '.join(narrow)} values are only cast and moved; cast them to f32 to compute")
+        return results
     except _Mismatch as e:
         raise DimMismatch(f"'{name}'{where}: {e}", e.dims,
                           hint=f"dimensions {e.dims[0]} and {e.dims[1]} must be equal") from None

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from .core import DenseAttr, Function, Module, TensorType
+from .dtypes import from_numpy
 from .symbolic import Sym
 
 INLINE_ELEMENTS = 16  # larger constants go to the dialect_resources section
@@ -79,11 +80,13 @@ def _dense(attr: DenseAttr, blobs, elide) -> str:
 def _raw_bytes(a: np.ndarray) -> bytes:
     if a.dtype == np.bool_:
         return a.astype(np.uint8).tobytes()
-    if a.dtype.itemsize == 1 and a.dtype.name == "int4":
-        nib = (a.reshape(-1).astype(np.int8) & 0xF).astype(np.uint8)
-        if nib.size % 2:
-            nib = np.append(nib, np.uint8(0))
-        return (nib[0::2] | (nib[1::2] << 4)).tobytes()
+    bits = from_numpy(a.dtype).bits if a.dtype.kind == "V" else 8
+    if bits in (2, 4):  # packed as MLIR and ONNX store them: the first element in the low bits
+        per_byte = 8 // bits
+        low = np.ascontiguousarray(a).reshape(-1).view(np.uint8) & ((1 << bits) - 1)
+        low = np.append(low, np.zeros(-low.size % per_byte, np.uint8)).reshape(-1, per_byte)
+        shifted = low << (bits * np.arange(per_byte, dtype=np.uint8))
+        return np.bitwise_or.reduce(shifted, axis=1).astype(np.uint8).tobytes()
     return np.ascontiguousarray(a).tobytes()
 
 

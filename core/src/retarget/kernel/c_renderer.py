@@ -65,6 +65,7 @@ C_OPS = {
     "pow.float": "pow{f}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
     "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "shr.int": "({0} >> {1})",  # arithmetic for signed types (every C compiler we target), logical for unsigned
     "atan2.float": "atan2{f}({0}, {1})",
 }
 # Where a language lacks a libm function, these helpers stand in (MSL has no erf, log1p, expm1).
@@ -193,6 +194,11 @@ class Dialect:
     # {j} (the scalar's number), {n} (the number of buffers), {i} (n + j).
     scalar_param: str = ""
     scalar_prologue: str = ""
+    # Types a language cannot store, kept two elements to a 32-bit word: dtype -> templates. The buffer is an
+    # array of `word` (written ones of `atomic_word`, since two threads may write the two halves of a word);
+    # `load` turns a word {0} and the element's parity {1} (0 or 1) into the compute type; `store` writes the
+    # element bits {value} into half {odd} of the word at {pointer}.
+    word_halves: dict = field(default_factory=dict)
 
 
 C99 = Dialect(
@@ -353,6 +359,7 @@ WGSL_OPS = {
     "pow.float": "pow({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
     "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "shr.int": "({0} >> u32({1}))",
     "atan2.float": "atan2({0}, {1})",
     **FALLBACK_OPS,  # no erf, log1p, expm1 in WGSL
 }
@@ -366,6 +373,13 @@ def _wgsl_horner(coefficients) -> str:
 
 
 WGSL_HELPERS = (
+    ("rt_bf16_half", ("float",),  # element `odd` (0 or 1) of a word of two bf16, as f32
+     "fn rt_bf16_half(word: u32, odd: i32) -> f32 {\n"
+     "  return bitcast<f32>(((word >> (u32(odd) * 16u)) & 0xffffu) << 16u);\n}"),
+    ("rt_f32_to_bf16", ("float",),  # round to nearest even; NaN stays a quiet NaN
+     "fn rt_f32_to_bf16(f: f32) -> u32 {\n  let b = bitcast<u32>(f);\n"
+     "  if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n"
+     "  return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}"),
     ("rt_max_$s", ("float",),
      "fn rt_max_$s(a: $T, b: $T) -> $T { return select(select(select(b, a, a > b), b, b != b), a, a != a); }"),
     ("rt_min_$s", ("float",),
@@ -402,8 +416,14 @@ WGSL = Dialect(
     name="wgsl",
     types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "i32"},  # i64: index arithmetic
     storage={"f16": "f16"},
-    from_storage={"f16": "f32({0})"},
-    to_storage={"f16": "f16({0})"},
+    from_storage={"f16": "f32({0})", "bf16": "bitcast<f32>(({0}) << 16u)"},
+    to_storage={"f16": "f16({0})", "bf16": "rt_f32_to_bf16({0})"},  # bf16: its bits, in the low half of a u32
+    # WGSL has no 16-bit integers: bf16 buffers are u32 words of two elements, low half first
+    word_halves={"bf16": {
+        "word": "u32", "atomic_word": "atomic<u32>", "atomic_load": "atomicLoad(&{0})",
+        "load": "rt_bf16_half({0}, {1})",
+        "store": "{{ let rt_word = &{pointer}; let rt_shift = u32({odd}) * 16u; "
+                 "atomicAnd(rt_word, ~(0xffffu << rt_shift)); atomicOr(rt_word, {value} << rt_shift); }}"}},
     kernel="@compute @workgroup_size({wx}, {wy}, {wz})\nfn {name}({params})",
     param="",
     global_param="@group(0) @binding({i}) var<storage, read_write> {name}: array<{T}>;",
@@ -442,6 +462,34 @@ DIALECTS = {d.name: d for d in (C99, CUDA, HIP, OPENCL, MSL, WGSL)}
 def render_kernel(kernel: k.Kernel, dialect: Dialect) -> str:
     """One kernel function in `dialect` (without the preamble; see `render_module`)."""
     return _Renderer(kernel, dialect).render()
+
+
+def support_table(dialect: Dialect):
+    """What `dialect` cannot compute, read off its tables, as a `SupportTable` for a target's
+    `support(desc)`: an elementwise op of a kind with no template (`exp` of integers) or whose
+    template calls a helper missing for that kind (`rt_pow` of booleans), and an element type the
+    dialect cannot spell (`i4`; f64 in MSL; a half type it neither stores nor keeps two to a word).
+    A target adds its own refusals (buffers, extensions)."""
+    from ..protocols import SupportTable
+
+    helpers = dialect.helpers or HELPERS
+    ops = {}
+    for op in (*k.UNARY_OPS, *k.BINARY_OPS):
+        for kind in KINDS:
+            keys = [f"{op}.{kind}"] + ([f"{op}.int"] if kind in ("uint", "bool") else []) + [op]
+            template = next((dialect.ops[key] for key in keys if key in dialect.ops), None)
+            helper = re.search(r"\b(rt_\w+?)_\{s\}", template or "")
+            if template is None:
+                ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {op} of {kind} values"
+            elif helper and not any(name == f"{helper.group(1)}_$s" and kind in kinds for name, kinds, _ in helpers):
+                ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {helper.group(1)} helper for {kind} values"
+    dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES
+              if (F32.name if name in HALVES else name) not in dialect.types
+              or (name in HALVES and name not in dialect.storage and name not in dialect.word_halves)}
+    return SupportTable(ops, dtypes)
+
+
+KINDS = ("float", "int", "uint", "bool")
 
 
 def render_module(kernels, dialect: Dialect) -> str:
@@ -510,6 +558,7 @@ class _Renderer:
         self.k, self.d = kernel, dialect
         self.buffers: dict[str, tuple[DType, bool]] = {p.name: (p.dtype, True) for p in kernel.params}  # is param
         self.stored: set[str] = set()  # arrays in their storage type (those native fragments load and store)
+        self.param_storage: dict[str, str] = {}  # buffer parameter -> its declared element type
         self.native_fragments = False
         self.fragment_decls: dict[str, k.Fragment] = {}
         self.scopes: list[dict[str, str]] = [{}]  # variable -> C type, innermost last
@@ -559,11 +608,16 @@ class _Renderer:
         self.k = kn
         # Half arrays that only move elements (a matmul's staging registers) keep them as stored: no conversions.
         self.stored |= {name for name in k.copy_arrays(kn)
-                        if _local_type(kn, name).name in HALVES and _local_type(kn, name).name in d.storage}
+                        if _local_type(kn, name).name in HALVES and _local_type(kn, name).name in d.storage
+                        and _local_type(kn, name).name not in d.word_halves}
         threads = list(zip(kn.thread_vars, kn.workgroup_size))
         params = []
         for i, p in enumerate(kn.params):
-            fields = dict(const="const " if p.access == "read" else "", T=self.storage_type(p.dtype), name=p.name, i=i)
+            halves = d.word_halves.get(p.dtype.name)
+            storage = (halves["atomic_word"] if p.access == "write" else halves["word"]) if halves else \
+                self.storage_type(p.dtype)
+            self.param_storage[p.name] = storage
+            fields = dict(const="const " if p.access == "read" else "", T=storage, name=p.name, i=i, D=p.dtype.name)
             if d.param:
                 params.append(d.param.format(**fields))
             if d.global_param:
@@ -655,6 +709,13 @@ class _Renderer:
     def stmt_store(self, s: k.Store) -> None:
         dt, is_param = self.buffer(s.buffer)
         v = s.value
+        halves = self.d.word_halves.get(dt.name) if is_param else None
+        if halves:
+            index = self.expr(s.index)
+            bits = self.d.to_storage[dt.name].format(self.convert(self.expr(v), v.dtype, F32))
+            self.emit(halves["store"].format(pointer=self.element(s.buffer, f"(({index}) / 2)"),
+                                             odd=f"(({index}) % 2)", value=bits))
+            return
         if isinstance(v, k.Load) and dt.name in HALVES and self.stored_as_is(s.buffer) and \
                 self.stored_as_is(v.buffer) and self.buffer(v.buffer)[0] == v.dtype == dt:
             self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {self.element(v.buffer, self.expr(v.index))};")
@@ -745,7 +806,9 @@ class _Renderer:
         dt, is_param = self.buffer(name)
         if not is_param:
             return f"{name}[{index}]"
-        return self.d.element.format(name=name, index=index, T=self.storage_type(dt))
+        halves = self.d.word_halves.get(dt.name)
+        storage = self.param_storage[name] if halves else self.storage_type(dt)
+        return self.d.element.format(name=name, index=index, T=storage, D=dt.name)
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self, e: k.Expr) -> str:
@@ -774,6 +837,13 @@ class _Renderer:
 
     def expr_load(self, e: k.Load) -> str:
         dt, is_param = self.buffer(e.buffer)
+        halves = self.d.word_halves.get(dt.name) if is_param else None
+        if halves:
+            index = self.expr(e.index)
+            word = self.element(e.buffer, f"(({index}) / 2)")
+            if self.param_storage[e.buffer] == halves["atomic_word"]:
+                word = halves["atomic_load"].format(word)
+            return self.convert(halves["load"].format(word, f"(({index}) % 2)"), dt, e.dtype)
         text = self.element(e.buffer, self.expr(e.index))
         if (is_param or e.buffer in self.stored) and dt.name in self.d.from_storage:
             text = self.d.from_storage[dt.name].format(text)
@@ -821,7 +891,8 @@ class _Renderer:
             return text
         cs, cd = self.compute(src), self.compute(dst)
         if dst.name in HALVES:  # round to the half type once, then compute in f32 again
-            self.storage_type(dst)
+            if dst.name not in self.d.word_halves:
+                self.storage_type(dst)
             inner = self.convert(text, src, F32)
             return self.d.from_storage[dst.name].format(self.d.to_storage[dst.name].format(inner))
         if cs == cd:

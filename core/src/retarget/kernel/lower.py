@@ -39,9 +39,11 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
-from ..ir.symbolic import Sym, ceil_div, dim_min, hint, symbols_of
+from ..ir.symbolic import Sym, ceil_div, dim_min, evaluate, hint, symbols_of
 from ..protocols import TargetDesc
 from . import ir as k
+from . import quant
+from .bounds import check_kernel
 from .ir import (
     INDEX,
     Assign,
@@ -63,7 +65,7 @@ from .ir import (
     Var,
 )
 
-ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
+ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
 MIN_PARALLEL_WORK = 1 << 20  # below this many multiply-adds (~20 us of work) one workgroup is faster
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
@@ -78,7 +80,32 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
     kernel.scalars = tuple(sorted(symbols_of(*[v.type.shape for v in fn.args + fn.returns],
                                              *[r.type.shape for op in fn.ops for r in op.results])))
     kernel.scalar_bounds = tuple(fn.symbols[s].hi if s in fn.symbols else None for s in kernel.scalars)
+    if kernel.scalars:
+        for sizes in _sample_sizes(fn, kernel.scalars):
+            check_kernel(kernel, symbols={k.symbol_var(s).name: (v, v) for s, v in sizes.items()})
+    else:
+        check_kernel(kernel)  # every load and store proved inside its buffer, or a KernelBoundsError
     return kernel
+
+
+def _sample_sizes(fn: Function, symbols) -> list[dict[str, int]]:
+    """Sizes at which to prove a kernel with sizes known at run time in bounds. Intervals lose how a buffer's
+    size follows its symbol (`i < n` with n in 1..64 bounds i by 63, and the buffer by 1), so the proof is made
+    at a few concrete sizes instead: each symbol at its lowest, at a small odd size and at its highest (4099
+    when unbounded), the symbols apart from one another so that a size read for another shows; sizes at
+    which a dimension of the dispatch would be empty are skipped, as calls are refused there."""
+    shapes = [v.type.shape for v in fn.args + fn.returns] + [r.type.shape for op in fn.ops for r in op.results]
+    out = []
+    for pick in ("low", "odd", "high"):
+        sizes = {}
+        for i, s in enumerate(symbols):
+            r = fn.symbols.get(s)
+            lo, hi = (max(r.lo, 1), r.hi) if r is not None else (1, None)
+            want = {"low": lo, "odd": 17 + 6 * i, "high": (hi if hi is not None else 4099) - i}[pick]
+            sizes[s] = max(lo, want if hi is None else min(hi, want))
+        if sizes not in out and all(evaluate(d, sizes) >= 1 for shape in shapes for d in shape):
+            out.append(sizes)
+    return out
 
 
 def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
@@ -257,6 +284,8 @@ class _Lowering:
             return operand(0)
         if name == "iota":
             return Cast(idx[op.attrs["axis"]], dt)
+        if name == "dequantize":
+            return quant.dequantized(self, op, idx)
         src = op.operands[0] if op.operands else None
         if name == "reshape":
             return self.value(src, _delinearize(linearize(idx, shape), src.type.shape))
@@ -460,7 +489,13 @@ class _Lowering:
         count, body = self.parallel_index(shape, outer, last, lambda at: wrap(element(lead + at + rest)))
         return self.parallel(count, work, body)
 
+    def _quantized_matmul(self, op) -> list:
+        return quant.quantized_matmul(self, op)
+
     def _matmul(self, op) -> list:
+        packed = quant.packed_matmul(self, op)
+        if packed is not None:
+            return packed
         a, b = op.operands
         out = op.result.type
         *batch, m, n = out.shape
@@ -1252,6 +1287,9 @@ class _GpuLowering(_Lowering):
                        If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), combine + stores)]
 
     def _matmul(self, op) -> list:
+        packed = quant.packed_matmul(self, op)
+        if packed is not None:
+            return packed
         plan = matmul_fragments(self.fn, self.desc)
         if plan is not None:
             return self._fragment_matmul(op, plan)
@@ -1430,13 +1468,22 @@ class _GpuLowering(_Lowering):
             loop += [If(more, store(following)), k.Barrier()]
             return out_stmts + [Loop(kt, steps, loop)]
 
-        if symbolic:
-            inside = _all([Compare("lt", Var(tr), k.const(full_m)), Compare("lt", Var(tc), k.const(full_n)),
-                           Compare("eq", k.const(kk % tk), k.const(0))])
-            edge = k.Binary("or", k.Binary("or", Compare("ge", Var(tr), k.const(full_m)),
-                                           Compare("ge", Var(tc), k.const(full_n))),
-                            Compare("ne", k.const(kk % tk), k.const(0)))
-            body += [If(inside, pipeline(True)), If(edge, pipeline(False))]
+        if symbolic and isinstance(kk, int) and kk % tk:
+            body += pipeline(False)  # no tile is interior: K leaves a partial step everywhere
+        elif symbolic:  # test at run time only what is not known now
+            # (interior when, edge when, a, b): a tile row or column inside M or N, and K a multiple of tile_k
+            tests = [("lt", "ge", Var(v), k.const(full)) for v, full, size, tile in
+                     ((tr, full_m, m, tm), (tc, full_n, n, tn)) if not isinstance(size, int) or size % tile]
+            tests += [] if isinstance(kk, int) else [("eq", "ne", k.const(kk % tk), k.const(0))]
+            if not tests:
+                body += pipeline(True)
+            else:
+                inside = _all([Compare(when, a, b) for when, _, a, b in tests])
+                edge = None
+                for _, when, a, b in tests:
+                    c = Compare(when, a, b)
+                    edge = c if edge is None else k.Binary("or", edge, c)
+                body += [If(inside, pipeline(True)), If(edge, pipeline(False))]
         elif interior == tiles_m * tiles_n:
             body += pipeline(True)
         elif interior == 0:

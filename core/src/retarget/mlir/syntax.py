@@ -105,7 +105,7 @@ _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 _SUFFIX_ID = re.compile(r"[A-Za-z0-9_$.\-]+")
 _NUMBER = re.compile(r"[-+]?(0x[0-9A-Fa-f]+|\d+(\.\d*)?([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?)")
 _DIMS = re.compile(r"((?:\d+|\?)x)*")
-_SCALAR_TYPE = re.compile(r"(bf16|f16|f32|f64|tf32|f8E\w+|i\d+|si\d+|ui\d+|index|none)\b")
+_SCALAR_TYPE = re.compile(r"(bf16|f16|f32|f64|tf32|f[48]E\w+|i\d+|si\d+|ui\d+|index|none)\b")
 
 # Brackets, types and regions inside each other: deeper text is refused with a ParseError
 # rather than running out of Python stack (real models nest a dozen levels at most).
@@ -788,7 +788,7 @@ def _hex_bits_to_float(payload, dt: DType):
         return [_hex_bits_to_float(p, dt) for p in payload]
     if not isinstance(payload, _HexBits):
         return payload
-    uint = {16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+    uint = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
     return float(np.array(int(payload), dtype=uint).view(dt.np_dtype))
 
 
@@ -834,10 +834,11 @@ def _array_from_bytes(raw: bytes, ttype: TensorType, parser: Parser, pos: int) -
     np_dtype = ttype.dtype.np_dtype
     if ttype.dtype.kind == "bool":
         flat = np.frombuffer(raw, dtype=np.uint8).astype(np.bool_)
-    elif ttype.dtype.bits == 4:
+    elif ttype.dtype.bits in (2, 4):  # packed, the first element in the low bits
+        bits = ttype.dtype.bits
         packed = np.frombuffer(raw, dtype=np.uint8)
-        nibbles = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(-1)
-        flat = ((nibbles.astype(np.int8) ^ 8) - 8).astype(np_dtype)
+        shifts = bits * np.arange(8 // bits, dtype=np.uint8)
+        flat = ((packed[:, None] >> shifts) & ((1 << bits) - 1)).astype(np.uint8).reshape(-1).view(np_dtype)
     else:
         if len(raw) % np_dtype.itemsize:
             raise parser.error(f"{len(raw)} bytes is not a whole number of {ttype.dtype} elements", pos)

@@ -13,20 +13,28 @@ that needs loops of its own (`LOOP_OPS`):
   groups, since it reads its operand at other indices than it writes;
 - a reduction takes single-use root-less producers as its prologue (each input
   element is read once, so inlining them costs nothing); a conv, matmul or pool
-  does not, since it reads each input element many times.
+  does not, since it reads each input element many times, except for weight
+  dequantization (`rt.dequantize` and data movement of its result): that is the
+  point of packed weights, which stay packed in memory and unpack as kernels read them.
 Every group has exactly one output, so a kernel writes one buffer.
+
+With a placement (op -> device name, from `placement.py`), ops fuse only with ops of the same
+placement: a kernel never spans two devices.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir.core import Function, Operation, Value
 from ..ir.symbolic import symbols_of
 
 HOST_SIDE = ("rt.constant", "rt.reshape")
-LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax")
+LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
+            "rt.quantized_matmul")
 PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax")
+DEQUANTIZE_ROOTS = ("rt.matmul", "rt.conv2d")  # take a dequantization as their prologue
+DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")
 
 
 @dataclass(eq=False)
@@ -35,6 +43,7 @@ class Dispatch:
     function: Function  # the kernel, named like the dispatch
     inputs: list[Value]  # host values bound to the kernel's arguments, in order
     outputs: list[Value]  # host values the kernel's results are written to
+    ops: list[Operation] = field(default_factory=list)  # the function's ops it computes
 
 
 def is_inlinable_constant(v: Value) -> bool:
@@ -45,9 +54,10 @@ def is_inlinable_constant(v: Value) -> bool:
     return flat.size > 0 and bool((flat == flat[0]).all())
 
 
-def form_dispatches(fn: Function) -> list[Dispatch]:
-    """One dispatch per compute op, in program order. (Fusion groups more ops per dispatch.)"""
-    groups = _groups(fn)
+def form_dispatches(fn: Function, placement: dict[Operation, str] | None = None) -> list[Dispatch]:
+    """One dispatch per compute op, in program order. (Fusion groups more ops per dispatch, never
+    across two placements.)"""
+    groups = _groups(fn, placement or {})
     used_by = fn.users()
     returned = set(fn.returns)
     dispatches = []
@@ -62,7 +72,7 @@ def form_dispatches(fn: Function) -> list[Dispatch]:
     return dispatches
 
 
-def _groups(fn: Function) -> list[list[Operation]]:
+def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operation]]:
     from ..ir.ops import OPS
 
     used_by = fn.users()
@@ -81,12 +91,14 @@ def _groups(fn: Function) -> list[list[Operation]]:
         for v in op.operands:
             group = group_of.get(v.owner)
             single_use = len(used_by.get(v, [])) == 1 and v not in returned
-            if group is not None and single_use and group[-1] is v.owner and group not in producers:
+            if group is not None and single_use and group[-1] is v.owner and group not in producers \
+                    and placement.get(v.owner) == placement.get(op):
                 producers.append(group)
         rooted = [g for g in producers if root(g) is not None]
         rootless = [g for g in producers if root(g) is None]
         if op.name in LOOP_OPS:
-            merged = rootless if op.name in PROLOGUE_ROOTS else []
+            merged = rootless if op.name in PROLOGUE_ROOTS else \
+                [g for g in rootless if _dequantization(g)] if op.name in DEQUANTIZE_ROOTS else []
         elif OPS[op.name].elementwise and len(rooted) <= 1 and all(
             v.type.shape == op.result.type.shape for g in rooted for v in op.operands if v.owner is g[-1]
         ):
@@ -100,6 +112,10 @@ def _groups(fn: Function) -> list[list[Operation]]:
             group_of[o] = group
         order.append(group)
     return order
+
+
+def _dequantization(group: list[Operation]) -> bool:
+    return group[0].name == "rt.dequantize" and all(op.name in DATA_MOVEMENT for op in group[1:])
 
 
 def _short(group: list[Operation]) -> str:
@@ -131,4 +147,4 @@ def make_dispatch(name: str, ops: list[Operation], outputs: list[Value]) -> Disp
         mapping.update(zip(op.results, clone.results))
         body.append(clone)
     kernel = Function(name, args, body, [mapping[v] for v in outputs])
-    return Dispatch(name, kernel, inputs, outputs)
+    return Dispatch(name, kernel, inputs, outputs, list(ops))

@@ -7,6 +7,7 @@ import numpy as np
 from ..ir.core import DenseAttr, Function, Module, Operation, Value
 
 FOLD_LIMIT_BYTES = 1 << 12  # a folded result may grow past its inputs only up to this
+KEEP_UNFOLDED = ("rt.dequantize",)  # packed weights stay packed: kernels unpack them as they read
 
 
 def canonicalize(module: Module) -> Module:
@@ -43,7 +44,7 @@ def fold_constants(module: Module) -> Module:
 
     for fn in module.functions.values():
         for op in fn.ops:
-            if op.name == "rt.constant" or len(op.results) != 1 or not _all_constant(op):
+            if op.name in ("rt.constant", *KEEP_UNFOLDED) or len(op.results) != 1 or not _all_constant(op):
                 continue
             inputs = [v.owner.attrs["value"].array for v in op.operands]
             out_type = op.result.type

@@ -42,12 +42,15 @@ def _fields(name: str, kind: str) -> dict[str, str]:
         hooks="".join((TEMPLATES / "src" / f"hook_{h}.tmpl").read_text() for h, on in
                       (("targets", target), ("drivers", driver)) if on),
         what_works=", and ".join([f"target `{name}` compiles models"] * target +
-                                 [f"driver `{name}` runs them on the host CPU"] * driver),
+                                 [f"driver `{name}` runs {'them' if target else 'models compiled for vmvx'} "
+                                  "on the host CPU"] * driver),
         replace=" and ".join(["`compile` in targets.py with your code generator and the table with your chips"]
                              * target + ["the pieces of driver.py with your device API's"] * driver),
-        usage="\n".join(["```",
-                         f"retarget compile model.mlir --target {name if target else 'vmvx'} -o m.rtm",
-                         f"retarget run m.rtm --device {name if driver else 'local-task'} --input @x.npy",
+        usage="\n".join(["A model to try, `examples/tiny.mlir` (y = relu(x @ w + b)):", "",
+                         "```",
+                         f"retarget compile examples/tiny.mlir --target {name if target else 'vmvx'} -o m.rtm",
+                         f"retarget run m.rtm --device {name if driver else 'local-task'} "
+                         "--input \"2x4xf32=1 2 3 4 -1 0 1 2\"",
                          "```"]),
     )
     return fields

@@ -23,7 +23,7 @@ I32_B = np.array([2, 2, -2, -2, 0, 3, 3, 4, 3, -1, 5, 0], dtype=np.int32)
 INT_UNARY = ("neg", "abs", "sign", "not")
 INT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor")
 FLOAT_UNARY = [op for op in k.UNARY_OPS if op != "not"]
-FLOAT_BINARY = [op for op in k.BINARY_OPS if op not in ("and", "or", "xor")]
+FLOAT_BINARY = [op for op in k.BINARY_OPS if op not in ("and", "or", "xor", "shr")]
 
 
 def elementwise(name: str, body, in_dtypes, out_dtype, n: int) -> k.Kernel:
@@ -57,6 +57,13 @@ def op_cases() -> dict:
     for op in INT_BINARY:
         add(f"i32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [I32_A, I32_B], i32,
             ref(f"rt.{op}", [I32_A, I32_B], i32))
+    # shifts by 0 .. bits - 1: arithmetic for signed integers, logical for unsigned (packed weights' words)
+    words = np.array([-8, 7, -2147483647 - 1, 255, 0x7FFFFFFF], np.int32)
+    amounts = np.array([1, 0, 31, 4, 28], np.int32)
+    add("i32_shr", lambda a, b: k.Binary("shr", a, b), [words, amounts], i32, ref("rt.shr", [words, amounts], i32))
+    u, ua = words.view(np.uint32), amounts.view(np.uint32)
+    add("ui32_shr", lambda a, b: k.Binary("shr", a, b), [u, ua], dtypes.DTYPES["ui32"],
+        ref("rt.shr", [u, ua], dtypes.DTYPES["ui32"]))
     base, exponent = np.array([2, -3, 5, 0, 1, -1, 7], np.int32), np.array([10, 3, 0, 4, 9, 5, 2], np.int32)
     add("i32_pow", lambda a, b: k.Binary("pow", a, b), [base, exponent], i32, ref("rt.pow", [base, exponent], i32))
     for pred in k.COMPARE_OPS:

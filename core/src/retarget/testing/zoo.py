@@ -62,13 +62,26 @@ def _input(*shape, seed: int = SEED + 1):
 # -- MLP -------------------------------------------------------------------------------------
 
 
-def mlp():
+def mlp(argmax: bool = False):
+    """With `argmax`, it also returns each row's class (int64): an op whose result some GPU targets cannot
+    store (webgpu-spirv has no 64-bit integers), for the tests of `--fallback`."""
     torch, nn = _nn()
     model = nn.Sequential(
         nn.Linear(64, 128), nn.ReLU(),
         nn.Linear(128, 128), nn.GELU(),
         nn.Linear(128, 10), nn.Softmax(dim=-1),
     )
+    if argmax:
+        class Classifier(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = model
+
+            def forward(self, x):
+                probabilities = self.body(x)
+                return probabilities, probabilities.argmax(dim=-1)
+
+        return _randomize(Classifier()), (_input(8, 64),)
     return _randomize(model), (_input(8, 64),)
 
 

@@ -62,24 +62,28 @@ class VmvxLoader:
             raise ModuleFormatError(f"the {FORMAT} executable is not UTF-8 text (byte {e.start})",
                                     hint="the module is corrupt; recompile it") from None
         module = parse_module(text, filename=f"<{FORMAT} executable>")
-        return [_kernel(_entry_function(module, e)) for e in binary.entry_points]
+        return [_kernel(_entry_function(module, e, binary.target)) for e in binary.entry_points]
 
 
-def _entry_function(module: Module, entry: EntryPoint) -> Function:
+def _entry_function(module: Module, entry: EntryPoint, target: TargetDesc) -> Function:
     """The function that runs `entry`, whose arguments and results must be the entry's bindings."""
+    if target.backend == "vmvx":
+        hint = "the module is corrupt; recompile it"
+    else:  # another target produced vmvx code: the fault is most likely its compile, not the file
+        hint = (f"target '{target.backend}' produced this {FORMAT} code: its compile must give each dispatch's "
+                "function and entry point as retarget.vmvx.VmvxTarget().compile does (one workgroup, the "
+                "function's arguments and result as bindings); fix the target, then recompile")
     fn = module.functions.get(entry.name)
     if fn is None:
-        raise ModuleFormatError(f"the {FORMAT} executable has no function @{entry.name}",
-                                hint="the module is corrupt; recompile it")
+        raise ModuleFormatError(f"the {FORMAT} executable has no function @{entry.name}", hint=hint)
     if tuple(entry.workgroup_count) != (1, 1, 1):
         raise ModuleFormatError(f"the {FORMAT} entry point {entry.name} asks for {list(entry.workgroup_count)} "
-                                "workgroups; a vmvx function runs as one", hint="the module is corrupt; recompile it")
+                                "workgroups; a vmvx function runs as one", hint=hint)
     signature = [a.type for a in fn.args] + [r.type for r in fn.returns]
     if signature != [b.type for b in entry.bindings]:
         raise ModuleFormatError(
             f"the {FORMAT} function @{entry.name} takes and returns ({', '.join(map(str, signature))}), but its "
-            f"entry point binds ({', '.join(str(b.type) for b in entry.bindings)})",
-            hint="the module is corrupt; recompile it")
+            f"entry point binds ({', '.join(str(b.type) for b in entry.bindings)})", hint=hint)
     return fn
 
 

@@ -81,6 +81,7 @@ _BINARY = {
     "or": np.bitwise_or,
     "xor": np.bitwise_xor,
     "atan2": np.arctan2,
+    "shr": np.right_shift,
 }
 _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "and": np.all, "or": np.any}
@@ -240,6 +241,45 @@ def _reduce(attrs, x):
 @kernel("argmax")
 def _argmax(attrs, x):
     return np.argmax(x, axis=attrs["axis"], keepdims=attrs.get("keepdims", False))
+
+
+def _unpack(q: np.ndarray, bits: int, columns: int) -> np.ndarray:
+    """Packed 32-bit words -> their unsigned `bits`-bit values, `columns` a row (value c of a row is
+    bits [bits * (c % per_word), ...) of word c // per_word)."""
+    per_word = 32 // bits
+    shifts = (np.arange(per_word, dtype=np.uint32) * bits)
+    values = (q.astype(np.uint32)[..., None] >> shifts) & np.uint32((1 << bits) - 1)
+    return values.reshape(q.shape[0], -1)[:, :columns].astype(np.int64)
+
+
+def _per_value(t: np.ndarray, group: int, columns: int) -> np.ndarray:
+    """A [rows, groups] tensor repeated over each group's columns: [rows, columns]."""
+    return np.repeat(t, group, axis=1)[:, :columns]
+
+
+@kernel("dequantize")
+def _dequantize(attrs, q, scale, zero=None):
+    bits, group, shape = attrs["bits"], attrs["group_size"], tuple(attrs["shape"])
+    columns = int(np.prod(shape[1:]))
+    u = _unpack(q, bits, columns)
+    z = 2 ** (bits - 1) if zero is None else _per_value(_wide(zero), group, columns)
+    return ((u - z) * _per_value(_wide(scale), group, columns)).reshape(shape)
+
+
+@kernel("quantized_matmul")
+def _quantized_matmul(attrs, xq, x_scale, q, w_scale, w_zero=None):
+    """Exact integer sums of each group's products, then the scales (in f64)."""
+    bits, group = attrs["bits"], attrs["group_size"]
+    columns = xq.shape[-1]
+    u = _unpack(q, bits, columns)
+    zero = 2 ** (bits - 1) if w_zero is None else np.rint(_per_value(_wide(w_zero), group, columns)).astype(np.int64)
+    wq = u - zero
+    out = np.zeros(xq.shape[:-1] + (q.shape[0],), np.float64)
+    for g in range(-(-columns // group)):
+        part = slice(g * group, (g + 1) * group)
+        sums = np.matmul(xq[..., part].astype(np.int64), wq[:, part].T)
+        out += sums * _wide(w_scale)[:, g].astype(np.float64)
+    return out * _wide(x_scale).astype(np.float64)
 
 
 def evaluate(name: str, attrs: dict, arrays: list[np.ndarray], result_type: TensorType) -> np.ndarray:

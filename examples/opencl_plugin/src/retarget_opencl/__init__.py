@@ -32,6 +32,12 @@ class OpenClTarget:
 
         return targets.describe_device(device.info)
 
+    def support(self, desc):
+        """The OpenCL C renderer table's gaps, and f16/f64 where the profile lacks their extension."""
+        from .compile import support
+
+        return support(desc)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's lowering) -> one OpenCL C program."""
         from retarget.kernel.lower import lower_dispatch

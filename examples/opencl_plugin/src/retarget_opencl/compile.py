@@ -44,6 +44,18 @@ def dialect(desc: TargetDesc):
     )
 
 
+def support(desc: TargetDesc):
+    """What this profile cannot run: the core's OpenCL C table's gaps (`support_table`), and f16/f64
+    without their extension (`NEEDS`), as `_check_types` refuses them."""
+    from retarget.kernel.c_renderer import support_table
+    from retarget.protocols import SupportTable
+
+    table = support_table(dialect(desc))
+    missing = {name: f"needs {ext}, and profile {desc.arch} does not assume it"
+               for name, ext in NEEDS.items() if ext not in desc.features}
+    return SupportTable(table.ops, {**table.dtypes, **missing})
+
+
 def _check_types(kernel, desc: TargetDesc) -> None:
     for p in kernel.params:
         extension = NEEDS.get(p.dtype.name)

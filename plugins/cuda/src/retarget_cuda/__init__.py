@@ -33,6 +33,13 @@ class CudaTarget:
         return targets._desc_for_device(device.info.properties["compute_capability"], "host",
                                         device.info.properties.get("multiprocessors"))
 
+    def support(self, desc):
+        """What CUDA C cannot compute here: read off the core's CUDA renderer table (`exp` of integers,
+        bitwise ops of floats, i4)."""
+        from retarget.kernel.c_renderer import CUDA, support_table
+
+        return support_table(CUDA)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> CUDA C -> one cubin."""
         from retarget.kernel.lower import lower_dispatch

@@ -18,12 +18,22 @@ raises `CudaError` naming the call and the error.
 DLPack: arrays of this GPU (torch, cupy, jax) go in without a trip through the host (`wrap` and
 `copy`, ordered after the producer's work through DLPack's stream argument), and outputs come out as
 `retarget.DeviceArray`s over memory this driver allocated (`address`).
+
+Threads: a device may be used from several threads at once. Every call makes the device's context
+current on the calling thread first (a new thread has none). Graphs are captured on a stream of their
+own, never on the device's stream, so another thread's copy or synchronisation on that stream cannot
+land in a capture or break it; a lock serialises submits, captures and timing, and the host arrays of
+copies in flight are released only once a synchronisation has covered them. What a device holds (its
+streams, events, spare buffers, executables' modules, graphs, buffers) is freed when the Python objects go;
+`close()` also releases its retain of the primary context.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 
 import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError
@@ -35,7 +45,20 @@ NAME = "cuda"
 
 
 MODES = ("graph", "stream", "direct")
-SPARE_BYTES = 256 << 20  # freed buffers a device keeps for reuse, at most
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # devices alive, whose spare buffers are freed at exit
+
+
+@atexit.register
+def _free_spares() -> None:
+    """Free the spare buffers of devices still alive at exit, so that nothing outlives the process unfreed
+    (compute-sanitizer's leak check sees exactly what a program leaked)."""
+    for device in list(_OPEN):
+        try:
+            device.drop_spares()
+        except Exception:  # the bindings may already be gone
+            pass
+SPARE_BYTES = 64 << 20  # freed buffers a device keeps for reuse, at most
+SPARE_BUFFER_BYTES = 16 << 20  # and each of them at most (outputs handed out through DLPack, not whole arenas)
 
 
 def _default_mode() -> str:
@@ -208,15 +231,19 @@ class CudaBuffer:
     def __init__(self, device: CudaDevice, nbytes: int, address: int | None = None, owned: bool | None = None):
         self.device, self.nbytes = device, nbytes
         self.owned = address is None if owned is None else owned
+        self.handed_out = False  # exported through DLPack: kept for reuse when the consumer lets go
         self.address = int(check(_cu().cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")) if address is None \
             else address
+        if self.owned:
+            device.held(nbytes)
 
     def free(self) -> None:
         if not self.owned:
             self.address = 0
         elif self.address:
             address, self.address = self.address, 0
-            if not self.device.recycle(address, self.nbytes):
+            self.device.held(-self.nbytes)
+            if not (self.handed_out and self.device.recycle(address, self.nbytes)):
                 self.device._current()
                 check(_cu().cuMemFree(_cu().CUdeviceptr(address)), "cuMemFree")
 
@@ -228,11 +255,24 @@ class CudaBuffer:
 
 
 class CudaExecutable:
-    def __init__(self, entry_points, module, functions, loaded_as: str):
+    def __init__(self, device: CudaDevice, entry_points, module, functions, loaded_as: str):
+        self.device = device
         self.entry_points = entry_points
         self.module = module
         self.functions = functions  # one CUfunction per entry point, in order
         self.loaded_as = loaded_as  # "cubin" or "ptx"
+
+    def unload(self) -> None:
+        if self.module is not None:
+            module, self.module = self.module, None
+            self.device._current()
+            check(_cu().cuModuleUnload(module), "cuModuleUnload")
+
+    def __del__(self):
+        try:
+            self.unload()
+        except Exception:  # at interpreter exit the bindings may already be gone
+            pass
 
 
 def _check_range(buffer: CudaBuffer, offset: int, nbytes: int, what: str) -> None:
@@ -309,7 +349,8 @@ class CudaCommandBuffer:
             command(stream)
 
     def capture(self, stream) -> None:
-        """Record the commands into a CUDA graph once (nothing runs while capturing)."""
+        """Record the commands into a CUDA graph once (nothing runs while capturing). `stream` is one that
+        nothing else uses meanwhile: whatever is issued on a capturing stream joins the capture."""
         cu = _cu()
         check(cu.cuStreamBeginCapture(stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "cuStreamBeginCapture")
@@ -325,6 +366,7 @@ class CudaCommandBuffer:
     def release(self) -> None:
         if self.graph_exec is not None:
             cu = _cu()
+            self.device._current()
             cu.cuGraphExecDestroy(self.graph_exec)
             cu.cuGraphDestroy(self.graph)
             self.graph_exec = self.graph = None
@@ -351,13 +393,17 @@ class CudaDevice:
         # A blocking stream: it runs in order with the legacy default stream (torch's, by default), so arrays
         # that torch wrote there are ready for us, and ours for torch, without an event per call.
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_DEFAULT.value), "cuStreamCreate")
-        self.pending: list = []  # host arrays of copies still in flight, kept alive until wait()
-        self._lock = threading.Lock()
+        self.capture_stream = None  # made on the first capture: graphs are captured there, under the lock
+        self.pending: list = []  # host arrays of copies still in flight, kept alive until a wait covers them
+        self._pending_lock = threading.Lock()
+        self._lock = threading.RLock()  # submits, captures, timing
         self._events = None  # (start, end) for timed_submit, made on first use
         self._spare: dict[int, list[int]] = {}  # nbytes -> addresses of freed buffers, for reuse (see recycle)
         self._spare_bytes = 0
+        self._held = 0  # bytes of the buffers this device made that are alive (not freed, not spare)
         self._released = False  # a buffer was recycled since the context last synchronised
-        self._pool_lock = threading.Lock()
+        self._pool_lock = threading.RLock()  # allocate holds it while a reused buffer counts itself held
+        _OPEN.add(self)
 
     def _current(self) -> None:
         check(_cu().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
@@ -379,11 +425,26 @@ class CudaDevice:
                 return CudaBuffer(self, nbytes, address=spare.pop(), owned=True)
         return CudaBuffer(self, nbytes)
 
-    def recycle(self, address: int, nbytes: int) -> bool:
-        """Keep a freed buffer for the next allocation of its size (a function's outputs, handed out through
-        DLPack and dropped each call, cost neither a cuMemAlloc nor a cuMemFree). False: free it now."""
+    def drop_spares(self) -> None:
+        cu = _cu()
         with self._pool_lock:
-            if self.stream is None or nbytes > SPARE_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
+            if self._spare:
+                self._current()
+            for address in (a for spare in self._spare.values() for a in spare):
+                check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
+            self._spare.clear()
+            self._spare_bytes = 0
+
+    def held(self, nbytes: int) -> None:
+        with self._pool_lock:
+            self._held += nbytes
+
+    def recycle(self, address: int, nbytes: int) -> bool:
+        """Keep a freed buffer that was handed out through DLPack for the next allocation of its size (a
+        function's outputs, dropped by the consumer each call, cost neither a cuMemAlloc nor a cuMemFree).
+        False: free it now. Spares left at exit are freed then (`_free_spares`)."""
+        with self._pool_lock:
+            if self.stream is None or nbytes > SPARE_BUFFER_BYTES or self._spare_bytes + nbytes > SPARE_BYTES:
                 return False
             self._spare.setdefault(nbytes, []).append(address)
             self._spare_bytes += nbytes
@@ -398,9 +459,10 @@ class CudaDevice:
             return
         cu = _cu()
         self._current()
-        check(cu.cuMemcpyHtoDAsync(cu.CUdeviceptr(buffer.address + offset), raw.ctypes.data, raw.nbytes,
-                                   self.stream), "cuMemcpyHtoDAsync")
-        self.pending.append(raw)
+        with self._pending_lock:  # appended before any wait can start that would not cover the copy
+            check(cu.cuMemcpyHtoDAsync(cu.CUdeviceptr(buffer.address + offset), raw.ctypes.data, raw.nbytes,
+                                       self.stream), "cuMemcpyHtoDAsync")
+            self.pending.append(raw)
 
     def read(self, buffer: CudaBuffer, offset: int, nbytes: int) -> np.ndarray:
         if offset < 0 or offset + nbytes > buffer.nbytes:
@@ -427,9 +489,10 @@ class CudaDevice:
         cu = _cu()
         self._current()
         module = check(cu.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData" + ("" if use_cubin else " (PTX JIT)"))
-        functions = [check(cu.cuModuleGetFunction(module, e.name.encode()), f"cuModuleGetFunction({e.name})")
-                     for e in binary.entry_points]
-        return CudaExecutable(list(binary.entry_points), module, functions, "cubin" if use_cubin else "ptx")
+        executable = CudaExecutable(self, list(binary.entry_points), module, [], "cubin" if use_cubin else "ptx")
+        executable.functions = [check(cu.cuModuleGetFunction(module, e.name.encode()), f"cuModuleGetFunction({e.name})")
+                                for e in binary.entry_points]
+        return executable
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -448,7 +511,11 @@ class CudaDevice:
             mode = command_buffer.mode or self.default_mode
             if mode == "graph" and command_buffer.ended:
                 if command_buffer.graph_exec is None:
-                    command_buffer.capture(self.stream)
+                    if self.capture_stream is None:
+                        cu = _cu()
+                        self.capture_stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
+                                                    "cuStreamCreate")
+                    command_buffer.capture(self.capture_stream)
                 check(_cu().cuGraphLaunch(command_buffer.graph_exec, self.stream), "cuGraphLaunch")
             elif mode == "direct":
                 for command, what in zip(command_buffer.commands, command_buffer.names):
@@ -473,6 +540,7 @@ class CudaDevice:
         return CudaBuffer(self, nbytes, address=address)
 
     def address(self, buffer: CudaBuffer) -> int:
+        buffer.handed_out = True  # DLPack hands it out: its memory is kept for the next output when it comes back
         return buffer.address
 
     def copy(self, src: CudaBuffer, src_offset: int, dst: CudaBuffer, dst_offset: int, nbytes: int) -> None:
@@ -487,38 +555,57 @@ class CudaDevice:
 
     def wait(self) -> None:
         self._current()
+        with self._pending_lock:
+            covered = len(self.pending)  # copies issued before this synchronisation starts
         check(_cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
-        self.pending.clear()
+        with self._pending_lock:
+            del self.pending[:covered]
 
     def timed_submit(self, command_buffer: CudaCommandBuffer) -> float:
         """Submit, wait, and return the seconds between two events recorded on the stream around the
         work: the GPU's own time, without host copies or Python (`retarget.bench` uses it)."""
         cu = _cu()
-        self._current()
-        if self._events is None:
-            flags = cu.CUevent_flags.CU_EVENT_DEFAULT.value
-            self._events = tuple(check(cu.cuEventCreate(flags), "cuEventCreate") for _ in range(2))
-        start, end = self._events
-        check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
-        self.submit(command_buffer)
-        check(cu.cuEventRecord(end, self.stream), "cuEventRecord")
-        self.wait()
-        return check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
+        with self._lock:
+            self._current()
+            if self._events is None:
+                flags = cu.CUevent_flags.CU_EVENT_DEFAULT.value
+                self._events = tuple(check(cu.cuEventCreate(flags), "cuEventCreate") for _ in range(2))
+            start, end = self._events
+            check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+            self.submit(command_buffer)
+            check(cu.cuEventRecord(end, self.stream), "cuEventRecord")
+            self.wait()
+            return check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
 
-    def close(self) -> None:
+    def memory_in_use(self) -> int:
+        """Bytes of the buffers this device allocated that are alive (the spare ones it keeps for reuse left
+        out): exact, where cuMemGetInfo counts every process's memory in 2 MB pages."""
+        with self._pool_lock:
+            return self._held
+
+    def close(self, release_context: bool = True) -> None:
+        """Free the streams, events and spare buffers, and release the primary context. When the device goes
+        without a close, the garbage collector does the same but keeps the context retained: its buffers may
+        be freed after it (a loaded module is a cycle, whose objects go in any order), and need the context."""
         cu = _cu()
         if self.stream is not None:
             self.wait()
             for event in self._events or ():
                 check(cu.cuEventDestroy(event), "cuEventDestroy")
             self._events = None
-            check(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")
-            self.stream = None
-            with self._pool_lock:
-                for address in (a for spare in self._spare.values() for a in spare):
-                    check(cu.cuMemFree(cu.CUdeviceptr(address)), "cuMemFree")
-                self._spare.clear()
-            check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
+            for stream in (self.stream, self.capture_stream):
+                if stream is not None:
+                    check(cu.cuStreamDestroy(stream), "cuStreamDestroy")
+            self.stream = self.capture_stream = None
+            self.drop_spares()
+            if release_context:
+                check(cu.cuDevicePrimaryCtxRelease(self.cu_device), "cuDevicePrimaryCtxRelease")
+
+    def __del__(self):
+        try:
+            self.close(release_context=False)
+        except Exception:  # at interpreter exit the bindings may already be gone
+            pass
 
 
 def _sm_parts(sm: str) -> tuple[int, int, bool]:

@@ -32,6 +32,12 @@ class LlvmCpuTarget:
 
         return targets.host()
 
+    def support(self, desc):
+        """What the LLVM code generator refuses (float math of integers, bitwise ops of floats, i4)."""
+        from .codegen import support_table
+
+        return support_table()
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's lowering) -> one object."""
         from retarget.protocols import Binding

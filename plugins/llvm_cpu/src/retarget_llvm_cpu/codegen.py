@@ -57,6 +57,29 @@ def storage_type(dt: DType) -> ir.Type:
     return _scalar(dt)
 
 
+# The elementwise ops `expr_unary` and `expr_binary` compute on integers and booleans, and the bitwise ops they
+# do not compute on floats; `support_table` refuses the rest, so placement sends them elsewhere.
+INTEGER_UNARY = ("neg", "abs", "not", "sign")
+INTEGER_BINARY = ("add", "sub", "mul", "and", "or", "xor", "div", "rem", "max", "min")
+NOT_ON_FLOATS = ("not", "and", "or", "xor")
+
+
+def support_table():
+    """What this code generator refuses, as a SupportTable: float math of integers, bitwise ops of floats,
+    and the element types `_scalar` cannot hold (i4)."""
+    from retarget.ir.dtypes import DTYPES
+    from retarget.kernel.ir import BINARY_OPS, UNARY_OPS
+    from retarget.protocols import SupportTable
+
+    ops = {f"rt.{op}:{kind}": f"llvm-cpu computes {op} of floats only"
+           for op in (*UNARY_OPS, *BINARY_OPS) if op not in INTEGER_UNARY + INTEGER_BINARY
+           for kind in ("int", "uint", "bool")}
+    ops.update({f"rt.{op}:float": "llvm-cpu computes bitwise ops of integers only" for op in NOT_ON_FLOATS})
+    held = {"f64", "f32", "f16", "bf16", "i1"} | {name for name, dt in DTYPES.items()
+                                                   if dt.kind in ("int", "uint") and dt.bits in (8, 16, 32, 64)}
+    return SupportTable(ops, {name: "llvm-cpu has no such machine type" for name in DTYPES if name not in held})
+
+
 def compute_type(dt: DType) -> ir.Type:
     """How a value of this dtype is held in registers."""
     if dt.name in ("f16", "bf16"):
@@ -417,6 +440,8 @@ class _KernelBuilder:
             simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}
             if op in simple:
                 return simple[op](a, c)
+            if op == "shr":
+                return b.lshr(a, c) if unsigned else b.ashr(a, c)
             if op in ("div", "rem"):
                 # x / 0 is x and x % 0 is 0 (as the reference), never a trap; so is MIN / -1.
                 zero = b.icmp_unsigned("==", c, ir.Constant(ty, 0))

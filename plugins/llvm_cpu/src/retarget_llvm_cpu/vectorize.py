@@ -26,7 +26,7 @@ from retarget.kernel import ir as k
 MAX_LANES = 64  # wider tiles stay loops, for LLVM's loop vectorizer
 MAX_STRIDED_SPAN = 256  # elements one strided load may span
 VECTOR_DTYPES = ("f32", "f64", "i32", "i64")
-INT_BINARY = ("add", "sub", "mul", "and", "or", "xor", "max", "min")
+INT_BINARY = ("add", "sub", "mul", "and", "or", "xor", "max", "min", "shr")
 FLOAT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow")
 
 

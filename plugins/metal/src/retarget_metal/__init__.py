@@ -33,6 +33,12 @@ class MetalTarget:
 
         return targets.describe_device(device.info)
 
+    def support(self, desc):
+        """The MSL renderer table's gaps (no double), and bf16 buffers below MSL 3.1."""
+        from .compile import support
+
+        return support(desc)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> one MSL library
         holding every kernel."""

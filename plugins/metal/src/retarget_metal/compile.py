@@ -74,6 +74,19 @@ def dialect():
     )
 
 
+def support(desc: TargetDesc):
+    """What this target cannot run: the MSL table's gaps (the core's renderer: f64, `exp` of integers, ...),
+    and bf16 buffers where the target's MSL predates `bfloat` (as `check_types` refuses them)."""
+    from retarget.kernel.c_renderer import support_table
+    from retarget.protocols import SupportTable
+
+    table = support_table(dialect())
+    buffers = {}
+    if MSL_VERSIONS[desc.extra["msl"]].key < MSL_VERSIONS[BF16_MSL].key:
+        buffers["bf16"] = f"MSL's bfloat needs MSL {BF16_MSL}; this target is MSL {desc.extra['msl']}"
+    return SupportTable(table.ops, table.dtypes, buffers)
+
+
 def check_types(kn: k.Kernel, desc: TargetDesc) -> None:
     for p in kn.params:
         if p.dtype.name not in ITEMSIZE:

@@ -21,6 +21,10 @@ device with the reason, and nothing here imports PyObjC until a device is opened
   places them where a dispatch reads what an earlier one wrote), copies and fills in a blit
   encoder. `submit` commits; `wait` waits for the last committed buffer (one queue runs them in
   order) and raises if the GPU reported an error. `last_gpu_seconds` is its GPU time.
+
+Threads: a device may be used from several threads at once. Encoding and committing are serialised by
+a lock (one queue orders the work); `wait` waits for the last buffer committed by any thread, which
+stays the one to wait for until it completes; buffers are shared memory, written and read directly.
 """
 
 from __future__ import annotations
@@ -334,6 +338,10 @@ class MetalDevice:
                     + "; ".join(short) + "); recompile with --target metal-spirv:host")
         return None
 
+    def memory_in_use(self) -> int:
+        """Bytes the MTLDevice has allocated (its currentAllocatedSize)."""
+        return int(self.mtl.currentAllocatedSize())
+
     def allocate(self, nbytes: int) -> MetalBuffer:
         limit = self.info.properties.get("max_buffer_bytes")
         if limit and nbytes > limit:
@@ -421,12 +429,17 @@ class MetalDevice:
             self._last = cb
 
     def wait(self) -> None:
-        """Block until every submitted command buffer is done (one queue runs them in order)."""
+        """Block until every submitted command buffer is done (one queue runs them in order). The last one
+        stays the one to wait for until it has completed: a thread that waits while another is waiting
+        on it must wait too, not return at once."""
         with self._lock:
-            cb, self._last = self._last, None
+            cb = self._last
         if cb is None:
             return
         cb.waitUntilCompleted()
+        with self._lock:
+            if self._last is cb:
+                self._last = None
         if cb.status() == STATUS_ERROR:
             raise MetalError(f"the GPU failed a command buffer: {_describe(cb.error())}")
         self.last_gpu_seconds = float(cb.GPUEndTime() - cb.GPUStartTime())

@@ -34,6 +34,13 @@ class RocmTarget:
         props = device.info.properties
         return targets.describe_device(props["target_id"], "host", props.get("compute_units"))
 
+    def support(self, desc):
+        """The HIP renderer table's gaps, and on the clang route (no ROCm here) the f64 math that only
+        ROCm's device library has."""
+        from .compile import support
+
+        return support(desc)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> HIP -> one code object."""
         from retarget.kernel.lower import lower_dispatch

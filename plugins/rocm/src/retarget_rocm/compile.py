@@ -117,6 +117,19 @@ def check(hsaco: bytes, desc: TargetDesc, kernel_names: list[str]) -> codeobject
     return co
 
 
+def support(desc: TargetDesc):
+    """The HIP table's gaps (the core's renderer), plus, when this machine compiles without ROCm, the f64
+    math of `F64_NEEDS_ROCM` (refused by `_check_f64_math` too)."""
+    from retarget.kernel.c_renderer import support_table
+    from retarget.protocols import SupportTable
+
+    table = support_table(dialect())
+    if toolchain.route() != "clang":
+        return table
+    why = "needs ROCm's device library, and this machine compiles without ROCm (clang + LLVM)"
+    return SupportTable({**table.ops, **{f"rt.{op}:f64": why for op in sorted(F64_NEEDS_ROCM)}}, table.dtypes)
+
+
 def _check_f64_math(kn, desc: TargetDesc) -> None:
     from retarget.kernel import ir as k
 

@@ -16,6 +16,12 @@ them in one of two modes:
 picks a mode for one command buffer. Every hipError_t is checked; a failure raises `HipError`
 naming the call and the error. This module is written against the HIP API and untested on an AMD
 GPU (none was available): the README says so.
+
+Threads: as the cuda driver. Every call sets the device on the calling thread first; graphs are
+captured on a stream of their own, so another thread's copy or synchronisation on the device's stream
+cannot land in a capture; a lock serialises submits, captures and timing; host arrays of copies in
+flight are released only once a synchronisation has covered them. Streams, events, modules, graphs and
+buffers are freed when the Python objects go.
 """
 
 from __future__ import annotations
@@ -214,10 +220,23 @@ class HipBuffer:
 
 
 class HipExecutable:
-    def __init__(self, entry_points, module, functions):
+    def __init__(self, device: HipDevice, entry_points, module, functions):
+        self.device = device
         self.entry_points = entry_points
         self.module = module
         self.functions = functions  # one hipFunction_t per entry point, in order
+
+    def unload(self) -> None:
+        if self.module is not None:
+            module, self.module = self.module, None
+            self.device._current()
+            check(_hip().hipModuleUnload(module), "hipModuleUnload")
+
+    def __del__(self):
+        try:
+            self.unload()
+        except Exception:  # at interpreter exit the bindings may already be gone
+            pass
 
 
 def _check_range(buffer: HipBuffer, offset: int, nbytes: int, what: str) -> None:
@@ -290,7 +309,8 @@ class HipCommandBuffer:
             command(stream)
 
     def capture(self, stream) -> None:
-        """Record the commands into a HIP graph once (nothing runs while capturing)."""
+        """Record the commands into a HIP graph once (nothing runs while capturing). `stream` is one that
+        nothing else uses meanwhile: whatever is issued on a capturing stream joins the capture."""
         hip = _hip()
         check(hip.hipStreamBeginCapture(stream, hip.hipStreamCaptureMode.hipStreamCaptureModeThreadLocal),
               "hipStreamBeginCapture")
@@ -305,6 +325,7 @@ class HipCommandBuffer:
     def release(self) -> None:
         if self.graph_exec is not None:
             hip = _hip()
+            self.device._current()
             hip.hipGraphExecDestroy(self.graph_exec)
             hip.hipGraphDestroy(self.graph)
             self.graph_exec = self.graph = None
@@ -327,8 +348,10 @@ class HipDevice:
         self.graphs = os.environ.get("RETARGET_HIP_GRAPHS", "0") in ("1", "true", "yes", "on")
         self._current()
         self.stream = check(hip.hipStreamCreateWithFlags(NON_BLOCKING), "hipStreamCreateWithFlags")
-        self.pending: list = []  # host arrays of copies still in flight, kept alive until wait()
-        self._lock = threading.Lock()
+        self.capture_stream = None  # made on the first capture: graphs are captured there, under the lock
+        self.pending: list = []  # host arrays of copies still in flight, kept alive until a wait covers them
+        self._pending_lock = threading.Lock()
+        self._lock = threading.RLock()  # submits, captures, timing
         self._events = None  # (start, end) for timed_submit, made on first use
 
     def _current(self) -> None:
@@ -350,9 +373,10 @@ class HipDevice:
         if raw.nbytes == 0:
             return
         self._current()
-        check(_hip().hipMemcpyHtoDAsync(buffer.address + offset, raw.ctypes.data, raw.nbytes, self.stream),
-              "hipMemcpyHtoDAsync")
-        self.pending.append(raw)
+        with self._pending_lock:  # appended before any wait can start that would not cover the copy
+            check(_hip().hipMemcpyHtoDAsync(buffer.address + offset, raw.ctypes.data, raw.nbytes, self.stream),
+                  "hipMemcpyHtoDAsync")
+            self.pending.append(raw)
 
     def read(self, buffer: HipBuffer, offset: int, nbytes: int) -> np.ndarray:
         if offset < 0 or offset + nbytes > buffer.nbytes:
@@ -379,9 +403,10 @@ class HipDevice:
         self._current()
         image = np.frombuffer(binary.data, dtype=np.uint8)
         module = check(hip.hipModuleLoadData(image.ctypes.data), "hipModuleLoadData")
-        functions = [check(hip.hipModuleGetFunction(module, e.name.encode()), f"hipModuleGetFunction({e.name})")
-                     for e in binary.entry_points]
-        return HipExecutable(list(binary.entry_points), module, functions)
+        executable = HipExecutable(self, list(binary.entry_points), module, [])
+        executable.functions = [check(hip.hipModuleGetFunction(module, e.name.encode()),
+                                      f"hipModuleGetFunction({e.name})") for e in binary.entry_points]
+        return executable
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -400,39 +425,61 @@ class HipDevice:
             graph = command_buffer.mode == "graph" if command_buffer.mode else self.graphs
             if graph and command_buffer.ended:
                 if command_buffer.graph_exec is None:
-                    command_buffer.capture(self.stream)
+                    if self.capture_stream is None:
+                        self.capture_stream = check(_hip().hipStreamCreateWithFlags(NON_BLOCKING),
+                                                    "hipStreamCreateWithFlags")
+                    command_buffer.capture(self.capture_stream)
                 check(_hip().hipGraphLaunch(command_buffer.graph_exec, self.stream), "hipGraphLaunch")
             else:
                 command_buffer.issue(self.stream)
 
     def wait(self) -> None:
         self._current()
+        with self._pending_lock:
+            covered = len(self.pending)  # copies issued before this synchronisation starts
         check(_hip().hipStreamSynchronize(self.stream), "hipStreamSynchronize")
-        self.pending.clear()
+        with self._pending_lock:
+            del self.pending[:covered]
+
+    def memory_in_use(self) -> int:
+        """Bytes of the GPU's memory in use (total - free of hipMemGetInfo: every process's)."""
+        self._current()
+        free, total = check(_hip().hipMemGetInfo(), "hipMemGetInfo")
+        return int(total) - int(free)
 
     def timed_submit(self, command_buffer: HipCommandBuffer) -> float:
         """Submit, wait, and return the seconds between two events recorded on the stream around the
         work: the GPU's own time, without host copies or Python (`retarget.bench` uses it)."""
         hip = _hip()
-        self._current()
-        if self._events is None:
-            self._events = tuple(check(hip.hipEventCreate(), "hipEventCreate") for _ in range(2))
-        start, end = self._events
-        check(hip.hipEventRecord(start, self.stream), "hipEventRecord")
-        self.submit(command_buffer)
-        check(hip.hipEventRecord(end, self.stream), "hipEventRecord")
-        self.wait()
-        return check(hip.hipEventElapsedTime(start, end), "hipEventElapsedTime") / 1e3
+        with self._lock:
+            self._current()
+            if self._events is None:
+                self._events = tuple(check(hip.hipEventCreate(), "hipEventCreate") for _ in range(2))
+            start, end = self._events
+            check(hip.hipEventRecord(start, self.stream), "hipEventRecord")
+            self.submit(command_buffer)
+            check(hip.hipEventRecord(end, self.stream), "hipEventRecord")
+            self.wait()
+            return check(hip.hipEventElapsedTime(start, end), "hipEventElapsedTime") / 1e3
 
     def close(self) -> None:
+        """Free the streams and events (also done when the device goes)."""
         hip = _hip()
         if self.stream is not None:
             self.wait()
             for event in self._events or ():
                 check(hip.hipEventDestroy(event), "hipEventDestroy")
             self._events = None
-            check(hip.hipStreamDestroy(self.stream), "hipStreamDestroy")
-            self.stream = None
+            for stream in (self.stream, self.capture_stream):
+                if stream is not None:
+                    check(hip.hipStreamDestroy(stream), "hipStreamDestroy")
+            self.stream = self.capture_stream = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the bindings may already be gone
+            pass
 
 
 def why_not(target: TargetDesc, gfx: str, device_name: str) -> str | None:

@@ -32,6 +32,13 @@ class VulkanSpirvTarget:
 
         return targets.describe_device(device.info)
 
+    def support(self, desc):
+        """What the SPIR-V code generator cannot do for this architecture: its ops by kind, and the
+        element types whose storage or compute capability the architecture lacks."""
+        from .codegen import support_table
+
+        return support_table(desc.features)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> one SPIR-V module each."""
         from retarget.kernel.lower import lower_dispatch

@@ -48,6 +48,15 @@ STORAGE_CAPABILITY = {
     "i64": (64, "Int64"), "ui64": (64, "Int64"), "f64": (64, "Float64"),
 }
 INDEX_LIMIT = 2**31
+# The elementwise ops `expr_unary` and `expr_binary` compute, by compute kind (integers compute as i32,
+# so unsigned ones as "int"; halves as f32); and the float math they compute in f64 (the rest of
+# GLSL.std.450's is 32-bit only). `support_table` refuses the others, so --fallback takes them.
+UNARY_BY_KIND = {"float": set(k.UNARY_OPS) - {"not"}, "int": {"neg", "abs", "not", "sign"},
+                 "bool": {"abs", "not", "sign"}}
+BINARY_BY_KIND = {"float": set(k.BINARY_OPS) - {"and", "or", "xor"}, "int": set(k.BINARY_OPS) - {"atan2"},
+                  "bool": {"and", "or", "xor", "max", "min", "add", "mul"}}
+F64_MATH = ("neg", "abs", "sign", "floor", "ceil", "round", "sqrt", "reciprocal",
+            "add", "sub", "mul", "div", "rem", "max", "min", "pow")
 _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
@@ -62,6 +71,31 @@ class SpirvKernel:
     shared_bytes: int
     slots: tuple[int, ...]  # the binding of each param (see container.py)
     required_subgroup_size: int | None = None  # cooperative matrices need their subgroups whole
+
+
+def support_table(features):
+    """What this code generator cannot compute for a target with SPIR-V capabilities `features`, as a
+    SupportTable: the ops outside UNARY_BY_KIND / BINARY_BY_KIND / F64_MATH, f64 without Float64, i4,
+    and buffers of the types whose storage capability (STORAGE_CAPABILITY) the target lacks."""
+    from retarget.protocols import SupportTable
+
+    ops = {}
+    for kind in ("float", "int", "uint", "bool"):
+        compute = "int" if kind == "uint" else kind
+        for op in (*k.UNARY_OPS, *k.BINARY_OPS):
+            allowed = UNARY_BY_KIND if op in k.UNARY_OPS else BINARY_BY_KIND
+            if op not in allowed[compute]:
+                ops[f"rt.{op}:{kind}"] = f"the SPIR-V code generator has no {op} of {kind} values"
+    for op in (*k.UNARY_OPS, *k.BINARY_OPS):
+        if op in UNARY_BY_KIND["float"] | BINARY_BY_KIND["float"] and op not in F64_MATH:
+            ops[f"rt.{op}:f64"] = "GLSL.std.450 computes it in 32 bits only; cast the model to f32"
+    dtypes = {} if "Float64" in features else {
+        "f64": "needs the SPIR-V capability Float64, which the target does not have"}
+    dtypes.update({name: "the SPIR-V code generator has no such type" for name, dt in DTYPES.items() if dt.storage})
+    buffers = {"i4": "SPIR-V buffers hold no 4-bit integers"}
+    buffers.update({name: f"needs the SPIR-V capability {cap}, which the target does not have"
+                    for name, (_, cap) in STORAGE_CAPABILITY.items() if cap not in features})
+    return SupportTable(ops, dtypes, buffers)
 
 
 def compute_dtype(dt: DType) -> DType:
@@ -643,7 +677,7 @@ class _Codegen:
         raise self.fail(f"unary op '{e.op}' on {dt} is not supported")
 
     def float_unary(self, op: str, x: int, t: int, c: DType) -> int:
-        if c.bits == 64 and op not in ("floor", "ceil", "round", "sqrt", "reciprocal"):
+        if c.bits == 64 and op not in F64_MATH:
             raise self.fail(f"{op} on f64: GLSL.std.450 computes it in 32 bits only; cast the model to f32")
         # Vulkan lets Sin, Cos, Tan be off by 2^-11 and Atan by 4096 ulp, and Tanh inherits exp's overflow and
         # cancellation: those are computed here (Cephes' single-precision algorithms), the same on every driver.
@@ -880,6 +914,8 @@ class _Codegen:
             return self.wrap(self.int_op({"add": "IAdd", "sub": "ISub", "mul": "IMul"}[op], a, b), dt)
         if op in ("and", "or", "xor"):
             return self.op({"and": "BitwiseAnd", "or": "BitwiseOr", "xor": "BitwiseXor"}[op], t, a, b)
+        if op == "shr":  # values narrower than 32 bits sit sign- or zero-extended, so either shift keeps them
+            return self.op("ShiftRightLogical" if unsigned else "ShiftRightArithmetic", t, a, b)
         if op in ("max", "min"):
             return self.ext(("U" if unsigned else "S") + ("Max" if op == "max" else "Min"), t, a, b)
         if op in ("div", "rem"):

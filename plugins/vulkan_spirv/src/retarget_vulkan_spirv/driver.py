@@ -28,6 +28,12 @@ the call and its VkResult.
 - `time(cb, repeats)` measures a command buffer on the device with timestamp queries, and
   `timed_submit(cb)` is one such run, for `retarget.bench`.
 
+Threads: a device may be used from several threads at once. One lock serialises the queue, the
+staging and transfer buffers, and the fences; a read learns a readback only for the command buffer
+the reading thread itself submitted last, so threads never teach each other's command buffers to copy
+their outputs. `device.live` counts what the device holds (memory bytes and allocations, pipelines,
+command buffers), for leak checks.
+
 Validation: with RETARGET_VULKAN_VALIDATION=1 in the environment (read once, when the instance is
 made) the instance enables VK_LAYER_KHRONOS_validation (Debian: apt-get install
 vulkan-validationlayers) and a VK_EXT_debug_utils messenger. Its warnings and errors are printed
@@ -42,6 +48,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError
@@ -617,6 +624,9 @@ class VulkanBuffer:
             self.release()
             check(result, f"vkAllocateMemory({needs.size} bytes)")
         self.memory = memory[0]
+        self.memory_bytes = int(needs.size)
+        device.count("memory_bytes", self.memory_bytes)
+        device.count("allocations", 1)
         check(lib.vkBindBufferMemory(device.handle, self.handle, self.memory, 0), "vkBindBufferMemory")
         if device.memory_flags[type_index] & MAPPABLE == MAPPABLE:
             pointer = ffi.new("void**")
@@ -633,6 +643,8 @@ class VulkanBuffer:
         if self.memory is not None:
             lib.vkFreeMemory(device, self.memory, _vk().ffi.NULL)
             self.memory = None
+            self.device.count("memory_bytes", -self.memory_bytes)
+            self.device.count("allocations", -1)
 
     def __del__(self):
         if sys.is_finalizing():  # at exit the process's memory goes anyway; the library may be half gone
@@ -662,6 +674,7 @@ class VulkanExecutable:
             vk = _vk()
             for pipeline in self.pipelines:
                 vk.lib.vkDestroyPipeline(self.device.handle, pipeline, vk.ffi.NULL)
+                self.device.count("pipelines", -1)
             self.pipelines = []
         except Exception:
             pass
@@ -699,6 +712,7 @@ class VulkanCommandBuffer:
                                                           queueFamilyIndex=device.queue_family), ffi.NULL, pool),
               "vkCreateCommandPool")
         self.pool = pool[0]
+        device.count("command_buffers", 1)
         self.handles = ffi.new("VkCommandBuffer[1]")
         check(lib.vkAllocateCommandBuffers(device.handle, _new(
             "VkCommandBufferAllocateInfo", "COMMAND_BUFFER_ALLOCATE_INFO", commandPool=self.pool,
@@ -920,6 +934,7 @@ class VulkanCommandBuffer:
         if self.pool is not None:
             lib.vkDestroyCommandPool(device, self.pool, ffi.NULL)  # frees the command buffer too
             self.pool = None
+            self.device.count("command_buffers", -1)
         if self.fence is not None:
             lib.vkDestroyFence(device, self.fence, ffi.NULL)
             self.fence = None
@@ -1037,13 +1052,15 @@ class VulkanDevice:
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER, "srcAccessMask": src_access, "dstAccessMask": dst_access}))
             for name, (src_stages, src_access, dst_stages, dst_access) in BARRIERS.items()}
 
+        self.live = {"memory_bytes": 0, "allocations": 0, "pipelines": 0, "command_buffers": 0}
+        self._live_lock = threading.Lock()  # objects are freed by the garbage collector, in any thread
         self._lock = threading.RLock()  # the queue, the staging buffer, the transfer command buffer
         self._layouts_lock = threading.Lock()
         self._set_layouts: dict[int, object] = {}
         self._pipeline_layouts: dict[tuple[int, int], object] = {}
         self._pending: list[VulkanCommandBuffer] = []
         self._epoch = 0  # counts what changes device memory: writes and submits
-        self._last_run: VulkanCommandBuffer | None = None  # the command buffer submitted last
+        self._mine = threading.local()  # .run: weakref to the command buffer this thread submitted last
         self._staging: VulkanBuffer | None = None
         self._transfer: VulkanCommandBuffer | None = None
         self._timer = None
@@ -1051,6 +1068,14 @@ class VulkanDevice:
         # `wait` polls first; on a CPU device polling would take a core from the work itself.
         default_spin_us = 0 if self.info.properties["device_type"] == "cpu" else DEFAULT_GPU_SPIN_US
         self.spin_wait_s = float(os.environ.get(SPIN_ENV) or default_spin_us) / 1e6
+
+    def count(self, what: str, change: int) -> None:
+        with self._live_lock:
+            self.live[what] += change
+
+    def memory_in_use(self) -> int:
+        """Bytes of VkDeviceMemory this device holds now (every buffer's, staging and readbacks included)."""
+        return self.live["memory_bytes"]
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -1212,6 +1237,7 @@ class VulkanDevice:
         except BaseException:
             for pipeline in pipelines:
                 _vk().lib.vkDestroyPipeline(self.handle, pipeline, _vk().ffi.NULL)
+                self.count("pipelines", -1)
             raise
         return VulkanExecutable(self, list(binary.entry_points), kernels, pipelines, pipeline_layouts, set_layouts)
 
@@ -1246,6 +1272,7 @@ class VulkanDevice:
             pipeline = ffi.new("VkPipeline*")
             check(lib.vkCreateComputePipelines(self.handle, self.pipeline_cache, 1, info, ffi.NULL, pipeline),
                   f"vkCreateComputePipelines({name})")
+            self.count("pipelines", 1)
         finally:
             lib.vkDestroyShaderModule(self.handle, module[0], ffi.NULL)  # the pipeline has what it needs
         return pipeline[0]
@@ -1294,7 +1321,8 @@ class VulkanDevice:
                 self.wait()
             if buffer.mapped is not None and buffer.cached:
                 return buffer.mapped[offset:offset + nbytes].copy()
-            last = self._last_run
+            mine = getattr(self._mine, "run", None)
+            last = mine() if mine is not None else None
             fresh = last is not None and last.run_epoch == self._epoch  # nothing has touched memory since it ran
             if fresh and last.readback_ran:
                 found = last.readback.find(buffer, offset, nbytes)
@@ -1354,7 +1382,7 @@ class VulkanDevice:
                                else command_buffer.submit_info)
             self._epoch += 1
             command_buffer.run_epoch, command_buffer.readback_ran = self._epoch, ran_readback
-            self._last_run = command_buffer
+            self._mine.run = weakref.ref(command_buffer)
 
     def _queue_submit(self, command_buffer: VulkanCommandBuffer, submit_info) -> None:
         """vkQueueSubmit of `submit_info`, signalling `command_buffer`'s fence (caller holds the lock)."""
@@ -1416,7 +1444,6 @@ class VulkanDevice:
             for _ in range(repeats):
                 self._queue_submit(command_buffer, submit)
                 self._epoch += 1
-                self._last_run = None
                 self.wait()
                 check(lib.vkGetQueryPoolResults(self.handle, pool, 0, 2, stamps.nbytes, ffi.from_buffer(stamps), 8,
                                                 vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT),

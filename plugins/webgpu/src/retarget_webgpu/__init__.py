@@ -1,6 +1,6 @@
 """retarget's `webgpu-spirv` target and `webgpu` driver: kernel IR rendered to WGSL by the core's
 shared renderer (`targets.py`, `compile.py`), run through wgpu-py (`driver.py`), or exported for a
-browser (`export.py`). The name follows IREE's target; the output is WGSL, not SPIR-V."""
+browser (`web.py`). The name follows IREE's target; the output is WGSL, not SPIR-V."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ class WebGpuTarget:
 
         return targets.describe_device(device.info)
 
+    def support(self, desc):
+        """WGSL's gaps: the renderer table's (no f64, bf16, 8/16-bit integers in code), and buffers of
+        anything but f32, i32, u32 and (with shader-f16) f16."""
+        from .compile import support
+
+        return support(desc)
+
     def compile(self, dispatches, desc):
         """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> one WGSL module each."""
         from retarget.kernel.lower import lower_dispatch
@@ -46,9 +53,15 @@ class WebGpuTarget:
         ]
         return compile_kernels(kernels, desc, bindings)
 
+    def export(self, artifact, folder, arch: str | None = None):
+        """`retarget export`: the module's WGSL of `arch` (or the first), with a manifest, the JS loader and a
+        page, as a folder a web page loads (web.py); returns the manifest's path."""
+        return export(artifact, folder, arch)
+
 
 def export(artifact, folder, target: str | None = None):
-    """Write a module's WGSL executable as one .wgsl per kernel plus `manifest.json` (see export.py)."""
-    from .export import export as _export
+    """Write a module's WGSL executable as one .wgsl per kernel, the constants, `manifest.json`, the loader
+    `retarget.js` and a page `index.html`, for a browser (see web.py); returns the manifest's path."""
+    from .web import export as _export
 
     return _export(artifact, folder, target)

@@ -17,12 +17,15 @@ one arena, one constant pool), and copies them into a scratch buffer when they d
 Grid. More than max-compute-workgroups-per-dimension workgroups become a 2-D grid; the kernel
 folds (x, y) back into its 1-D workgroup index and skips the few extra workgroups.
 
+Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. bf16 has no WGSL type: its
+buffers are u32 words of two elements, unpacked to f32 as they are read; a written one is an array
+of atomic words, since two threads may write the two halves of one word (an atomicAnd and an
+atomicOr per element). i64 is the kernel IR's index type and computes as i32 (every zoo buffer is
+far below 2^31 elements; a larger one is refused); i64, f64, bool and 8/16-bit integer *buffers*
+are refused by name.
+
 Sizes known at run time. A kernel's scalars (`Kernel.scalars`) follow the element bases in `rt_base`,
 as i32: the driver writes them at each dispatch, and the workgroup count is computed from them.
-
-Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. i64 is the kernel IR's
-index type and computes as i32 (every zoo buffer is far below 2^31 elements; a larger one is
-refused); i64, f64, bf16, bool and 8/16-bit integer *buffers* are refused by name.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from . import FORMAT
 
 MAGIC = "retarget-wgsl"
 VERSION = 1
-STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2)}
+# dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 sits two to a u32 word (WGSL has no
+# 16-bit integers; the shared renderer's `word_halves`), and its base counts words: tensors start on words.
+STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2), "bf16": ("u32", 4)}
 INDEX_LIMIT = 2**31
 
 
@@ -50,25 +55,44 @@ def _dialect(packed: bool):
 
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
     scalar = "let {name}: {T} = rt_base[{i} / 4][{i} % 4];"  # after the bases
-    if packed:
-        return replace(WGSL, global_param="", element="rt_mem_{T}[{name}_base + {index}]", prologue=prologue,
-                       scalar_prologue=scalar)
+    if packed:  # every bf16 parameter shares one array, written by some: atomic words throughout
+        halves = {**WGSL.word_halves["bf16"], "word": "atomic<u32>"}
+        return replace(WGSL, global_param="", element="rt_mem_{D}[{name}_base + {index}]", prologue=prologue,
+                       word_halves={"bf16": halves}, scalar_prologue=scalar)
     return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue, scalar_prologue=scalar)
+
+
+# Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
+REFUSED_BUFFERS = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
+                   "f64": "WGSL has no f64; use f32",
+                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}
+BUFFER_TYPES_NOTE = "WGSL buffers hold f32, i32, u32, bf16 (as u32 words) and (with shader-f16) f16"
+SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not assume"
+
+
+def support(desc: TargetDesc):
+    """What webgpu-spirv cannot run: the WGSL renderer table's gaps (the core's: f64, bf16, 8/16-bit integers,
+    `exp` of integers, ...), and buffers of the types `_check_types` refuses."""
+    from retarget.ir.dtypes import DTYPES
+    from retarget.kernel.c_renderer import WGSL, support_table
+    from retarget.protocols import SupportTable
+
+    table = support_table(WGSL)
+    buffers = {name: REFUSED_BUFFERS.get(name, BUFFER_TYPES_NOTE) for name in DTYPES if name not in STORAGE_TYPES}
+    if "shader-f16" not in desc.features:
+        buffers["f16"] = SHADER_F16_NOTE
+    return SupportTable(table.ops, table.dtypes, buffers)
 
 
 def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
     for p in kn.params:
         if p.dtype.name not in STORAGE_TYPES:
-            why = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
-                   "f64": "WGSL has no f64; use f32",
-                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}.get(
-                p.dtype.name, "WGSL buffers hold f32, i32, u32 and (with shader-f16) f16")
+            why = REFUSED_BUFFERS.get(p.dtype.name, BUFFER_TYPES_NOTE)
             raise UnsupportedOpError(f"webgpu-spirv: kernel {kn.name} has a {p.dtype} buffer (%{p.name}): {why}",
                                      hint="cast the model to f32/i32, or use another target")
         if p.dtype.name == "f16" and "shader-f16" not in desc.features:
             raise UnsupportedOpError(
-                f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and f16 needs the shader-f16 "
-                "feature, which this target does not assume",
+                f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and {SHADER_F16_NOTE}",
                 hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
         if isinstance(p.size, int) and p.size >= INDEX_LIMIT:
             raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "
@@ -109,12 +133,13 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
     limit = desc.extra["limits"]["max-storage-buffers-per-shader-stage"]
     packed = len(kn.params) > limit
     if packed:
-        order = list(dict.fromkeys(STORAGE_TYPES[p.dtype.name][0] for p in kn.params))
-        groups = [[i for i, p in enumerate(kn.params) if STORAGE_TYPES[p.dtype.name][0] == t] for t in order]
+        order = list(dict.fromkeys(p.dtype.name for p in kn.params))
+        groups = [[i for i, p in enumerate(kn.params) if p.dtype.name == t] for t in order]
         if len(groups) > limit:
             raise UnsupportedOpError(f"kernel {kn.name} has buffers of {len(groups)} element types; "
                                      f"webgpu-spirv:{desc.arch} binds at most {limit} storage buffers")
-        decls = [f"@group(0) @binding({g}) var<storage, read_write> rt_mem_{t}: array<{t}>;"
+        element = {name: wgsl for name, (wgsl, _) in STORAGE_TYPES.items()} | {"bf16": "atomic<u32>"}
+        decls = [f"@group(0) @binding({g}) var<storage, read_write> rt_mem_{t}: array<{element[t]}>;"
                  for g, t in enumerate(order)]
     else:
         groups = [[i] for i in range(len(kn.params))]

@@ -245,6 +245,22 @@ def constant_value(v) -> np.ndarray | None:
     return None
 
 
+def fold(v, memo: dict) -> np.ndarray | None:
+    """What `v` holds when every op it is computed from has constant inputs (evaluated on the vmvx
+    reference kernels), else None. `memo` (by value id) keeps repeated calls linear."""
+    array = constant_value(v)
+    if array is not None or not isinstance(v, Value) or v.owner is None:
+        return array
+    if id(v) not in memo:
+        memo[id(v)] = None  # also stops a walk that comes back to `v`
+        args = [fold(o, memo) for o in v.owner.operands]
+        if all(a is not None for a in args) and len(v.owner.results) == 1:
+            from ...vmvx.kernels import evaluate
+
+            memo[id(v)] = evaluate(v.owner.name, v.owner.attrs, args, v.type)
+    return memo[id(v)]
+
+
 def is_splat(v, value) -> bool:
     array = constant_value(v)
     return array is not None and array.size > 0 and bool(np.all(array == value))

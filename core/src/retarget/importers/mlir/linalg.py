@@ -366,23 +366,12 @@ def structured(cv: Converter, op: MOp, ins, outs, maps, iters, block: MBlock):
                 if sizes[r[1]] not in (None, s):
                     raise cv.error(op, f"loop dim d{r[1]} is {sizes[r[1]]} for one operand and {s} for another")
                 sizes[r[1]] = s
-            elif r[0] != "const":
-                raise UnsupportedOpError(
-                    f"'{op.name}': indexing map expression {_expr(r)} is not supported", location=str(op.loc),
-                    hint="maps must be projected permutations (plain dims and constants); use the named conv ops")
     if None in sizes:
         raise cv.error(op, f"loop dims {[d for d, s in enumerate(sizes) if s is None]} have no static size")
     space = tuple(sizes)
 
     def to_space(v: Value, m: AffineMap) -> Value:
-        dims = [r[1] if r[0] == "dim" else None for r in m.results]
-        if any(r[0] == "const" and r[1] != 0 for r in m.results):
-            raise UnsupportedOpError(f"'{op.name}': constant indices other than 0 are not supported", location=str(op.loc))
-        kept = [k for k, d in enumerate(dims) if d is not None]
-        if len({dims[k] for k in kept}) != len(kept):
-            raise UnsupportedOpError(f"'{op.name}': a map that reads one dim twice is not supported", location=str(op.loc))
-        v = reshape(b, v, [v.type.shape[k] for k in kept])
-        present = [dims[k] for k in kept]
+        v, present = read_through_map(cv, op, v, m, space)
         v = transpose(b, v, sorted(range(len(present)), key=lambda k: present[k]))
         return reshape(b, v, [s if d in present else 1 for d, s in enumerate(space)])
 
@@ -453,19 +442,68 @@ def structured(cv: Converter, op: MOp, ins, outs, maps, iters, block: MBlock):
 
 
 def _as_contraction(cv: Converter, op: MOp, body, contribution: str, args, ins, outs, maps):
-    """`out += a * b` over plain-dim maps: one rt.matmul instead of a broadcast product."""
+    """`out += a * b`: one rt.matmul instead of a broadcast product (after gathering the windows that
+    conv-style maps such as `d1 * 2 + d4` read: im2col)."""
     if len(body) != 1 or body[0].name not in ("arith.mulf", "arith.muli") or body[0].results != [contribution]:
         return None
     if sorted(body[0].operands) != sorted(args[:2]) or body[0].operands[0] == body[0].operands[1]:
         return None
-    labels = [m.dim_positions() for m in maps]
-    if any(None in dims for dims in labels):
+    if None in maps[2].dim_positions():
         return None
-    x, y = ins if body[0].operands[0] == args[0] else ins[::-1]
-    lx, ly = (labels[0], labels[1]) if x is ins[0] else (labels[1], labels[0])
+    space = cv.env["__space__"]
+    (a, la), (c, lc) = (read_through_map(cv, op, v, m, space) for v, m in zip(ins, maps))
     out = outs[0]
-    z = contract(cv.b, cast(cv.b, x, out.type.dtype), lx, cast(cv.b, y, out.type.dtype), ly, labels[2])
+    z = contract(cv.b, cast(cv.b, a, out.type.dtype), la, cast(cv.b, c, out.type.dtype), lc, maps[2].dim_positions())
     return accumulate(cv, z, out)
+
+
+def read_through_map(cv: Converter, op: MOp, v: Value, m: AffineMap, space) -> tuple[Value, list[int]]:
+    """`v` read through map `m`, with one axis per loop dim it reads, and those dims: an axis the map
+    indexes by an expression (`d1 * 2 + d4`, a constant) becomes a gather of the constant indices the
+    expression takes over its dims, which replaces that axis by one axis per dim."""
+    b = cv.b
+    labels: list[list[int]] = []
+    for k, r in reversed(list(enumerate(m.results))):
+        if r[0] == "dim":
+            labels.insert(0, [r[1]])
+            continue
+        dims = sorted(_dims_in(r))
+        if np.prod([space[d] for d in dims], dtype=np.float64) > 2**26:
+            raise UnsupportedOpError(f"'{op.name}': indexing map expression {_expr(r)} spans too many positions",
+                                     location=str(op.loc), hint="at most 2**26 per expression")
+        grids = np.meshgrid(*[np.arange(space[d]) for d in dims], indexing="ij") if dims else []
+        index = np.asarray(_evaluate(cv, op, r, dict(zip(dims, grids))), dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= v.type.shape[k]):
+            raise cv.error(op, f"indexing map expression {_expr(r)} reads [{index.min()}, {index.max()}] of a dim "
+                               f"of size {v.type.shape[k]}")
+        v = b.op("rt.gather", [v, b.constant(index)], {"axis": k})
+        labels.insert(0, dims)
+    present = [d for ds in labels for d in ds]
+    if len(set(present)) != len(present):
+        raise UnsupportedOpError(f"'{op.name}': a map that reads one dim twice ({_map_text(m)}) is not supported",
+                                 location=str(op.loc))
+    return v, present
+
+
+def _dims_in(e) -> set[int]:
+    if e[0] == "dim":
+        return {e[1]}
+    if e[0] in ("const", "sym"):
+        return set()
+    return _dims_in(e[1]) | _dims_in(e[2])
+
+
+def _evaluate(cv: Converter, op: MOp, e, grids: dict):
+    kind = e[0]
+    if kind == "dim":
+        return grids[e[1]]
+    if kind == "const":
+        return e[1]
+    if kind == "sym":
+        raise UnsupportedOpError(f"'{op.name}': symbols in indexing maps are not supported", location=str(op.loc))
+    lhs, rhs = _evaluate(cv, op, e[1], grids), _evaluate(cv, op, e[2], grids)
+    return {"add": np.add, "mul": np.multiply, "floordiv": np.floor_divide, "mod": np.mod,
+            "ceildiv": lambda a, c: -np.floor_divide(-a, c)}[kind](lhs, rhs)
 
 
 @converts("linalg.index")

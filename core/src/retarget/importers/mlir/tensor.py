@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...errors import UnsupportedOpError
 from ...ir.core import TensorType, Value
 from ...ir.symbolic import Sym
 from ...mlir.syntax import MOp, Parser, custom_syntax
+from .. import compose as C
 from .convert import Converter, broadcast, constant_value, converts, reshape
 from .pretty import functional
 
@@ -186,10 +189,11 @@ def _extract_slice(cv: Converter, op: MOp):
 
 
 def insert_slice(cv: Converter, op: MOp, src: Value, dst: Value, offsets, strides) -> Value:
-    """`dst` with `src` written at `offsets`, spelled as slices and concatenations."""
-    if any(s != 1 for s in strides):
-        raise UnsupportedOpError(f"'{op.name}': strided inserts are not supported", location=str(op.loc))
+    """`dst` with `src` written at `offsets`, spelled as slices and concatenations (every `strides[d]` th
+    element: `src` dilated and padded to `dst`'s shape, and selected where a constant mask says)."""
     b = cv.b
+    if any(s != 1 for s in strides):
+        return _strided_insert(cv, op, src, dst, offsets, strides)
 
     def place(src: Value, dst: Value, dim: int) -> Value:
         if dim == dst.type.rank:
@@ -209,6 +213,23 @@ def insert_slice(cv: Converter, op: MOp, src: Value, dst: Value, offsets, stride
         return pieces[0] if len(pieces) == 1 else b.op("rt.concat", pieces, {"axis": dim})
 
     return place(src, dst, 0)
+
+
+def _strided_insert(cv: Converter, op: MOp, src: Value, dst: Value, offsets, strides) -> Value:
+    b, mask = cv.b, None
+    for d, (n, total, off, step) in enumerate(zip(src.type.shape, dst.type.shape, offsets, strides)):
+        if n and (off < 0 or off + (n - 1) * step >= total):
+            raise cv.error(op, f"slice from {off} by {step} for {n} out of bounds for dim {d} of size {total}")
+        hit = np.zeros(total, bool)
+        hit[off:off + (n - 1) * step + 1:step] = n > 0
+        axis = b.constant(hit.reshape([total if e == d else 1 for e in range(dst.type.rank)]))
+        mask = axis if mask is None else b.op("rt.and", [mask, axis])
+    if src.type.num_elements == 0:
+        return dst
+    spread = C.dilate(b, src, [s - 1 for s in strides])
+    placed = C.pad_signed(b, spread, offsets, [t - o - n for t, o, n in zip(dst.type.shape, offsets,
+                                                                              spread.type.shape)])
+    return b.op("rt.select", [broadcast(b, mask, dst.type.shape), placed, dst])
 
 
 @converts("tensor.insert_slice")

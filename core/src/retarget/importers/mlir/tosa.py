@@ -16,6 +16,7 @@ from ...errors import UnsupportedOpError
 from ...ir.core import DenseAttr, Value
 from ...ir.symbolic import divide_exactly
 from ...mlir.syntax import MOp, custom_syntax
+from .. import compose as C
 from .convert import Converter, as_tensor_type, broadcast, cast, constant_value, converts, reshape, transpose
 from .pretty import functional
 
@@ -29,8 +30,8 @@ UNARY = {"abs": "rt.abs", "exp": "rt.exp", "log": "rt.log", "tanh": "rt.tanh", "
 COMPARE = {"equal": "eq", "greater": "gt", "greater_equal": "ge"}
 REDUCE = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_product": "prod",
           "reduce_all": "and", "reduce_any": "or"}
-OTHER = ("mul clamp cast select matmul fully_connected conv2d depthwise_conv2d avg_pool2d max_pool2d reshape "
-         "transpose concat pad slice tile gather argmax const const_shape").split()
+OTHER = ("mul clamp cast select matmul fully_connected conv2d depthwise_conv2d transpose_conv2d avg_pool2d "
+         "max_pool2d reshape transpose concat pad slice tile gather argmax reverse const const_shape").split()
 
 custom_syntax(*(f"tosa.{n}" for n in list(BINARY) + list(UNARY) + list(COMPARE) + list(REDUCE) + OTHER))(functional)
 
@@ -193,6 +194,28 @@ def _depthwise_conv2d(cv: Converter, op: MOp):
     attrs = _conv_attrs(op) | {"groups": c}
     y = b.op("rt.conv2d", [transpose(b, x, (0, 3, 1, 2)), w], attrs)
     return transpose(b, _bias_nchw(cv, y, bias), (0, 2, 3, 1))
+
+
+@converts("tosa.transpose_conv2d")
+def _transpose_conv2d(cv: Converter, op: MOp):
+    """out[oy, ox] += in[iy, ix] * w[ky, kx] at oy = iy * stride + ky + out_pad_top (and so for x): the input
+    dilated by the stride, padded by kernel - 1 + out_pad, correlated with the kernel reversed."""
+    _require_zero_points(cv, op, (3, 4))
+    x, w, bias = cv.value(op, 0), cv.value(op, 1), cv.value(op, 2)
+    b = cv.b
+    _, kh, kw, _ = w.type.shape
+    sy, sx = _ints(_attr(op, "stride", default=(1, 1)))
+    top, bottom, left, right = _ints(_attr(op, "out_pad", default=(0, 0, 0, 0)))
+    xn = C.dilate(b, transpose(b, x, (0, 3, 1, 2)), (0, 0, sy - 1, sx - 1))
+    xn = C.pad_signed(b, xn, (0, 0, kh - 1 + top, kw - 1 + left), (0, 0, kh - 1 + bottom, kw - 1 + right))
+    wn = C.reverse(b, transpose(b, w, (0, 3, 1, 2)), (2, 3))
+    y = b.op("rt.conv2d", [xn, wn], {"strides": (1, 1), "dilations": (1, 1), "pad": (0, 0, 0, 0)})
+    return transpose(b, _bias_nchw(cv, y, bias), (0, 2, 3, 1))
+
+
+@converts("tosa.reverse")
+def _reverse(cv: Converter, op: MOp):
+    return C.reverse(cv.b, cv.value(op, 0), (int(op.attrs["axis"]),))
 
 
 @converts("tosa.avg_pool2d", "tosa.max_pool2d")

@@ -68,6 +68,7 @@ class _Run:
 
     def __init__(self):
         self.devices: dict[str, tuple] = {}
+        self.every_device: dict[str, list] = {}
         self.references: dict[str, kit.Reference] = {}
         self.zoo: dict[str, tuple] = {}
 
@@ -78,6 +79,20 @@ class _Run:
         if device is None:
             pytest.skip(reason)
         return device
+
+    def available_devices(self, driver_name: str) -> list:
+        """Every available device of the driver, opened once per run (the first is `device`'s)."""
+        if driver_name not in self.every_device:
+            if driver_name not in self.devices:
+                self.devices[driver_name] = kit.first_device(driver_name)
+            first, _ = self.devices[driver_name]
+            devices = []
+            if first is not None:
+                driver = kit.registry("drivers")[driver_name]
+                others = [d for d in driver.enumerate() if d.available][1:]
+                devices = [first, *(driver.create(d.id) for d in others)]
+            self.every_device[driver_name] = devices
+        return self.every_device[driver_name]
 
     def reference(self, key: str, module) -> kit.Reference:
         if key not in self.references:
@@ -125,7 +140,7 @@ def zoo_graph(zoo_model):
         try:
             import torch
         except ImportError as e:
-            pytest.skip(f"the zoo needs torch ({e}); pip install 'retarget[torch]'")
+            pytest.skip(f"the zoo needs torch ({e}); {kit.TORCH_INSTALL}")
         from retarget.compiler import import_model
         from retarget.testing import zoo
 

@@ -17,6 +17,8 @@ HOST_SPELLINGS = ("host", "native")  # may need a live device; every other name 
 RELATIVE_TOLERANCE = 1e-4  # max|got - vmvx| / max|vmvx|, as the zoo tests of every backend use
 REFERENCE_DRIVER = "local-sync"
 BINDING_ALIGNMENT = 256  # bindings sit at multiples of this in one buffer, as the runtime places tensors
+# The zoo models need torch; the extra pins the version retarget is tested with (docs/plugins.md says the same).
+TORCH_INSTALL = "pip install 'retarget[torch]' (from a checkout of retarget: pip install -e './core[torch]')"
 
 
 # -- the plugin under test ----------------------------------------------------------------------
@@ -68,6 +70,35 @@ def first_device(driver_name: str):
         reasons = "; ".join(d.reason for d in infos) or "enumerate() returned no device"
         return None, f"no available {driver_name} device: {reasons}"
     return driver.create(available[0].id), None
+
+
+def assert_unavailable(driver_name: str, *words: str) -> str:
+    """What a user meets when driver `driver_name` cannot run here (its library missing, or failing to
+    start): `enumerate()` returns without raising, with no available device and a one-line reason holding
+    every one of `words`; `retarget.devices()` lists that reason; opening the driver, directly or by loading
+    a module on it, raises UnknownDeviceError carrying the reason. Returns the reason."""
+    import retarget
+
+    from ...errors import UnknownDeviceError
+    from ...testing.graphs import mlp_module
+
+    infos = registry("drivers")[driver_name].enumerate()
+    assert infos and not any(i.available for i in infos), f"{driver_name}: {infos}"
+    reason = infos[0].reason
+    assert reason and "\n" not in reason, f"{driver_name}: the reason must be one line: {reason!r}"
+    for word in words:
+        assert word in reason, f"{driver_name}: {word!r} is not in the reason {reason!r}"
+    listed = [d for d in retarget.devices() if d.driver == driver_name]
+    assert listed and all(not d.available for d in listed) and listed[0].reason == reason, listed
+    for open_it in (lambda: registry("drivers")[driver_name].create(infos[0].id),
+                    lambda: retarget.load(retarget.compile(mlp_module()[0], "vmvx"), device=driver_name)):
+        try:
+            open_it()
+        except UnknownDeviceError as e:
+            assert reason in str(e), f"{driver_name}: opening it says {e}, not why: {reason}"
+        else:
+            raise AssertionError(f"{driver_name}: opening an unavailable driver did not raise UnknownDeviceError")
+    return reason
 
 
 def modes(device) -> list:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from retarget.errors import RetargetError, UnknownDeviceError
-from retarget.protocols import Device, DeviceInfo, ExecutableBinary, TargetDesc
+from retarget.protocols import Device, DeviceInfo, ExecutableBinary, TargetDesc, missing_members
 from retarget.testing.conformance import kit
 from retarget.testing.conformance.fixtures import *  # noqa: F403
 from retarget.testing.conformance.fixtures import RUN
@@ -48,7 +48,9 @@ def test_enumerate_never_raises_and_says_why_a_device_is_unavailable(driver, dri
     infos = driver.enumerate()
     assert isinstance(infos, list) and infos, "with no device, enumerate() returns an unavailable one saying why"
     for info in infos:
-        assert isinstance(info, DeviceInfo) and info.driver == driver_name, info
+        assert isinstance(info, DeviceInfo), f"enumerate() returned {info!r}, not a retarget.protocols.DeviceInfo"
+        assert info.driver == driver_name, \
+            f"{info}: DeviceInfo.driver is {info.driver!r}; it must be the driver's name, {driver_name!r}"
         assert isinstance(info.id, str) and isinstance(info.name, str) and info.name, info
         assert info.available or (isinstance(info.reason, str) and info.reason), f"{info.uri} is unavailable, no reason"
         json.dumps(info.properties)
@@ -75,8 +77,10 @@ def test_creating_an_unknown_device_raises_unknown_device_error(driver):
 
 
 def test_the_device_describes_itself(device, driver_name):
-    assert isinstance(device, Device), "the device lacks a member of retarget.protocols.Device"
-    assert device.info.driver == driver_name and device.info.available
+    assert isinstance(device, Device), \
+        f"the device lacks {', '.join(missing_members(device, Device))} of retarget.protocols.Device"
+    assert device.info.driver == driver_name and device.info.available, \
+        f"device.info is {device.info}; it must be the available DeviceInfo of driver {driver_name!r} it was made from"
     assert isinstance(device.formats, tuple) and device.formats and all(isinstance(f, str) for f in device.formats)
     assert kit.modes(device) and all(m is None or isinstance(m, str) for m in kit.modes(device))
 
@@ -151,6 +155,21 @@ def test_a_barrier_orders_commands_and_a_command_buffer_replays(device):
             device.wait()
             np.testing.assert_array_equal(np.asarray(device.read(c, 0, 128)), data, err_msg=f"mode {mode}, {round}")
             np.testing.assert_array_equal(np.asarray(device.read(b, 0, 128)), np.zeros(128, np.uint8))
+
+
+def test_a_command_buffer_that_starts_with_a_barrier_sees_what_an_earlier_submit_wrote(device):
+    """A module split across devices submits several command buffers to one device without waiting in
+    between; each after the first starts with a barrier, which must order it after the earlier ones."""
+    for mode in kit.modes(device):
+        a = device.allocate(256)
+        device.write(a, 0, np.zeros(256, np.uint8))
+        first = _record(device, mode, ("fill", a, 0, 128, 0xAB))
+        second = _record(device, mode, ("barrier",), ("copy", a, 0, a, 128, 128))
+        device.submit(first)
+        device.submit(second)
+        device.wait()
+        np.testing.assert_array_equal(np.asarray(device.read(a, 128, 128)), np.full(128, 0xAB, np.uint8),
+                                      err_msg=f"mode {mode}")
 
 
 def test_copy_and_fill_outside_a_buffer_raise_value_error(device):

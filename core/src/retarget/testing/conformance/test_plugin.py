@@ -2,7 +2,7 @@
 
 import pytest
 
-from retarget.protocols import Driver, ExecutableLoader, TargetBackend
+from retarget.protocols import Driver, ExecutableLoader, TargetBackend, missing_members
 from retarget.testing.conformance import kit
 from retarget.testing.conformance.fixtures import *  # noqa: F403
 
@@ -25,9 +25,10 @@ def _loaded(plugin_name):
 
 
 def test_the_plugin_contributes_a_target_a_driver_or_a_loader(plugin_name):
-    _loaded(plugin_name)
+    record = _loaded(plugin_name)
     found = {kind: kit.contributions(plugin_name, kind) for kind in kit.HOOKS}
-    assert any(found.values()), f"plugin '{plugin_name}' contributes nothing: {found}"
+    assert any(found.values()), (f"plugin '{plugin_name}' contributes nothing: {found}; its hooks: {record.hooks}; "
+                                 "each hook is decorated with @hookimpl and returns a list of objects")
 
 
 def test_every_contribution_implements_its_protocol(plugin_name):
@@ -35,7 +36,8 @@ def test_every_contribution_implements_its_protocol(plugin_name):
     for kind, protocol in PROTOCOLS.items():
         for name in kit.contributions(plugin_name, kind):
             item = kit.registry(kind)[name]
-            assert isinstance(item, protocol), f"{kind[:-1]} '{name}' lacks a member of {protocol.__name__}"
+            assert isinstance(item, protocol), \
+                f"{kind[:-1]} '{name}' lacks {', '.join(missing_members(item, protocol))} of {protocol.__name__}"
 
 
 def test_no_contribution_of_the_plugin_is_shadowed(plugin_name):

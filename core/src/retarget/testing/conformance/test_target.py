@@ -8,6 +8,7 @@ import pytest
 import retarget
 from retarget.errors import UnknownTargetError
 from retarget.protocols import ExecutableBinary, TargetDesc
+from retarget.testing import quant_model
 from retarget.testing.conformance import kit
 from retarget.testing.conformance.fixtures import *  # noqa: F403
 from retarget.testing.conformance.fixtures import RUN
@@ -74,6 +75,23 @@ def test_the_host_spellings_need_a_device_or_say_why_not(target):
         else:
             with pytest.raises(UnknownTargetError):
                 target.parse(spelling)
+
+
+def test_the_host_spellings_describe_a_device_here(target):
+    """`host` goes through the driver: it is what `describe` gives for one of the available devices of the
+    target's drivers (the closest row of the table, not a fixed one)."""
+    spellings = [n for n in target.names() if n in kit.HOST_SPELLINGS]
+    if not spellings:
+        pytest.skip(f"{target.name} has no host spelling")
+    devices = [device for name in target.drivers for device in RUN.available_devices(name)]
+    if not devices:
+        pytest.skip(f"no device of {', '.join(target.drivers)} here (the test above checks the error instead)")
+    described = {replace(target.describe(device), spec=""): device.info.uri for device in devices}
+    for spelling in spellings:
+        desc = replace(target.parse(spelling), spec="")
+        assert desc in described, (f"parse({spelling!r}) gives {desc.name}, which describe() gives for no device here "
+                                   f"(it gives {', '.join(f'{d.name} for {uri}' for d, uri in described.items())}): "
+                                   "`host` must describe a device of the target's drivers")
 
 
 def test_every_name_round_trips_through_its_canonical_arch(target):
@@ -195,9 +213,78 @@ def test_a_dynamic_graph_matches_vmvx_at_several_sizes(run_on):
     dynamic.check(target.describe(device), device.info.uri, [kit.DYNAMIC_CASES[0]])
 
 
+@pytest.mark.parametrize("scheme", ["int4-g32", "8da8w"])
+def test_quantized_layers_match_the_numpy_model(run_on, scheme):
+    """Packed weights (ui32 words unpacked with the kernel IR's `shr` and masks), and int8 activations whose
+    products are summed in i32, against `retarget.testing.quant_model`."""
+    target, device = _target_on(run_on)
+    for case in ("gemv", "conv1x1"):
+        quant_model.check(target.describe(device), device.info.uri, scheme, case)
+
+
 def test_zoo_models_match_vmvx(run_on, zoo_model, zoo_graph):
     target, device = _target_on(run_on)
     module, inputs = zoo_graph
     reference = RUN.reference(f"zoo:{zoo_model}", module)
     got = _compiled_for(target, device, module).function(kit.only_function(module).name)(*inputs)
     kit.assert_matches(got, reference(*inputs)[0], f"{zoo_model} on {device.info.uri}")
+
+
+# -- the support table (optional): well formed, and allowing nothing that compile refuses ------------------
+
+
+def _support(target):
+    if getattr(target, "support", None) is None:
+        pytest.skip(f"{target.name} has no support table (optional: placement then assumes it runs everything)")
+    desc, _ = target.default()
+    return desc, target.support(desc)
+
+
+def test_the_support_table_names_real_ops_and_types_with_reasons(target):
+    from retarget.ir.dtypes import DTYPES
+    from retarget.ir.ops import OPS
+    from retarget.protocols import SupportTable
+
+    desc, table = _support(target)
+    assert isinstance(table, SupportTable), f"support() returned {type(table).__name__}, not a SupportTable"
+    kinds = ("float", "int", "uint", "bool")
+    for key, why in table.ops.items():
+        op, _, at = key.partition(":")
+        assert op in OPS, f"ops[{key!r}]: no graph op {op!r}"
+        assert not at or at in DTYPES or at in kinds, f"ops[{key!r}]: {at!r} is not an element type or kind"
+    for field in ("ops", "dtypes", "buffers"):
+        entries = getattr(table, field)
+        if field != "ops":
+            assert set(entries) <= set(DTYPES), f"{field}: unknown element types {set(entries) - set(DTYPES)}"
+        for key, why in entries.items():
+            assert isinstance(why, str) and why.strip() and "\n" not in why, f"{field}[{key!r}]: a one-line reason"
+
+
+def test_what_the_support_table_allows_compiles(target, request):
+    """Placement puts on the target whatever its table allows: a case allowed and refused by `compile` is a
+    model that compiles with --fallback and then fails. A sample of op/type cases (all with --retarget-full)."""
+    from retarget.testing.support import disagreements
+
+    desc, table = _support(target)
+    sample = not request.config.getoption("retarget_full", default=False)
+    found = disagreements(target, desc, table, sample=sample)
+    assert not found, f"{target.name}:{desc.arch} allows and then refuses:\n  " + "\n  ".join(found)
+
+
+def test_a_model_split_with_the_reference_matches_vmvx(run_on):
+    """The reference graph `mlp` with its max refused by the target: matmul and add on the device, max on vmvx
+    (local-task), with a transfer between them."""
+    from retarget.testing.graphs import REFERENCE_GRAPHS
+
+    target, device = _target_on(run_on)
+    module, inputs, _ = REFERENCE_GRAPHS["mlp"]()
+    module, inputs = kit.prepare(module), tuple(inputs)
+    reference = RUN.reference("graph:mlp", module)
+    artifact = retarget.compile(module, target.describe(device), fallback="vmvx", refuse=["rt.max"])
+    assert "placements" in artifact.manifest, "the refused max did not split the module"
+    loaded = retarget.load(artifact, device=device.info.uri)
+    fn = loaded.function(kit.only_function(module).name)
+    for round in range(2):
+        inputs_now = kit.varied(inputs, round)
+        kit.assert_matches(fn(*inputs_now), reference(*inputs_now)[0],
+                           f"split mlp on {loaded.describe_devices()}, call {round + 1}")
