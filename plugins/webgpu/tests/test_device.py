@@ -45,7 +45,7 @@ def _run(device, kernel, desc, arrays, buffers=None, offsets=None):
     exe = device.load_executable(compile_kernels([kernel], desc))
     n = len(arrays)
     buffers = buffers or [device.allocate(1 << 16)] * n
-    if offsets is None:  # side by side from byte 64, 64-byte aligned, as the host program places them
+    if offsets is None:  # side by side from byte 64, 64-byte aligned, as older host programs placed them
         ends = np.cumsum([64] + [-(-a.nbytes // 64) * 64 for a in arrays])
         offsets = [int(e) for e in ends[:-1]]
     for buf, off, a in zip(buffers[:-1], offsets, arrays[:-1]):

@@ -22,7 +22,10 @@ import numpy as np
 from ..ir.core import Function, Value
 from .dispatch import Dispatch, is_inlinable_constant
 
-ALIGN = 64
+# Every tensor starts at a multiple of this, in the arena and the constant pool: 256 bytes is the largest
+# storage-buffer offset alignment GPUs ask for (WebGPU's default minStorageBufferOffsetAlignment), so each
+# binding is exactly its tensor, and writable bindings of one dispatch never overlap (WebGPU forbids that).
+ALIGN = 256
 
 
 def _align(n: int) -> int:

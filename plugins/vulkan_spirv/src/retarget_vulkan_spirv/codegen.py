@@ -53,7 +53,7 @@ INDEX_LIMIT = 2**31
 # GLSL.std.450's is 32-bit only). `support_table` refuses the others, so --fallback takes them.
 UNARY_BY_KIND = {"float": set(k.UNARY_OPS) - {"not"}, "int": {"neg", "abs", "not", "sign"},
                  "bool": {"abs", "not", "sign"}}
-BINARY_BY_KIND = {"float": set(k.BINARY_OPS) - {"and", "or", "xor"}, "int": set(k.BINARY_OPS) - {"atan2"},
+BINARY_BY_KIND = {"float": set(k.BINARY_OPS) - {"and", "or", "xor", "shr"}, "int": set(k.BINARY_OPS) - {"atan2"},
                   "bool": {"and", "or", "xor", "max", "min", "add", "mul"}}
 F64_MATH = ("neg", "abs", "sign", "floor", "ceil", "round", "sqrt", "reciprocal",
             "add", "sub", "mul", "div", "rem", "max", "min", "pow")
