@@ -269,6 +269,34 @@ def test_every_gpu_target_refuses_a_lowering_with_an_off_by_one_guard(monkeypatc
         retarget.compile(_add_module(), target)
 
 
+def _dynamic_add_module() -> Module:
+    from retarget.ir.symbolic import SymbolRange, sym
+
+    module = _add_module(sym("n"))
+    Builder(module.functions["add"]).symbol("n", SymbolRange(1, None))
+    return module
+
+
+def test_a_dynamic_kernel_with_an_off_by_one_guard_is_refused(monkeypatch):
+    if "vulkan-spirv" not in retarget.targets():
+        pytest.skip("target vulkan-spirv is not installed")
+    _off_by_one(monkeypatch)
+    with pytest.raises(KernelBoundsError, match=r"kernel add.*store %out0"):
+        retarget.compile(_dynamic_add_module(), "vulkan-spirv")
+
+
+def test_a_dynamic_kernel_is_proved_at_its_lowest_an_odd_and_its_highest_size(monkeypatch):
+    proved = []
+
+    def check(kernel, symbols=None):
+        proved.append(symbols)
+        return check_kernel(kernel, symbols=symbols)
+
+    monkeypatch.setattr(lower, "check_kernel", check)
+    retarget.compile(_dynamic_add_module(), "llvm-cpu", dims={"n": (2, 50)})
+    assert proved == [{"dim_n": (2, 2)}, {"dim_n": (17, 17)}, {"dim_n": (50, 50)}]
+
+
 def test_the_cpu_lowering_is_checked_in_the_compile_pipeline(monkeypatch):
     if "llvm-cpu" not in retarget.targets():
         pytest.skip("target llvm-cpu is not installed")

@@ -341,3 +341,75 @@ def test_a_variable_first_assigned_in_a_loop_is_declared_in_that_loop():
     loop = lines.index("for (int64_t i = 0; i < 3; i++) {")
     assert lines[loop + 1] == "float x = ((float)i);"
     assert lines[loop + 2] == "x = (x * 2.0f);"
+
+
+# -- sizes known at run time -------------------------------------------------------------------------
+
+
+def _call_dynamic(lib: ctypes.CDLL, kernel: k.Kernel, inputs: list[np.ndarray], sizes: dict) -> np.ndarray:
+    """`_call` for a kernel with scalars: they follow the buffers in the binding table, as i64 values."""
+    from retarget.ir.symbolic import evaluate
+
+    out_param = kernel.params[-1]
+    out = np.zeros(evaluate(k.expr_dim(out_param.size), sizes), dtype=out_param.dtype.np_dtype)
+    scalars = np.array([sizes[s] for s in kernel.scalars], dtype=np.int64)
+    arrays = [np.ascontiguousarray(a) for a in inputs] + [out, scalars]
+    table = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    fn = getattr(lib, kernel.name)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = None
+    gx, gy, gz = (evaluate(k.expr_dim(c), sizes) for c in kernel.workgroup_count)
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                fn(ctypes.cast(table, ctypes.c_void_p), x, y, z)
+    return out
+
+
+@pytest.mark.parametrize("case", ["matmul_tails", "conv_batch_image"])
+def test_c99_kernels_with_sizes_known_at_run_time_match_the_reference_at_each_size(case, tmp_path):
+    from retarget.testing import dynamic
+
+    jobs = []
+    for d in form_dispatches(dynamic.module(case).functions["main"]):
+        cpu, gpu = lower_dispatch(d.function, CPU), lower_dispatch(d.function, GPU)
+        assert cpu.scalars and cpu.scalars == gpu.scalars
+        jobs += [(cpu, d.function), (dataclasses.replace(gpu, name=gpu.name + "_gpu"), d.function)]
+    lib = _compile(render_module([kern for kern, _ in jobs], C99), tmp_path)
+    gpu_jobs = [(kern, fn) for kern, fn in jobs if kern.thread_vars]  # bounded symbols: 32-bit indices, as CUDA's
+    assert "const int32_t dim_" in render_module([kern for kern, _ in gpu_jobs], C99_INDEX32)
+    lib32 = _compile(render_module([kern for kern, _ in gpu_jobs], C99_INDEX32), tmp_path, "index32")
+    for sizes in dynamic.CASES[case].sizes:
+        for library, kern, fn in [(lib, *job) for job in jobs] + [(lib32, *job) for job in gpu_jobs]:
+            from retarget.ir.symbolic import evaluate_shape
+
+            inputs = [_random(TensorType(evaluate_shape(a.type.shape, sizes), a.type.dtype)) for a in fn.args]
+            expected = run_function(fn, inputs, sizes)[0]
+            got = _call_dynamic(library, kern, inputs, sizes).reshape(expected.shape)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=f"{kern.name} at {sizes}")
+
+
+@pytest.mark.parametrize("dialect, declared, narrowed", [
+    (CUDA, "const long long dim_s_arg", "const int dim_s = ((int)dim_s_arg);"),
+    (HIP, "const long long dim_s_arg", "const int dim_s = ((int)dim_s_arg);"),
+    (OPENCL, "const long dim_s_arg", "const int dim_s = ((int)dim_s_arg);"),
+    (MSL, "constant long &dim_s_arg [[buffer(2)]]", "const int dim_s = ((int)dim_s_arg);"),
+])
+def test_gpu_dialects_take_a_kernel_s_sizes_as_arguments_after_its_buffers(dialect, declared, narrowed):
+    """64-bit arguments; with the symbol bounded (s <= 128), the kernel indexes in 32 bits from a copy."""
+    from retarget.testing import dynamic
+
+    (d,) = form_dispatches(dynamic.module("long_row").functions["main"])
+    source = render_kernel(lower_dispatch(d.function, GPU), dialect)
+    head = source[:source.index("{")]
+    assert declared in head and head.index(declared) > head.index("out0")
+    body = source[source.index("{"):]
+    assert narrowed in body and "< dim_s)" in body  # the body bounds its work by it
+
+
+def test_a_dialect_without_a_way_to_pass_sizes_refuses_them_by_name():
+    from retarget.testing import dynamic
+
+    (d,) = form_dispatches(dynamic.module("long_row").functions["main"])
+    with pytest.raises(UnsupportedOpError, match="sizes known only at run time"):
+        render_kernel(lower_dispatch(d.function, GPU), WGSL)  # the webgpu plugin passes them in a uniform

@@ -62,6 +62,17 @@ MUTANTS = """
                 _run_all(reversed(stage))
 
 
+    class SwappedSizes(LocalCommandBuffer):
+        def dispatch(self, executable, entry, bindings, *, scalars=(), workgroup_count=None):
+            super().dispatch(executable, entry, bindings, scalars=tuple(reversed(scalars)),
+                             workgroup_count=workgroup_count)
+
+
+    class WrongSizes(LocalDevice):
+        def command_buffer(self):
+            return SwappedSizes()
+
+
     class Mutant(LocalDriver):
         def __init__(self, name, device_class):
             super().__init__(name, workers=1)
@@ -78,7 +89,8 @@ MUTANTS = """
 
     @hookimpl
     def retarget_drivers():
-        return [Mutant("no-bounds", NoBounds), Mutant("one-shot", OneShot), Mutant("no-barriers", NoBarriers)]
+        return [Mutant("no-bounds", NoBounds), Mutant("one-shot", OneShot), Mutant("no-barriers", NoBarriers),
+                Mutant("wrong-sizes", WrongSizes)]
 """
 
 
@@ -122,7 +134,9 @@ def mutants(tmp_path_factory):
      "test_write_then_read_round_trips_at_any_byte_offset[no-barriers]"),
     ("test_reference_graphs_dispatch_and_match_vmvx[no-barriers-chain]",
      "test_reference_graphs_dispatch_and_match_vmvx[no-barriers-add_f32]"),
-], ids=["suggestions", "bounds", "replay", "replayed-dispatch", "barrier", "dependent-dispatches"])
+    ("test_a_dynamic_dispatch_takes_its_sizes_at_record_time[wrong-sizes]",
+     "test_reference_graphs_dispatch_and_match_vmvx[wrong-sizes-mlp]"),
+], ids=["suggestions", "bounds", "replay", "replayed-dispatch", "barrier", "dependent-dispatches", "dynamic-sizes"])
 def test_each_defect_fails_its_test_while_sound_behaviour_passes(mutants, failing, passing):
     assert mutants.get(failing) == "FAILED", f"{failing}: {mutants.get(failing)}"
     assert mutants.get(passing) == "PASSED", f"{passing}: {mutants.get(passing)}"

@@ -19,11 +19,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import __version__, ir
-from .errors import RetargetError, UnknownTargetError, suggestion
+from .errors import RetargetError, UnknownTargetError, UnsupportedOpError, suggestion
 from .ir.core import Module
+from .ir.symbolic import dims_to_json
 from .module_format import CONSTANTS, FORMAT, FORMAT_VERSION, FORMAT_VERSION_SINGLE, Artifact
 from .passes import placement as placing
 from .passes.conv_folding import fold_conv_scales
+from .passes.dynamic_plan import apply_dims, format_dynamic_program, is_dynamic, plan_dynamic_function
 from .passes.host_program import ConstantPool, format_program, plan_function, plan_partitioned_function
 from .passes.precision import precision_dtype, set_precision
 from .passes.quantize import quantize_weights, scheme
@@ -89,6 +91,7 @@ def compile(  # noqa: A001 - the public verb
     precision: str | None = None,
     interface_precision: str | None = None,
     quantize: str | None = None,
+    dims: dict | None = None,
     **import_options,
 ) -> Artifact:
     """Compile `source` for `target` (one or a list: variants of the same code, the device picks one).
@@ -103,7 +106,10 @@ def compile(  # noqa: A001 - the public verb
     `precision` is the float type kernels compute in (f32, f16, bf16; sums accumulate in f32; default: the
     model's own types); `interface_precision` the float type of the functions' arguments and results (default:
     the model's); `quantize` a weight quantization scheme (`passes.quantize.SCHEMES`: int8, int4-g32,
-    8da4w-g32, ...)."""
+    8da4w-g32, ...).
+
+    `dims` bounds the model's symbolic dimensions ({"batch": (1, 64)}, or "1..64"; a number fixes one):
+    bounded symbols get one memory plan, sized at the bounds (see passes/dynamic_plan.py)."""
     compute = precision_dtype(precision) if precision else None
     interface = precision_dtype(interface_precision, "interface precision") if interface_precision else None
     quant = scheme(quantize) if quantize else None
@@ -120,7 +126,7 @@ def compile(  # noqa: A001 - the public verb
             notes(note)
     dump = _Dumper(dump_dir)
 
-    module = import_model(source, **import_options)
+    module = apply_dims(import_model(source, **import_options), dims)
     ir.verify(module)
     dump("import", lambda: ir.print_module(module, elide_constants=True))
     for name, graph_pass in GRAPH_PASSES:
@@ -194,6 +200,10 @@ def _single(source, placements: dict, resolved: list, dump) -> Artifact:
     pool = ConstantPool()
     functions = {}
     for name, fp in placements.items():
+        if is_dynamic(fp.function):
+            functions[name] = plan_dynamic_function(fp.function, dispatches[name], entry_index, pool)
+            dump(f"host-program-{name}", format_dynamic_program(name, functions[name]))
+            continue
         functions[name] = plan_function(fp.function, dispatches[name], entry_index, pool)
         dump(f"host-program-{name}", format_program(name, functions[name]))
 
@@ -206,6 +216,11 @@ def _single(source, placements: dict, resolved: list, dump) -> Artifact:
 
 def _partitioned(source, placements: dict, sides: dict[str, list], order: list[str], dump) -> Artifact:
     """A module split across placements: format 2."""
+    dynamic = [name for name, fp in placements.items() if is_dynamic(fp.function)]
+    if dynamic:
+        raise UnsupportedOpError(f"function {', '.join(dynamic)} has sizes known only at run time, and a split module "
+                                 "(placement with --fallback) runs static functions only",
+                                 hint="fix each symbolic dimension with --dim NAME=SIZE, or leave out --fallback")
     kernels: dict[str, list] = {p: [] for p in order}
     placement_of = {}
     for fp in placements.values():
@@ -282,12 +297,18 @@ def desc_from_json(data: dict) -> TargetDesc:
 
 
 def _entry_json(e) -> dict:
-    return {
+    out = {
         "name": e.name,
         "bindings": [{"type": str(b.type), "access": b.access} for b in e.bindings],
         "workgroup_size": list(e.workgroup_size),
         "workgroup_count": list(e.workgroup_count),
     }
+    if e.scalars:  # a dynamic entry point: its sizes as dimensions of its scalars
+        out["scalars"] = list(e.scalars)
+        out["workgroup_count"] = dims_to_json(e.workgroup_count)
+        for b, data in zip(e.bindings, out["bindings"]):
+            data["shape"] = dims_to_json(b.type.shape)
+    return out
 
 
 def _preview(data: bytes) -> str:

@@ -56,17 +56,13 @@ class LocalCommandBuffer:
             raise RuntimeError("command buffer already ended; record a new one")
         self.stages[-1].append(work)
 
-    def dispatch(self, executable: LocalExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: LocalExecutable, entry: int, bindings, *, scalars=(), workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (protocols.py)."""
         ep = executable.entry_points[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        views = []
-        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
-            views.append(buf.view(offset, b.type))
-        run = executable.kernels[entry](views)
-        gx, gy, gz = ep.workgroup_count
+        views = [buf.view(offset, t) for (buf, offset, _), t in zip(bindings, ep.check_dispatch(bindings, scalars))]
+        bind = executable.kernels[entry]
+        run = bind(views, tuple(int(v) for v in scalars)) if ep.scalars else bind(views)
+        gx, gy, gz = workgroup_count or ep.workgroup_count
         total = gx * gy * gz
         tasks = min(total, MAX_TASKS_PER_DISPATCH)
         for t in range(tasks):
@@ -139,6 +135,8 @@ class LocalDevice:
     def submit(self, command_buffer: LocalCommandBuffer) -> None:
         with self._lock:
             for stage in command_buffer.stages:
+                if not stage:
+                    continue
                 if self.team is None or len(stage) == 1:
                     _run_all(stage)
                 else:

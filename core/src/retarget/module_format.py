@@ -293,19 +293,30 @@ def _check_executable(c: _Checker, exe, w: str, entries: dict) -> list[list[int]
         we = f"{w}.entry_points[{j}]"
         ep = c.dict(ep, we)
         c.str(ep.get("name"), f"{we}.name")
+        scalars = set(c.list(ep.get("scalars", []), f"{we}.scalars"))
+        for name in scalars:
+            c.str(name, f"{we}.scalars")
         sizes = []
         for k, b in enumerate(c.list(ep.get("bindings"), f"{we}.bindings")):
             b = c.dict(b, f"{we}.bindings[{k}]")
-            sizes.append(c.tensor(b.get("type"), f"{we}.bindings[{k}].type").nbytes)
+            if scalars and "shape" in b:  # a dynamic entry point's binding: its size is known per dispatch
+                c.tensor(b.get("type"), f"{we}.bindings[{k}].type", static=False)
+                c.dims(b["shape"], f"{we}.bindings[{k}].shape", scalars)
+                sizes.append(None)
+            else:
+                sizes.append(c.tensor(b.get("type"), f"{we}.bindings[{k}].type").nbytes)
             if b.get("access") not in ("read", "write"):
                 c.fail(f"{we}.bindings[{k}].access", "is not 'read' or 'write'")
         for key in ("workgroup_size", "workgroup_count"):
             dims = c.list(ep.get(key), f"{we}.{key}")
             if len(dims) != 3:
                 c.fail(f"{we}.{key}", "does not have 3 dimensions")
+            if key == "workgroup_count" and scalars:
+                c.dims(dims, f"{we}.{key}", scalars)
+                continue
             for d in dims:
                 c.int(d, f"{we}.{key}", lo=1, hi=MAX_GRID_DIM)
-        if math.prod(ep["workgroup_count"]) > MAX_WORKGROUPS:
+        if not scalars and math.prod(ep["workgroup_count"]) > MAX_WORKGROUPS:
             c.fail(f"{we}.workgroup_count", f"asks for more than {MAX_WORKGROUPS:,} workgroups")
         layout.append(sizes)
     return layout
@@ -313,6 +324,8 @@ def _check_executable(c: _Checker, exe, w: str, entries: dict) -> list[list[int]
 
 def _check_function(c: _Checker, fn, w: str, constants_size: int, layouts: list[list[list[int]]]) -> None:
     fn = c.dict(fn, w)
+    if "symbols" in fn:
+        return _check_dynamic_function(c, fn, w, constants_size, layouts)
     limits = {"arena": c.int(fn.get("arena_bytes"), f"{w}.arena_bytes"), "const": constants_size}
     for key in ("inputs", "outputs"):
         for i, arg in enumerate(c.list(fn.get(key), f"{w}.{key}")):
@@ -344,8 +357,64 @@ def _check_program(c: _Checker, program, w: str, limits: dict, layouts: list[tup
         for v, layout in layouts:
             if entry >= len(layout):
                 c.fail(f"{wc}.entry", f"is {entry}, and executables[{v}] has {len(layout)} entry points")
-            if len(slots) != len(layout[entry]) or any(n < need for (_, _, n), need in zip(slots, layout[entry])):
+            if len(slots) != len(layout[entry]) or any(n < need for (_, _, n), need in zip(slots, layout[entry])
+                                                       if need is not None):
                 c.fail(f"{wc}.bindings", f"do not match the bindings of entry point {entry} of executables[{v}]")
+
+
+def _check_dynamic_function(c: _Checker, fn: dict, w: str, constants_size: int, layouts) -> None:
+    """A function with symbolic dimensions (passes/dynamic_plan.py): its symbols, buffers of symbolic
+    sizes, and slots into them; sizes are checked against the buffers when each call is planned."""
+    from .ir.symbolic import parse_range
+
+    symbols = c.dict(fn.get("symbols"), f"{w}.symbols")
+    inputs = c.list(fn.get("inputs"), f"{w}.inputs")
+    for name, info in symbols.items():
+        info = c.dict(info, f"{w}.symbols['{name}']")
+        try:
+            parse_range(c.str(info.get("range"), f"{w}.symbols['{name}'].range"))
+        except ValueError as e:
+            c.fail(f"{w}.symbols['{name}'].range", f"is not a range ({e})")
+        where = c.list(info.get("input"), f"{w}.symbols['{name}'].input")
+        if len(where) != 2 or c.int(where[0], f"{w}.symbols['{name}'].input") >= len(inputs):
+            c.fail(f"{w}.symbols['{name}'].input", "is not [input, axis] of an input")
+    names = set(symbols)
+    buffers = c.list(fn.get("buffers"), f"{w}.buffers")
+    c.dims(buffers, f"{w}.buffers", names)
+    c.dims(c.list(fn.get("dims", []), f"{w}.dims"), f"{w}.dims", names)
+    if "arena_bytes" in fn:
+        c.int(fn["arena_bytes"], f"{w}.arena_bytes")
+
+    def slot(value, where):
+        value = c.list(value, where)
+        if len(value) == 3 and value[0] == "buffer":
+            if c.int(value[1], where) >= len(buffers):
+                c.fail(where, f"names buffer {value[1]}, and there are {len(buffers)}")
+            c.dims([value[2]], where, names)
+        else:
+            c.slot(value, where, {"const": constants_size})
+        return value
+
+    for key in ("inputs", "outputs"):
+        for i, arg in enumerate(c.list(fn.get(key), f"{w}.{key}")):
+            wa = f"{w}.{key}[{i}]"
+            arg = c.dict(arg, wa)
+            if key == "inputs":
+                c.str(arg.get("name"), f"{wa}.name")
+            c.tensor(arg.get("type"), f"{wa}.type", static=False)
+            c.dims(c.list(arg.get("shape"), f"{wa}.shape"), f"{wa}.shape", names)
+            if slot(arg.get("slot"), f"{wa}.slot")[0] != "buffer" and key == "inputs":
+                c.fail(f"{wa}.slot", "of an input is not a buffer")
+    for i, cmd in enumerate(c.list(fn.get("program"), f"{w}.program")):
+        wc = f"{w}.program[{i}]"
+        cmd = c.dict(cmd, wc)
+        if cmd.get("op") != "dispatch":
+            c.fail(f"{wc}.op", "is not 'dispatch'")
+        entry = c.int(cmd.get("entry"), f"{wc}.entry")
+        slots = [slot(b, f"{wc}.bindings[{k}]") for k, b in enumerate(c.list(cmd.get("bindings"), f"{wc}.bindings"))]
+        for v, layout in enumerate(layouts):
+            if entry >= len(layout) or len(slots) != len(layout[entry]):
+                c.fail(f"{wc}", f"does not match entry point {entry} of executables[{v}]")
 
 
 def _check_partitioned_function(c: _Checker, fn, w: str, consts: dict[str, int],
@@ -425,7 +494,7 @@ class _Checker:
             self.fail(where, f"is not an integer from {lo} to {hi}")
         return value
 
-    def tensor(self, value, where: str):
+    def tensor(self, value, where: str, static: bool = True):
         from .ir.core import TensorType
         from .mlir.syntax import parse_type
 
@@ -433,11 +502,30 @@ class _Checker:
             t = parse_type(self.str(value, where))
         except RetargetError as e:
             self.fail(where, f"is not a type ({e.message})")
-        if not isinstance(t, TensorType) or not t.is_static:
+        if not isinstance(t, TensorType) or (static and not t.is_static):
             self.fail(where, f"'{value}' is not a tensor type of static shape")
+        if not static:
+            return t
         if t.nbytes > MAX_BYTES:
             self.fail(where, f"'{value}' is larger than {MAX_BYTES:,} bytes")
         return t
+
+    def dims(self, values, where: str, symbols) -> list:
+        """Dimensions: ints, or expressions (text) of the given symbols only."""
+        from .ir.symbolic import parse_dim, symbols_of
+
+        for v in self.list(values, where):
+            if isinstance(v, str):
+                try:
+                    d = parse_dim(v)
+                except ValueError as e:
+                    self.fail(where, f"holds '{v}', which is not a dimension ({e})")
+                unknown = symbols_of(d) - set(symbols)
+                if unknown:
+                    self.fail(where, f"uses {', '.join(sorted(unknown))}, which it does not declare")
+            else:
+                self.int(v, where)
+        return values
 
     def slot(self, value, where: str, limits: dict) -> tuple[str, int, int]:
         """`[kind, offset, nbytes]`: bytes of the arena or of the constants."""

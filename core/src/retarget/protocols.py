@@ -80,7 +80,8 @@ class SupportTable:
 
 @dataclass(frozen=True)
 class Binding:
-    """One buffer an entry point reads or writes, and the tensor it holds."""
+    """One buffer an entry point reads or writes, and the tensor it holds (its shape may have
+    symbolic dimensions, of the entry point's `scalars`)."""
 
     type: TensorType
     access: str  # "read" or "write"
@@ -88,10 +89,39 @@ class Binding:
 
 @dataclass(frozen=True)
 class EntryPoint:
+    """A kernel of an executable. A dynamic entry point (one compiled for symbolic dimensions) takes
+    the values of the symbols `scalars` (names, in order) with each dispatch; its bindings' shapes
+    and its `workgroup_count` are then dimensions of them (`ir.symbolic.Sym`), which the host
+    evaluates and passes to `CommandBuffer.dispatch`."""
+
     name: str
     bindings: tuple[Binding, ...]
     workgroup_size: tuple[int, int, int] = (1, 1, 1)
-    workgroup_count: tuple[int, int, int] = (1, 1, 1)
+    workgroup_count: tuple = (1, 1, 1)  # ints; or ints and Syms of `scalars`
+    scalars: tuple[str, ...] = ()
+
+    def binding_types(self, scalars=()) -> list[TensorType]:
+        """The bindings' tensor types, a dynamic entry point's at these values of its `scalars`."""
+        if not self.scalars:
+            return [b.type for b in self.bindings]
+        from .ir.symbolic import evaluate_shape
+
+        sizes = dict(zip(self.scalars, (int(v) for v in scalars)))
+        return [TensorType(evaluate_shape(b.type.shape, sizes), b.type.dtype) for b in self.bindings]
+
+    def check_dispatch(self, bindings, scalars=()) -> list[TensorType]:
+        """A driver's checks of a dispatch: ValueError unless `bindings` ((buffer, offset, nbytes) each, the
+        buffer with `nbytes`) and `scalars` fit this entry point; returns the bindings' types at these sizes."""
+        if len(bindings) != len(self.bindings):
+            raise ValueError(f"{self.name} takes {len(self.bindings)} bindings, got {len(bindings)}")
+        if len(scalars) != len(self.scalars):
+            raise ValueError(f"{self.name} takes {len(self.scalars)} scalars ({', '.join(self.scalars)}), "
+                             f"got {len(scalars)}")
+        types = self.binding_types(scalars)
+        for (buf, offset, nbytes), t in zip(bindings, types):
+            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{self.name}: binding of {nbytes} bytes at {offset} cannot hold {t}")
+        return types
 
 
 @dataclass
@@ -190,7 +220,14 @@ class CommandBuffer(Protocol):
 
     `copy` and `fill` are given offsets and sizes that are multiples of 4 (what every API supports);
     a driver may accept others too, or raise ValueError for them. `fill` repeats one byte,
-    `value` (0 to 255), over `nbytes`."""
+    `value` (0 to 255), over `nbytes`.
+
+    Optional (dynamic shapes): `dispatch(..., scalars=(...), workgroup_count=(x, y, z))` records a
+    dispatch of a dynamic entry point: `scalars` are the values of its `EntryPoint.scalars` (ints,
+    in order), which the kernel receives (kernel arguments, push constants, a uniform: the
+    backend's choice), and `workgroup_count` replaces the entry point's symbolic one. A command
+    buffer whose `dispatch` takes these keywords supports dynamic entry points; the runtime
+    records one command buffer per concrete shape."""
 
     def dispatch(self, executable: Executable, entry: int, bindings: Sequence[tuple[Buffer, int, int]]) -> None: ...
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None: ...
@@ -259,7 +296,9 @@ class ExecutableLoader(Protocol):
     `local-task`). `load` returns one `bind` callable per entry point: when a command
     buffer is recorded, `bind(views)` gets numpy views of the bindings (in entry-point
     order) and returns `run(workgroup_id)`, which the driver calls for each workgroup,
-    possibly from several threads at once."""
+    possibly from several threads at once. For a dynamic entry point (one with `scalars`)
+    the driver calls `bind(views, scalars)`, the views at this dispatch's shapes and
+    `scalars` the symbols' values in the entry point's order."""
 
     format: str
 

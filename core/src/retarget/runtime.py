@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -27,6 +27,7 @@ from .compiler import desc_from_json
 from .errors import DeviceMemoryError, InputError, ModuleFormatError, PluginError, UnknownDeviceError, suggestion
 from .ir.dtypes import dtype as lookup_dtype
 from .ir.dtypes import from_numpy
+from .ir.symbolic import dims_from_json, dims_to_json
 from .mlir.syntax import parse_type
 from .module_format import Artifact, read
 from .plugin_manager import manager
@@ -103,18 +104,33 @@ def _rank(info: DeviceInfo) -> int:
 
 @dataclass
 class FunctionSignature:
+    """A function's arguments and results. A shape may hold symbolic dimensions (`ir.symbolic.Sym`,
+    known when the function is called), printed by name: `tensor<batchx3x224x224xf32>`; `symbols`
+    gives each one's range ("1..64", "1.." when unbounded)."""
+
     name: str
     inputs: list[tuple[str, tuple, str]]  # (name, shape, dtype)
     outputs: list[tuple[tuple, str]]
+    symbols: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         ins = ", ".join(f"{n}: {_type_text(s, d)}" for n, s, d in self.inputs)
         outs = ", ".join(_type_text(s, d) for s, d in self.outputs)
-        return f"{self.name}({ins}) -> ({outs})"
+        where = " with " + ", ".join(f"{k}={r}" for k, r in self.symbols.items()) if self.symbols else ""
+        return f"{self.name}({ins}) -> ({outs}){where}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "signature": str(self),
+                "inputs": [{"name": n, "shape": dims_to_json(s), "dtype": d} for n, s, d in self.inputs],
+                "outputs": [{"shape": dims_to_json(s), "dtype": d} for s, d in self.outputs],
+                "symbols": dict(self.symbols)}
 
 
 def _type_text(shape, dtype) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + f"{dtype}>"
+    def dim(d):
+        return str(d) if isinstance(d, int) or getattr(d, "name", None) else f"({d})"
+
+    return "tensor<" + "".join(f"{dim(d)}x" for d in shape) + f"{dtype}>"
 
 
 def _tensor_type(text: str):
@@ -186,9 +202,12 @@ class Function:
             else:
                 bindings = [(self._buffer(step["placement"], kind), offset, nbytes)
                             for kind, offset, nbytes in cmd["bindings"]]
-                cb.dispatch(placement.executable, cmd["entry"], bindings)
+                self._dispatch(cb, placement.executable, cmd, bindings)
         cb.end()
         return cb
+
+    def _dispatch(self, cb, executable, cmd: dict, bindings) -> None:
+        cb.dispatch(executable, cmd["entry"], bindings)
 
     def check_inputs(self, args) -> list[np.ndarray | dlpack.Borrowed]:
         """The call's arguments as C-contiguous host arrays (or arrays borrowed on this module's device),
@@ -213,6 +232,7 @@ class Function:
                 if borrowed is not None:
                     arrays.append(borrowed)
                     _check_borrowed(borrowed, t, where)
+                    self._check_shape(borrowed, t, where)
                     continue
                 a = _host_array(arg, t.dtype.np_dtype, where)
                 if a.dtype != t.dtype.np_dtype:
@@ -220,9 +240,7 @@ class Function:
                         raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
                                          hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
                     a = a.astype(t.dtype.np_dtype)
-                if a.shape != t.shape:
-                    raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
-                                     hint=f"the function expects {t}")
+                self._check_shape(a, t, where)
                 arrays.append(np.ascontiguousarray(a))
         except BaseException:
             for a in arrays:
@@ -230,6 +248,15 @@ class Function:
                     a.release()
             raise
         return arrays
+
+    def _check_shape(self, a, t, where: str) -> None:
+        if a.shape != t.shape:
+            raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
+                             hint=f"the function expects {t}")
+
+    def _select(self, arrays) -> None:
+        """Called under the lock before a call runs; a function with symbolic dimensions picks the
+        plan, arena and command buffer of the inputs' shape here (runtime_dynamic.py)."""
 
     def _borrow(self, arg, where: str) -> dlpack.Borrowed | None:
         """`arg` borrowed through DLPack when it lives on a device other than the host; None for host arrays.
@@ -267,6 +294,7 @@ class Function:
                                      "has no DLPack support)", hint="leave out output='device' to get numpy arrays")
         try:
             with self._lock:
+                self._select(arrays)
                 for a, slots in zip(arrays, self._inputs):
                     for p, (_, offset, _) in slots:
                         device = placements[p].device
@@ -318,9 +346,6 @@ def _check_borrowed(a: dlpack.Borrowed, t, where: str) -> None:
     if a.dtype != t.dtype:
         raise InputError(f"{where} must be {t.dtype}, got a device array of {a.dtype}",
                          hint="convert it on the device first, e.g. x.to(torch.float32)")
-    if a.shape != t.shape:
-        raise InputError(f"{where} must have shape {list(t.shape)}, got {list(a.shape)}",
-                         hint=f"the function expects {t}")
     if not a.contiguous:
         raise InputError(f"{where} is a non-contiguous device array", hint="make it contiguous, e.g. x.contiguous()")
 
@@ -347,6 +372,18 @@ def _host_array(arg, np_dtype, where: str) -> np.ndarray:
         raise InputError(f"{where} must be {np.dtype(np_dtype)} numbers, got {type(arg).__name__} of {natural.dtype}",
                          hint="pass a numpy array of the input's dtype")
     return natural.astype(np_dtype)
+
+
+def _entry_point(e: dict) -> EntryPoint:
+    """An entry point as the manifest holds it; a dynamic one's shapes and count are dimensions."""
+    bindings = []
+    for b in e["bindings"]:
+        t = _tensor_type(b["type"])
+        if "shape" in b:
+            t = type(t)(dims_from_json(b["shape"]), t.dtype)
+        bindings.append(Binding(t, b["access"]))
+    count = dims_from_json(e["workgroup_count"]) if e.get("scalars") else tuple(e["workgroup_count"])
+    return EntryPoint(e["name"], tuple(bindings), tuple(e["workgroup_size"]), count, tuple(e.get("scalars", ())))
 
 
 @dataclass
@@ -394,17 +431,16 @@ class LoadedModule:
         first = self.placements[self.primary]
         self.device, self.variant, self.executable, self.constants = (first.device, first.variant,
                                                                       first.executable, first.constants)
-        self.functions = {name: Function(self, name, plan) for name, plan in artifact.functions.items()}
+        from .runtime_dynamic import DynamicFunction
+
+        self.functions = {name: (DynamicFunction if "symbols" in plan else Function)(self, name, plan)
+                          for name, plan in artifact.functions.items()}
 
     def _variants(self) -> list[tuple[str, ExecutableBinary]]:
         out = []
         for exe in self.artifact.manifest["executables"]:
             try:
-                entries = [
-                    EntryPoint(e["name"], tuple(Binding(_tensor_type(b["type"]), b["access"]) for b in e["bindings"]),
-                               tuple(e["workgroup_size"]), tuple(e["workgroup_count"]))
-                    for e in exe["entry_points"]
-                ]
+                entries = [_entry_point(e) for e in exe["entry_points"]]
                 data = self.artifact.entries[exe["path"]]
                 binary = ExecutableBinary(exe["format"], desc_from_json(exe["target"]), bytes(data), entries)
                 out.append((exe.get("placement", SINGLE), binary))

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
 from retarget.importers.onnx import SUPPORTED_OPS, OnnxImporter  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.ir.symbolic import sym  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
 
@@ -69,13 +70,13 @@ def test_input_names_are_kept_and_initializers_are_not_arguments():
     assert fn.arg_names == ["pixels"] and len(fn.args) == 1
 
 
-def test_symbolic_dimension_needs_input_shapes():
+def test_dim_param_is_a_symbolic_dimension_and_input_shapes_fixes_it():
     nodes = [helper.make_node("Relu", ["x"], ["y"])]
     model = make_model(nodes, [tensor("x", ["batch", 3])], [tensor("y", ["batch", 3])])
-    with pytest.raises(InputError, match="input_shapes"):
-        OnnxImporter().load(model)
+    fn = OnnxImporter().load(model).functions["main"]
+    assert fn.input_types[0].shape == (sym("batch"), 3) and "batch" in fn.symbols
     fn = OnnxImporter().load(model, input_shapes={"x": (5, 3)}).functions["main"]
-    assert fn.input_types[0].shape == (5, 3)
+    assert fn.input_types[0].shape == (5, 3) and not fn.symbols
 
 
 def test_unsupported_op_names_op_node_and_supported_list():

@@ -160,3 +160,18 @@ def test_without_mma_h_s_headers_fragments_take_the_portable_expansion_and_say_s
     binary = cuda_compile.compile_kernels([kernel], desc)
     assert "wmma" not in binary.listing and "mma.h" not in binary.listing
     assert "nvidia-cuda-crt" in capsys.readouterr().err
+
+
+def test_a_dynamic_module_compiles_with_its_sizes_as_kernel_arguments(nvrtc):
+    """Sizes known at run time: `long long` arguments after the buffers, and a grid the host computes."""
+    from retarget.ir.symbolic import evaluate, parse_dim
+    from retarget.testing import dynamic
+
+    exe, (_, parts) = _executable(retarget.compile(dynamic.module("attention"), "cuda:h100"))
+    entries = exe["entry_points"]
+    assert entries and all(e["scalars"] == ["s"] for e in entries)
+    assert all(evaluate(parse_dim(str(c)), {"s": 17}) >= 1 for e in entries for c in e["workgroup_count"])
+    ptx = parts["ptx"].decode()
+    for e in entries:  # the kernel's last parameter is the 64-bit size
+        params = ptx[ptx.index(f".entry {e['name']}("):].split(")")[0]
+        assert params.rstrip().splitlines()[-1].strip().startswith(".param .u64")

@@ -136,6 +136,12 @@ class FakeComputeEncoder(_Encoder):
             raise MetalUsageError(f"buffer index {index} is outside the argument table (31 entries)")
         self.buffers[index] = (buffer, offset)
 
+    def setBytes_length_atIndex_(self, data, length, index):  # noqa: N802
+        self._check()
+        if not 0 <= index < 31 or length > 4096:
+            raise MetalUsageError(f"setBytes of {length} bytes at index {index}: Metal takes up to 4 KB in 31 slots")
+        self.buffers[index] = (FakeBytes(bytes(data)[:length]), 0)
+
     def memoryBarrierWithScope_(self, scope):  # noqa: N802
         self._check()
         self.cb.log.append(("barrier", scope))
@@ -150,6 +156,9 @@ class FakeComputeEncoder(_Encoder):
             if i not in self.buffers:
                 raise MetalUsageError(f"{function.name}: buffer {i} is not bound")
             buffer, offset = self.buffers[i]
+            if ctype.startswith("&"):  # a scalar: its bytes, from setBytes
+                addresses.append(buffer.array.ctypes.data)
+                continue
             if offset % ITEMSIZE[ctype.split()[-1]]:
                 raise MetalUsageError(f"{function.name}: buffer {i} ({ctype}) bound at unaligned offset {offset}")
             addresses.append(buffer.array.ctypes.data + offset)
@@ -158,7 +167,17 @@ class FakeComputeEncoder(_Encoder):
         if block[0] * block[1] * block[2] > self.pipeline.max_threads:
             raise MetalUsageError(f"{function.name}: {block} threads exceed the pipeline's maximum")
         self.cb.log.append(("dispatch", function.name, grid, block))
-        self.cb.work.append(lambda: function.library.cpu.launch(function.name, addresses, grid, block))
+        held = list(self.buffers.values())  # setBytes copies live as long as the work that reads them
+        self.cb.work.append(lambda: (held, function.library.cpu.launch(function.name, addresses, grid, block)))
+
+
+class FakeBytes:
+    """What setBytes copies: the argument's bytes, kept for the dispatch."""
+
+    def __init__(self, data: bytes):
+        import numpy as np
+
+        self.array = np.frombuffer(bytearray(data), dtype=np.uint8)
 
 
 class FakeBlitEncoder(_Encoder):

@@ -18,7 +18,8 @@ SHIM = Path(__file__).parent / "msl"
 CLANG = os.environ.get("RETARGET_CLANGXX", "clang++")
 FLAGS = ["-std=c++17", "-x", "c++", f"-I{SHIM}", "-Werror=unknown-attributes", "-Wno-unused"]
 KERNEL = re.compile(r"\bkernel void (\w+)\((.*)\) \{$", re.MULTILINE)
-BUFFER = re.compile(r"device (const )?([\w ]+?) \*(\w+) \[\[buffer\((\d+)\)\]\]")
+BUFFER = re.compile(r"device (const )?([\w ]+?) \*(\w+) \[\[buffer\((\d+)\)\]\]"
+                    r"|constant ([\w ]+?) &(\w+) \[\[buffer\((\d+)\)\]\]")  # or a scalar passed with setBytes
 _BUILD = Path(tempfile.mkdtemp(prefix="retarget-msl-cpu-"))
 
 
@@ -39,11 +40,12 @@ def syntax_errors(source: str) -> str:
     return "" if done.returncode == 0 else done.stderr
 
 
-def kernels(source: str) -> dict[str, list[tuple[str, str]]]:
-    """Each kernel's buffer parameters, in [[buffer(i)]] order: name -> [(C type, parameter name)]."""
+def kernels(source: str) -> dict[str, list[str]]:
+    """Each kernel's buffer parameters, in [[buffer(i)]] order: name -> [C type], a scalar's as "&T"."""
     out = {}
     for match in KERNEL.finditer(source):
-        params = [(m.group(1) or "") + m.group(2) for m in BUFFER.finditer(match.group(2))]
+        params = [(m.group(1) or "") + m.group(2) if m.group(2) else "&" + m.group(5)
+                  for m in BUFFER.finditer(match.group(2))]
         out[match.group(1)] = params
     return out
 
@@ -54,7 +56,8 @@ def harness(source: str) -> str:
     for name, params in kernels(source).items():
         body = source[source.index(f" void {name}("):]
         barriers = "true" if "threadgroup_barrier" in body[:body.index("\n}\n")] else "false"
-        args = [f"({t} *)b[{i}]" for i, t in enumerate(params)] + ["g", "t"]
+        args = [f"*(const {t[1:]} *)b[{i}]" if t.startswith("&") else f"({t} *)b[{i}]"
+                for i, t in enumerate(params)] + ["g", "t"]
         lines.append(f'extern "C" int rt_launch_{name}(void **b, const unsigned *grid, const unsigned *block) {{\n'
                      f"  return rt_cpu::launch(grid, block, [&](uint3 g, uint3 t) {{ {name}({', '.join(args)}); }}, "
                      f"{barriers});\n}}")

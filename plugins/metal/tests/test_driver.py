@@ -11,6 +11,7 @@ import retarget
 from metal_helpers import simple_kernel
 from retarget.errors import UnknownDeviceError
 from retarget.ir import dtypes
+from retarget.testing import dynamic
 from retarget.testing.graphs import chain_module, mlp_module
 from retarget_metal import targets
 from retarget_metal.compile import compile_kernels
@@ -158,6 +159,11 @@ def test_loading_a_cpu_module_on_metal_names_what_it_holds(fake_metal):
     module, _, _ = mlp_module()
     with pytest.raises(UnknownDeviceError, match="vmvx"):
         retarget.load(retarget.compile(module, "vmvx"), device="metal")
+
+
+@pytest.mark.parametrize("case", ["matmul_tails", "matmul_rows"])
+def test_dynamic_shapes_pass_their_sizes_with_setbytes(fake_metal, case):
+    dynamic.check("metal-spirv", "metal", [case])
 
 
 def test_sixteen_threads_get_their_own_answers_from_a_gpu_that_runs_behind_them(fake_metal, monkeypatch):

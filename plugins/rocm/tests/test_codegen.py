@@ -323,3 +323,12 @@ def test_f32_matmuls_rdna_and_bf16_on_cdna1_keep_the_plain_gpu_matmul():
     assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), f16), targets.parse("gfx906")) is None
     assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), bf16), targets.parse("gfx908")) is None
     assert matmul_fragments(_matmul_dispatch((64, 64), (64, 64), f16), targets.parse("gfx908")) is not None
+
+
+def test_a_dynamic_module_compiles_to_a_code_object_taking_its_sizes(no_rocm_compiler, check_code_object):
+    from retarget.testing import dynamic
+
+    art = retarget.compile(dynamic.module("matmul_tails"), "rocm:mi300x")
+    (exe,) = art.manifest["executables"]
+    assert [e["scalars"] for e in exe["entry_points"]] == [["k", "m", "n"]]
+    check_code_object(bytes(art.entries[exe["path"]]), "gfx942", 0x4C, [e["name"] for e in exe["entry_points"]])

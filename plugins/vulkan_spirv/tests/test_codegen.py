@@ -228,3 +228,15 @@ def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the
         at += words[at] >> 16
     if not bias_relu:  # f32 -> f16 (and the cast's round trip) where each of 8 x 8 outputs is stored; none staging
         assert converts <= 3 * 8 * 8
+
+
+@needs_spirv_val
+def test_a_dynamic_kernel_reads_its_sizes_after_the_bases_in_the_push_constants(tmp_path):
+    from retarget.testing import dynamic
+
+    art = retarget.compile(dynamic.module("conv_batch_image"), "vulkan-spirv:vulkan-1.1")
+    (exe,) = art.manifest["executables"]
+    for meta in container.unpack(bytes(art.entries[exe["path"]])):
+        assert meta["scalars"] == ["k", "m", "n"]
+        assert meta["push_constant_bytes"] == 4 * (len(meta["params"]) + 3)
+        spirv_val(container.words(meta), tmp_path, meta["name"])

@@ -690,6 +690,13 @@ def test_a_process_that_opens_a_device_exits_cleanly(vulkan_device):
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
+@pytest.mark.parametrize("case", ["attention", "matmul_rows"])
+def test_one_dynamic_module_matches_the_reference_at_each_size(vulkan_device, case):
+    from retarget.testing import dynamic
+
+    dynamic.check("vulkan-spirv:host", "vulkan", [case])
+
+
 def test_threads_on_memory_the_host_reads_slowly_get_their_answers_and_learn_only_their_own_outputs(
         vulkan_device, monkeypatch):
     """Every buffer read as a GPU's BAR is (uncached), so outputs go through learned readbacks: 16 threads

@@ -118,3 +118,14 @@ def test_export_writes_one_wgsl_per_kernel_and_a_manifest(tmp_path):
     assert manifest["functions"]["predict"]["program"][0]["entry"] == 0
     assert (tmp_path / "constants.bin").stat().st_size == manifest["constants"]["size"] > 0
     assert manifest["limits"]["max-storage-buffers-per-shader-stage"] == 8
+
+
+def test_export_of_a_dynamic_module_asks_for_static_sizes(tmp_path):
+    from retarget.errors import RetargetError
+    from retarget.testing import dynamic
+    from retarget_webgpu.web import export
+
+    art = retarget.compile(dynamic.module("long_row"), "webgpu-spirv")
+    with pytest.raises(RetargetError, match="known only at run time") as info:
+        export(art, tmp_path)
+    assert "--dim" in info.value.hint

@@ -250,6 +250,13 @@ def test_loading_a_cpu_module_on_webgpu_names_what_it_holds(webgpu_device):
         retarget.load(retarget.compile(module, "vmvx"), device="webgpu")
 
 
+@pytest.mark.parametrize("case", ["conv_batch_image"])
+def test_one_dynamic_module_matches_the_reference_at_each_size(webgpu_device, case):
+    from retarget.testing import dynamic
+
+    dynamic.check("webgpu-spirv:host", "webgpu", [case])
+
+
 def test_an_adapter_without_compute_is_listed_unavailable_with_the_reason():
     """A downlevel adapter (OpenGL ES 3.0: the H100 machine's EGL one) reports zero compute limits; opening it
     and building a pipeline would lose the device, so it is not offered."""

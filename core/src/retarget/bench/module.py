@@ -35,6 +35,9 @@ def random_inputs(fn, seed: int = 0) -> list[np.ndarray]:
     """Seeded inputs matching the signature: standard normal floats, small integers, false booleans."""
     rng = np.random.default_rng(seed)
     out = []
+    if not all(t.is_static for t in fn.input_types):
+        raise InputError(f"{fn.signature} has sizes known only at run time, so random inputs need a size",
+                         hint="give --input for each argument at the size to time, e.g. --input 1x3x224x224xf32=0")
     for t in fn.input_types:
         dtype = np.dtype(t.dtype.np_dtype)
         if dtype.kind == "f" or dtype.kind == "V":  # V: bfloat16 and other ml_dtypes

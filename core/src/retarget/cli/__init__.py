@@ -229,6 +229,9 @@ def compile_(
         "Default: the model's own, whatever --precision is.")] = None,
     quantize: Annotated[str | None, typer.Option(
         "--quantize", help=_QUANTIZE_HELP)] = None,
+    dim: Annotated[list[str] | None, typer.Option(
+        "--dim", help="Bound a symbolic dimension, repeatable: NAME=LO..HI (`batch=1..64`), NAME=LO.. or "
+                      "NAME=SIZE (fixes it). Bounded symbols get one memory plan, sized at the bounds.")] = None,
     as_json: JsonFlag = False,
 ):
     """Compile a model into a .rtm module holding code for each target.
@@ -244,8 +247,12 @@ def compile_(
     Precision and quantization, e.g.:
 
     `retarget compile model.pt2 --target cuda --precision f16 --quantize int4-g32 -o model.rtm`
+
+    Symbolic dimensions (torch.export Dim, ONNX dim_param, MLIR `?`) stay symbolic: one module
+    runs at every size in their ranges. `--dim batch=1..64` bounds one; `--dim batch=8` fixes it.
     """
     from .. import compiler
+    from ..ir.symbolic import parse_dim_option
     from ..passes.placement import PlacementError, explain_text
 
     if output is None:
@@ -259,7 +266,8 @@ def compile_(
             artifact = compiler.compile(source, targets, fallback=fallback or None, refuse=refuse,
                                         dump_dir=dump_after_all, notes=lambda n: err.print(f"note: {n}"),
                                         precision=precision, interface_precision=interface_precision,
-                                        quantize=quantize)
+                                        quantize=quantize,
+                                        dims=dict(parse_dim_option(d) for d in dim or ()))
             artifact.save(output, signing_key=sign)
     except PlacementError as e:
         if explain:
@@ -323,10 +331,11 @@ def parse_devices(values: list[str] | None) -> tuple[str, dict[str, str]]:
 
 
 def describe_function(fn) -> dict:
-    """A loaded function's signature, and where it runs: each step of its host program."""
+    """A loaded function's signature (with its symbolic dimensions' ranges), and where it runs: each step
+    of its host program."""
     from ..passes.placement import summarize_steps
 
-    return {"name": fn.name, "signature": str(fn.signature), "steps": summarize_steps(fn.plan)}
+    return {**fn.signature.to_json(), "steps": summarize_steps(fn.plan)}
 
 
 @app.command()
@@ -459,9 +468,8 @@ def check(
     from .. import compiler
     from ..importers.mlir import import_check_file
     from ..importers.mlir.check import evaluate_checks
-    from ..runtime import load
-
     from ..mlir.syntax import read_source
+    from ..runtime import load
 
     try:
         text = read_source(source)

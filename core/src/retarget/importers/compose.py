@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..ir.core import Builder, Value
+from ..ir.symbolic import Sym
 
 
 def scalar(b: Builder, value, like: Value) -> Value:
@@ -39,6 +40,9 @@ def mean(b: Builder, x: Value, axes, keepdims: bool = False) -> Value:
     axes = tuple(sorted(normalize_axis(a, x.type.rank) for a in axes))
     total = b.op("rt.reduce", [x], {"kind": "sum", "axes": axes, "keepdims": keepdims})
     count = math.prod(x.type.shape[a] for a in axes)
+    if isinstance(count, Sym):  # a size known at run time: count the elements as a sum of ones
+        ones = b.op("rt.broadcast", [scalar(b, 1, x)], {"shape": x.type.shape})
+        return b.op("rt.div", [total, b.op("rt.reduce", [ones], {"kind": "sum", "axes": axes, "keepdims": keepdims})])
     return b.op("rt.mul", [total, scalar(b, 1.0 / count, x)])
 
 
@@ -158,7 +162,11 @@ def attention(b: Builder, q: Value, k: Value, v: Value, mask: Value | None = Non
     scale = 1 / math.sqrt(q.type.shape[-1]) if scale is None else scale
     s = b.op("rt.matmul", [b.op("rt.mul", [q, scalar(b, scale, q)]), b.op("rt.transpose", [k], {"perm": perm})])
     lq, lk = q.type.shape[-2], k.type.shape[-2]
-    if causal:
+    if causal and (isinstance(lq, Sym) or isinstance(lk, Sym)):  # row >= column, from iotas
+        rows = b.op("rt.iota", [], {"shape": (lq, lk), "axis": 0, "dtype": "i64"})
+        cols = b.op("rt.iota", [], {"shape": (lq, lk), "axis": 1, "dtype": "i64"})
+        mask = b.op("rt.cmp", [rows, cols], {"predicate": "ge"})
+    elif causal:
         mask = b.constant(np.tril(np.ones((lq, lk), dtype=bool)))
     if mask is not None:
         if mask.type.dtype.kind == "bool":

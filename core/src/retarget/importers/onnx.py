@@ -1,6 +1,10 @@
 """ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21).
 
-Shapes are static. Graph inputs with symbolic dimensions need `input_shapes=`.
+A graph input's `dim_param` ("batch") is a symbolic dimension of that name, shared by every
+input that names it; a dimension with neither a value nor a name is a new symbol
+`<input>_dim<axis>`. `input_shapes=` fixes dimensions instead. `Shape` of a tensor with symbolic
+dimensions is an array of them (numpy object dtype), and the shape arithmetic exporters emit on
+it (Gather, Concat, Unsqueeze, Add, Mul, Div, ...) runs here, on the symbols (`SYMBOLIC_FOLDS`).
 Every tensor name maps either to a graph `Value` or to a numpy array that is known
 at import time (initializers, `Constant`, `Shape` of a static tensor, and any node
 whose inputs are all known). Known nodes are evaluated here, by lowering them into
@@ -20,6 +24,7 @@ import numpy as np
 from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import Builder, Function, Module, TensorType, Value
 from ..ir.dtypes import DTYPES, DType, from_numpy
+from ..ir.symbolic import Sym, divide_exactly, sanitize
 from ..registry import registrar
 from . import compose as C
 
@@ -173,12 +178,13 @@ class _Converter:
         if not tt.HasField("shape"):
             raise InputError(f"graph input '{inp.name}' has no shape", hint="pass input_shapes={name: shape}")
         dims = []
-        for d in tt.shape.dim:
+        for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
                 dims.append(d.dim_value)
+            elif d.dim_param:
+                dims.append(self.b.symbol(sanitize(d.dim_param)))
             else:
-                raise InputError(f"graph input '{inp.name}' has a symbolic dimension '{d.dim_param or '?'}'",
-                                 hint=f"pass input_shapes={{'{inp.name}': (...)}} to fix it")
+                dims.append(self.b.fresh_symbol(f"{inp.name}_dim{axis}"))
         return TensorType(tuple(dims), dtype)
 
     def value(self, name: str) -> Value:
@@ -186,6 +192,9 @@ class _Converter:
         v = self.env[name]
         if isinstance(v, Value):
             return v
+        if _is_symbolic(v):
+            raise UnsupportedOpError(f"'{name}' holds sizes known only at run time ({_sizes(v)}), used as data",
+                                     hint="sizes may feed shapes (Reshape, Expand, Slice, ...), not tensor math")
         if name not in self.materialized:
             self.materialized[name] = _constant(self.b, v)
         return self.materialized[name]
@@ -203,8 +212,15 @@ class _Converter:
             if name and name not in self.env:
                 raise InputError(f"ONNX op '{node.op_type}' ({where}) reads '{name}', which is never defined")
         known = all(not n or not isinstance(self.env[n], Value) for n in node.input)
+        symbolic = known and any(n and _is_symbolic(self.env[n]) for n in node.input)
         try:
-            if known and node.op_type not in _NO_FOLD:
+            if symbolic and node.op_type in SYMBOLIC_FOLDS:
+                outs = _sizes_array(SYMBOLIC_FOLDS[node.op_type](_Node(self, node, self.b, fold=True)))
+            elif symbolic and node.op_type not in _NO_FOLD:
+                raise UnsupportedOpError(
+                    f"computing on sizes known only at run time is not supported for {node.op_type}",
+                    hint=f"ops that compute on sizes: {', '.join(sorted(SYMBOLIC_FOLDS))}")
+            elif known and node.op_type not in _NO_FOLD:
                 outs = self._fold(node, handler)
             else:
                 outs = handler(_Node(self, node, self.b, fold=False))
@@ -233,6 +249,28 @@ class _Converter:
         scratch.returns = [o for o in outs if isinstance(o, Value)]
         results = iter(run_function(scratch, []))
         return [np.asarray(next(results)) if isinstance(o, Value) else o for o in outs]
+
+
+def _is_symbolic(v) -> bool:
+    """A known array that holds sizes known only at run time (numpy object dtype, some entries Sym)."""
+    return isinstance(v, np.ndarray) and v.dtype == object
+
+
+def _sizes_array(v) -> np.ndarray:
+    """A computed array of sizes: object dtype while it holds a symbol, else int64 (then it folds as usual)."""
+    v = np.asarray(v, dtype=object)
+    if any(isinstance(d, Sym) for d in v.reshape(-1)):
+        return v
+    return v.astype(np.int64)
+
+
+def _sizes(v) -> str:
+    return "[" + ", ".join(str(d) for d in np.asarray(v).reshape(-1)) + "]"
+
+
+def _dims(values) -> list:
+    """Entries of a shape operand: ints, or symbolic sizes."""
+    return [d if isinstance(d, Sym) else int(d) for d in np.asarray(values).reshape(-1)]
 
 
 def _constant(b: Builder, array: np.ndarray) -> Value:
@@ -750,7 +788,7 @@ def _global_max_pool(n):
 
 
 def _reshape(n, x, shape):
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(_dims(shape)) if len(shape) else ()
     return x if x.type.shape == shape else n.b.op("rt.reshape", [x], {"shape": shape})
 
 
@@ -764,12 +802,16 @@ def _flatten(n):
 @handles("Reshape")
 def _reshape_op(n):
     x = n(0)
-    target = [int(d) for d in n.known(1, "shape")]
+    target = _dims(n.known(1, "shape"))
     allowzero = n.attr("allowzero", 0)
     shape = [x.type.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
     if -1 in shape:
         rest = math.prod(d for d in shape if d != -1)
-        shape[shape.index(-1)] = x.type.num_elements // rest if rest else 0
+        whole = divide_exactly(x.type.num_elements, rest) if not isinstance(rest, int) or rest else 0
+        if whole is None:
+            raise UnsupportedOpError(f"cannot reshape {x.type} to {[str(d) for d in target]}: "
+                                     f"{x.type.num_elements} elements are not a multiple of {rest}")
+        shape[shape.index(-1)] = whole
     return _reshape(n, x, shape)
 
 
@@ -818,6 +860,9 @@ def _slice(n):
     steps = [int(v) for v in n.known_or(4, [1] * len(starts), "steps")]
     for axis, s, e, k in zip(axes, starts, ends, steps, strict=False):
         size = x.type.shape[axis]
+        if isinstance(size, Sym):
+            x = _slice_symbolic(n, x, axis, s, e, k)
+            continue
         s, e = max(min(s, 2**62), -(2**62)), max(min(e, 2**62), -(2**62))
         lo, hi, k = slice(s, e, k).indices(size)
         if k > 0:
@@ -826,6 +871,17 @@ def _slice(n):
             idx = np.arange(lo, hi, k, dtype=np.int64)
             x = n.b.op("rt.gather", [x, n.b.constant(idx)], {"axis": axis})
     return x
+
+
+def _slice_symbolic(n, x, axis, start, end, step):
+    """A slice along an axis of symbolic size: steps of 1, from a start counted from either end, to
+    the end (an end past any size, as exporters write `x[2:]`) or to a start counted from the end."""
+    size = x.type.shape[axis]
+    if step != 1:
+        raise UnsupportedOpError(f"a slice with step {step} along a dimension known only at run time ({size})")
+    lo = start if start >= 0 else size + start
+    hi = size if end >= 2**31 - 1 else end if end >= 0 else size + end
+    return C.slice_axis(n.b, x, axis, lo, hi, 1)
 
 
 @handles("Gather")
@@ -880,7 +936,9 @@ def _input_shape(n, i=0):
 
 @handles("Shape")
 def _shape(n):
-    shape = np.array(_input_shape(n), dtype=np.int64)
+    dims = _input_shape(n)
+    symbolic = any(isinstance(d, Sym) for d in dims)
+    shape = np.array(list(dims), dtype=object) if symbolic else np.array(dims, dtype=np.int64)
     rank = len(shape)
     start, end = n.attr("start", 0), n.attr("end", rank)
     return shape[slice(*slice(start, end).indices(rank)[:2])]
@@ -888,7 +946,8 @@ def _shape(n):
 
 @handles("Size")
 def _size(n):
-    return np.array(math.prod(_input_shape(n)), dtype=np.int64)
+    size = math.prod(_input_shape(n))
+    return np.array(size, dtype=object) if isinstance(size, Sym) else np.array(size, dtype=np.int64)
 
 
 @handles("Constant")
@@ -904,15 +963,22 @@ def _constant_op(n):
 
 @handles("ConstantOfShape")
 def _constant_of_shape(n):
-    shape = tuple(int(d) for d in n.known(0, "shape"))
+    shape = tuple(_dims(n.known(0, "shape")))
     value = n.attr("value", np.zeros(1, np.float32))
+    if any(isinstance(d, Sym) for d in shape):  # a splat as big as the input: a broadcast scalar
+        scalar = n.b.constant(np.array(value.reshape(-1)[0], dtype=value.dtype))
+        return n.b.op("rt.broadcast", [scalar], {"shape": shape}) if shape else scalar
     return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
 
 
 @handles("Expand")
 def _expand(n):
     x = n(0)
-    shape = tuple(np.broadcast_shapes(x.type.shape, tuple(int(d) for d in n.known(1, "shape"))))
+    target = tuple(_dims(n.known(1, "shape")))
+    rank = max(len(target), x.type.rank)
+    dims = [(x.type.shape[::-1] + (1,) * rank)[i] for i in range(rank)][::-1]
+    wanted = [(target[::-1] + (1,) * rank)[i] for i in range(rank)][::-1]
+    shape = tuple(w if d == 1 else d for d, w in zip(dims, wanted))  # Expand broadcasts both ways
     return x if shape == x.type.shape else n.b.op("rt.broadcast", [x], {"shape": shape})
 
 
@@ -1051,6 +1117,83 @@ def _argmax(n):
         x = n.b.op("rt.gather", [x, n.b.constant(np.arange(size - 1, -1, -1, dtype=np.int64))], {"axis": axis})
     y = n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": bool(n.attr("keepdims", 1))})
     return n.b.op("rt.sub", [C.scalar(n.b, size - 1, y), y]) if last else y
+
+
+# -- arithmetic on sizes known only at run time (the Shape -> ... -> Reshape chains of exporters) ----------
+
+
+def _known_ints(n, i):
+    v = n.cv.env[n.node.input[i]]
+    return v if _is_symbolic(v) else np.asarray(v)
+
+
+def _sym_arith(fn):
+    def fold(n):
+        a, b = (np.asarray(_known_ints(n, i), dtype=object) for i in (0, 1))
+        try:
+            return np.asarray(fn(a, b), dtype=object)
+        except TypeError as e:  # e.g. a division by a symbolic size
+            raise UnsupportedOpError(
+                f"cannot compute {n.node.op_type} of sizes {_sizes(a)} and {_sizes(b)}: {e}") from None
+    return fold
+
+
+def _sym_gather(n):
+    data, idx = np.asarray(_known_ints(n, 0), dtype=object), np.asarray(_known_ints(n, 1)).astype(np.int64)
+    axis = n.attr("axis", 0)
+    return np.take(data, np.where(idx < 0, idx + data.shape[axis], idx), axis=axis)
+
+
+def _sym_unsqueeze(n):
+    data = np.asarray(_known_ints(n, 0), dtype=object)
+    out = data
+    for a in sorted(C.normalize_axis(a, data.ndim + len(_axes_of(n))) for a in _axes_of(n)):
+        out = np.expand_dims(out, a)
+    return out
+
+
+def _sym_squeeze(n):
+    data = np.asarray(_known_ints(n, 0), dtype=object)
+    axes = _axes_of(n)
+    return np.squeeze(data, axis=tuple(axes)) if axes else np.squeeze(data)
+
+
+def _sym_concat(n):
+    parts = [np.asarray(_known_ints(n, i), dtype=object) for i in range(len(n.node.input)) if n.has(i)]
+    return np.concatenate(parts, axis=n.attr("axis", 0))
+
+
+def _sym_slice(n):
+    data = np.asarray(_known_ints(n, 0), dtype=object)
+    starts, ends = (np.asarray(n.known(i)).astype(np.int64) for i in (1, 2))
+    axes = [int(a) for a in n.known_or(3, range(len(starts)))]
+    steps = [int(v) for v in n.known_or(4, [1] * len(starts))]
+    index = [slice(None)] * data.ndim
+    for a, s, e, k in zip(axes, starts, ends, steps, strict=False):
+        index[a] = slice(int(s), int(min(e, 2**62)), k)
+    return data[tuple(index)]
+
+
+def _sym_same(n):
+    return np.asarray(_known_ints(n, 0), dtype=object)
+
+
+def _sym_reshape(n):
+    return np.asarray(_known_ints(n, 0), dtype=object).reshape([int(d) for d in n.known(1)])
+
+
+def _sym_cast(n):
+    if _dtype(n.attr("to"), "Cast target").is_float:
+        raise UnsupportedOpError("a size known only at run time cast to a float is not supported")
+    return _sym_same(n)
+
+
+SYMBOLIC_FOLDS = {
+    "Add": _sym_arith(lambda a, b: a + b), "Sub": _sym_arith(lambda a, b: a - b),
+    "Mul": _sym_arith(lambda a, b: a * b), "Div": _sym_arith(lambda a, b: a // b),  # sizes: trunc == floor
+    "Gather": _sym_gather, "Unsqueeze": _sym_unsqueeze, "Squeeze": _sym_squeeze, "Concat": _sym_concat,
+    "Slice": _sym_slice, "Identity": _sym_same, "Cast": _sym_cast, "Reshape": _sym_reshape,
+}
 
 
 SUPPORTED_OPS = tuple(sorted(HANDLERS))

@@ -2,8 +2,14 @@
 
 The program is decomposed to core ATen (`run_decompositions()`), so this file only
 needs the core op set. Parameters, buffers and lifted constants become `rt.constant`;
-user inputs become function arguments, named as in `forward`. Shapes are static:
-they come from each node's `meta["val"]`, so views and expands never guess.
+user inputs become function arguments, named as in `forward`. Shapes come from each node's
+`meta["val"]`, so views and expands never guess.
+
+Dynamic dimensions (`torch.export.Dim`) are symbolic dimensions (`ir.symbolic`): each of torch's
+symbols becomes one of ours, named after its `Dim` when retarget exports the module itself
+(`dynamic_shapes=`), else `<input>_dim<axis>` after where it first appears, with the range
+torch recorded (`range_constraints`); torch's size expressions (`2*s0`, `(s0 - 1)//2 + 1`)
+become ours.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import Builder, Function, Location, Module, Value
 from ..ir.dtypes import DTYPES, DType
+from ..ir.symbolic import Sym, SymbolRange, ceil_div, sanitize
 from ..registry import registrar
 from . import compose as C
 
@@ -38,15 +45,18 @@ class TorchImporter:
             return str(source).endswith(self.suffixes)
         return _is_torch_object(source)
 
-    def load(self, source: Any, example_inputs=None, function_name: str = "main", **options) -> Module:
-        program = _export(source, example_inputs)
-        return _Converter(program, function_name).run()
+    def load(self, source: Any, example_inputs=None, function_name: str = "main", dynamic_shapes=None,
+             **options) -> Module:
+        """`dynamic_shapes` goes to `torch.export.export` with a module (e.g. `({0: Dim("batch")},)`);
+        its `Dim`s name the symbolic dimensions."""
+        program = _export(source, example_inputs, dynamic_shapes)
+        return _Converter(program, function_name, _dim_names(program, dynamic_shapes)).run()
 
 
 # -- export ----------------------------------------------------------------------------------
 
 
-def _export(source, example_inputs):
+def _export(source, example_inputs, dynamic_shapes=None):
     import torch
 
     if isinstance(source, (str, os.PathLike)):
@@ -66,7 +76,7 @@ def _export(source, example_inputs):
         if not isinstance(example_inputs, (tuple, list)):
             example_inputs = (example_inputs,)
         try:
-            program = torch.export.export(source.eval(), tuple(example_inputs))
+            program = torch.export.export(source.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
         except Exception as e:
             raise RetargetError(f"torch.export could not trace {type(source).__name__}: {_first_line(e)}",
                                 hint="it must export with torch.export.export(model, example_inputs)") from e
@@ -82,6 +92,28 @@ def _export(source, example_inputs):
 def _first_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
+
+
+def _dim_names(program, dynamic_shapes) -> dict:
+    """torch's symbol -> the name of the `Dim` the user gave it, from `dynamic_shapes` (per input:
+    {axis: Dim} or [Dim or None, ...]) and where each input's symbols sit."""
+    if dynamic_shapes is None:
+        return {}
+    users = [n for n in program.graph.nodes if n.op == "placeholder"
+             and program.graph_signature.input_specs[[s.arg.name for s in program.graph_signature.input_specs]
+                                                     .index(n.name)].kind.name == "USER_INPUT"]
+    specs = list(dynamic_shapes.values()) if isinstance(dynamic_shapes, dict) else list(dynamic_shapes)
+    names = {}
+    for node, spec in zip(users, specs):
+        axes = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        val = node.meta.get("val")
+        for axis, dim in axes:
+            name = getattr(dim, "__name__", None)
+            if name and val is not None and axis < len(val.shape):
+                expr = getattr(getattr(val.shape[axis], "node", None), "expr", None)
+                if expr is not None and getattr(expr, "is_Symbol", False):
+                    names.setdefault(expr, name)
+    return names
 
 
 # -- conversion ------------------------------------------------------------------------------
@@ -129,11 +161,13 @@ class _Multi(tuple):
 
 
 class _Converter:
-    def __init__(self, program, function_name: str):
+    def __init__(self, program, function_name: str, dim_names: dict | None = None):
         self.program = program
         self.fn = Function(function_name, [])
         self.b = Builder(self.fn)
         self.env: dict = {}
+        self.dim_names = dim_names or {}  # torch's symbol -> the user's Dim name
+        self.symbols: dict = {}  # torch's symbol -> ours
 
     def run(self) -> Module:
         sig = self.program.graph_signature
@@ -168,7 +202,12 @@ class _Converter:
                                      hint="only tensor inputs are supported; bind other arguments before export")
         from ..ir.core import TensorType
 
-        shape = tuple(_static(d, node) for d in val.shape)
+        for axis, d in enumerate(val.shape):  # name the symbols where they first appear
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False) and expr not in self.symbols:
+                self.symbols[expr] = self.b.symbol(sanitize(self.dim_names.get(expr, f"{node.name}_dim{axis}")),
+                                                   _symbol_range(self.program, expr))
+        shape = tuple(self.dim(d, node) for d in val.shape)
         arg = Value(TensorType(shape, _dtype(val.dtype)), None, len(self.fn.args), node.name)
         self.fn.args.append(arg)
         names.append(node.name)
@@ -188,6 +227,12 @@ class _Converter:
     def _call(self, node):
         import operator
 
+        if node.target in _SIZE_ARITHMETIC:  # arithmetic on sizes (SymInts): done here, on our dimensions
+            args = [self._arg(a) for a in node.args]
+            if not all(isinstance(a, (int, Sym)) for a in args):
+                raise UnsupportedOpError(f"'{node.target.__name__}' (node '{node.name}') of {args} is not supported",
+                                         location=_loc_str(node))
+            return node.target(*args)
         if node.target is operator.getitem:
             seq, i = self.env[node.args[0]], node.args[1]
             item = seq[i]
@@ -233,7 +278,21 @@ class _Converter:
         val = node.meta["val"]
         if i is not None:
             val = val[i]
-        return tuple(_static(d, node) for d in val.shape), _dtype(val.dtype)
+        return tuple(self.dim(d, node) for d in val.shape), _dtype(val.dtype)
+
+    def dim(self, d, node):
+        """A torch size (an int, or a SymInt) as our dimension."""
+        if isinstance(d, int):
+            return d
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if expr is None:
+            return _static(d, node)
+        try:
+            return _from_sympy(expr, self.symbols)
+        except (KeyError, TypeError, ValueError) as e:
+            raise UnsupportedOpError(f"node '{node.name}' has a size {d} that retarget cannot express ({e})",
+                                     location=_loc_str(node),
+                                     hint="sizes may be sums, products and floor divisions of input sizes") from None
 
     def tensor(self, x, dtype: DType) -> Value:
         """`x` (a Value or a Python number) as a tensor of `dtype`."""
@@ -246,12 +305,61 @@ class _Converter:
         return x if x.type.shape == shape else self.b.op("rt.reshape", [x], {"shape": shape})
 
 
+def _size_arithmetic():
+    import operator
+
+    return (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod)
+
+
+_SIZE_ARITHMETIC = _size_arithmetic()
+
+
 def _static(d, node) -> int:
     try:
         return int(d)
     except Exception:
         raise UnsupportedOpError(f"node '{node.name}' has a dynamic dimension ({d})",
                                  location=_loc_str(node), hint="export with static shapes") from None
+
+
+def _symbol_range(program, expr) -> SymbolRange:
+    """The range torch.export recorded for a symbol (`range_constraints`), as ours."""
+    vr = program.range_constraints.get(expr)
+    if vr is None:
+        return SymbolRange()
+    lo, hi = vr.lower, vr.upper
+    lo = int(lo) if getattr(lo, "is_finite", True) and getattr(lo, "is_number", True) else 0
+    hi = int(hi) if getattr(hi, "is_finite", False) and getattr(hi, "is_number", True) else None
+    return SymbolRange(max(lo, 1), hi)  # a symbolic size is at least 1 (torch allows 0)
+
+
+def _from_sympy(expr, symbols: dict):
+    """A sympy size expression of torch's (sums, products, integer powers, floor divisions, mods)."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return symbols[expr]
+    args = [_from_sympy(a, symbols) for a in expr.args]
+    kind = type(expr).__name__
+    if expr.is_Add:
+        return sum(args[1:], args[0])
+    if expr.is_Mul:
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if expr.is_Pow and isinstance(args[1], int) and args[1] >= 1:
+        out = args[0]
+        for _ in range(args[1] - 1):
+            out = out * args[0]
+        return out
+    if kind in ("FloorDiv", "IntTrueDiv") and isinstance(args[1], int):
+        return args[0] // args[1]
+    if kind == "CeilDiv" and isinstance(args[1], int):
+        return ceil_div(args[0], args[1])
+    if kind in ("Mod", "PythonMod") and isinstance(args[1], int):
+        return args[0] % args[1]
+    raise TypeError(f"{kind} is not supported")
 
 
 def _loc_str(node) -> str | None:
@@ -516,6 +624,11 @@ def _identity_or_cast(cv, node, x, *args, **kwargs):
     return cv.tensor(x, dtype)
 
 
+@handles("sym_size")
+def _sym_size(cv, node, x, dim):
+    return cv.dim(node.meta["val"], node)
+
+
 @handles("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
 def _no_value(cv, node, *args, **kwargs):
     return None
@@ -646,7 +759,8 @@ def _adaptive_avg_pool2d(cv, node, x, output_size):
 @handles("cat", "concat")
 def _cat(cv, node, tensors, dim=0):
     shape, dtype = cv.out_type(node)
-    tensors = [cv.tensor(t, dtype) for t in tensors if t.type.num_elements > 0 or t.type.rank == len(shape)]
+    tensors = [cv.tensor(t, dtype) for t in tensors
+               if isinstance(t.type.num_elements, Sym) or t.type.num_elements > 0 or t.type.rank == len(shape)]
     if len(tensors) == 1:
         return tensors[0]
     return cv.b.op("rt.concat", tensors, {"axis": C.normalize_axis(dim, len(shape))})
@@ -657,6 +771,13 @@ def _slice(cv, node, x, dim=0, start=None, end=None, step=1):
     rank = x.type.rank
     dim = C.normalize_axis(dim, rank)
     size = x.type.shape[dim]
+    if isinstance(size, Sym) or isinstance(start, Sym) or isinstance(end, Sym):
+        # torch has checked these bounds for every size in the range; x[a:], x[:n], x[-k:]
+        start = 0 if start is None else start
+        end = size if end is None or (isinstance(end, int) and end >= 2**62) else end
+        start = size + start if isinstance(start, int) and start < 0 else start
+        end = size + end if isinstance(end, int) and end < 0 else end
+        return C.slice_axis(cv.b, x, dim, start, end, step)
     s, e, _ = slice(start, end, step).indices(size)
     return C.slice_axis(cv.b, x, dim, s, max(s, e), step)
 
@@ -704,6 +825,8 @@ def _constant_pad(cv, node, x, pad, value=0):
 
 def _filled(cv, node, value):
     shape, dtype = cv.out_type(node)
+    if any(isinstance(d, Sym) for d in shape):  # as big as an input: a broadcast scalar
+        return cv.b.op("rt.broadcast", [cv.b.constant(np.array(value, dtype=dtype.np_dtype))], {"shape": shape})
     return cv.b.constant(np.full(shape, value, dtype=dtype.np_dtype))
 
 
@@ -734,9 +857,18 @@ def _scalar_tensor(cv, node, value, **kwargs):
 
 @handles("arange")
 def _arange(cv, node, *args, **kwargs):
+    shape, dtype = cv.out_type(node)
+    if any(isinstance(d, Sym) for d in shape):  # a length known at run time: start + step * iota
+        bounds = [a for a in args if isinstance(a, (int, float, Sym))]
+        start, step = (bounds[0] if len(bounds) > 1 else 0), (bounds[2] if len(bounds) > 2 else 1)
+        if isinstance(start, Sym) or isinstance(step, Sym):
+            raise UnsupportedOpError("arange whose start or step is known only at run time")
+        y = cv.b.op("rt.iota", [], {"shape": shape, "axis": 0, "dtype": dtype.name})
+        if step != 1:
+            y = cv.b.op("rt.mul", [y, C.scalar(cv.b, step, y)])
+        return cv.b.op("rt.add", [y, C.scalar(cv.b, start, y)]) if start else y
     numbers = [a for a in args if isinstance(a, (int, float))]
     start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (numbers + [1])[:3]
-    shape, dtype = cv.out_type(node)
     return cv.b.constant(np.arange(start, end, step).astype(dtype.np_dtype).reshape(shape))
 
 

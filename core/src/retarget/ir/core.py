@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .dtypes import DType
+from .symbolic import Sym, SymbolRange, sanitize, substitute, sym
 
-Dim = int | None  # None is a dynamic dimension, printed `?`
+SHAPE_ATTR_KEYS = ("shape", "start", "limit")  # ops.SHAPE_ATTRS (ops.py imports this module)
+
+# A dimension: an int, a symbolic `Sym` (known when the function is called; see symbolic.py), or
+# None (unknown, only in MLIR types as parsed, before an importer names it). Both print `?`.
+Dim = int | Sym | None
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class TensorType:
 
     @property
     def is_static(self) -> bool:
-        return all(d is not None for d in self.shape)
+        return all(isinstance(d, int) for d in self.shape)
 
     @property
     def num_elements(self) -> int:
@@ -45,7 +50,7 @@ class TensorType:
         return self.num_elements * self.dtype.itemsize
 
     def __str__(self) -> str:
-        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        dims = "".join((str(d) if isinstance(d, int) else "?") + "x" for d in self.shape)
         return f"tensor<{dims}{self.dtype}>"
 
 
@@ -95,6 +100,8 @@ class Function:
     ops: list[Operation] = field(default_factory=list)
     returns: list[Value] = field(default_factory=list)
     arg_names: list[str] | None = None  # user-facing names, kept in the manifest
+    # The symbolic dimensions of the signature and their ranges (symbolic.py); empty when static.
+    symbols: dict[str, SymbolRange] = field(default_factory=dict)
 
     @property
     def input_types(self) -> list[TensorType]:
@@ -122,21 +129,36 @@ class Module:
 
 
 class Builder:
-    """Appends ops to a function, inferring each result type from `ops.py`."""
+    """Appends ops to a function, inferring each result type from `ops.py`.
+
+    Where an op needs two dimensions equal and one is a symbol (`ops.DimMismatch`), the builder
+    unifies them: the symbol is replaced, in the whole function so far and in every later op's
+    shape attributes, by the other dimension, whose range becomes the intersection of both."""
+
+    MAX_UNIFICATIONS = 16  # per op: each one removes a symbol
 
     def __init__(self, fn: Function, loc: Location | None = None):
         self.fn = fn
         self.loc = loc
+        self.substitutions: dict = {}  # symbol name -> the dimension that replaced it
 
     def op(self, name: str, operands, attrs: dict | None = None, loc: Location | None = None) -> Value:
         return self.op_multi(name, operands, attrs, loc)[0]
 
     def op_multi(self, name, operands, attrs=None, loc=None) -> list[Value]:
-        from .ops import infer_types
+        from .ops import DimMismatch, infer_types, normalize_shape_attrs
 
-        attrs = dict(attrs or {})
+        attrs = normalize_shape_attrs(attrs or {})
         operands = list(operands)
-        types = infer_types(name, [v.type for v in operands], attrs, loc or self.loc)
+        for attempt in range(self.MAX_UNIFICATIONS + 1):
+            if self.substitutions:
+                attrs = {key: substitute(v, self.substitutions) for key, v in attrs.items()}
+            try:
+                types = infer_types(name, [v.type for v in operands], attrs, loc or self.loc)
+                break
+            except DimMismatch as e:
+                if attempt == self.MAX_UNIFICATIONS or not self.unify(*e.dims, loc or self.loc):
+                    raise
         op = Operation(name, operands, [], attrs, loc or self.loc)
         op.results = [Value(t, op, i) for i, t in enumerate(types)]
         self.fn.ops.append(op)
@@ -145,6 +167,64 @@ class Builder:
     def constant(self, array, dtype: DType | None = None) -> Value:
         array = np.asarray(array, dtype=dtype.np_dtype if dtype else None)
         return self.op("rt.constant", [], {"value": DenseAttr(array)})
+
+    # -- symbolic dimensions ----------------------------------------------------------------------
+    def symbol(self, name: str, rng: SymbolRange | None = None) -> Sym | int:
+        """The function's symbol `name`, made with range `rng` if new (a known one's range is narrowed
+        by `rng`); the dimension that replaced it if it was unified away."""
+        if name in self.substitutions:
+            return self.substitutions[name]
+        old = self.fn.symbols.get(name)
+        self.fn.symbols[name] = (rng or SymbolRange()) if old is None else old.intersect(rng or SymbolRange())
+        return sym(name)
+
+    def fresh_symbol(self, base: str, rng: SymbolRange | None = None) -> Sym:
+        """A new symbol named `base` (or `base_2`, ... when taken)."""
+        name, n = sanitize(base), 1
+        while name in self.fn.symbols or name in self.substitutions:
+            n += 1
+            name = f"{sanitize(base)}_{n}"
+        return self.symbol(name, rng)
+
+    def unify(self, a, b, loc: Location | None = None) -> bool:
+        """Make dimensions a and b one: replace a plain symbol by the other dimension (an int first,
+        else the newer symbol by the older). False when neither is a plain symbol."""
+        order = list(self.fn.symbols)
+        choices = [(x, y) for x, y in ((a, b), (b, a))
+                   if isinstance(x, Sym) and x.name and not (isinstance(y, Sym) and x.name in y.symbols)]
+        if not choices:
+            return False
+        choices.sort(key=lambda c: (not isinstance(c[1], int), -order.index(c[0].name) if c[0].name in order else 0))
+        old, new = choices[0]
+        self.replace_symbol(old.name, new, loc)
+        return True
+
+    def replace_symbol(self, name: str, new, loc: Location | None = None) -> None:
+        """Replace symbol `name` by dimension `new` in every type and shape attribute of the function."""
+        from ..errors import VerificationError
+
+        rng = self.fn.symbols.pop(name, SymbolRange())
+        where = f" at {loc}" if loc else ""
+        if isinstance(new, int) and new not in rng:
+            raise VerificationError(f"dimension '{name}' must be {new}{where}, outside its range {rng}",
+                                    hint="widen the range you gave for it, or fix the model's shapes")
+        if isinstance(new, Sym) and new.name:
+            merged = self.fn.symbols.get(new.name, SymbolRange()).intersect(rng)
+            if merged.empty:
+                raise VerificationError(f"dimensions '{name}' and '{new.name}' must be equal{where}, and their "
+                                        "ranges do not overlap", hint="check the ranges you gave for them")
+            self.fn.symbols[new.name] = merged
+        mapping = {name: new}
+        self.substitutions = {k: substitute(v, mapping) for k, v in self.substitutions.items()}
+        self.substitutions[name] = new
+        for v in self.fn.args:
+            v.type = TensorType(substitute(v.type.shape, mapping), v.type.dtype)
+        for op in self.fn.ops:
+            for r in op.results:
+                r.type = TensorType(substitute(r.type.shape, mapping), r.type.dtype)
+            for key in SHAPE_ATTR_KEYS:
+                if key in op.attrs and isinstance(op.attrs[key], tuple):
+                    op.attrs[key] = substitute(op.attrs[key], mapping)
 
 
 @dataclass(eq=False)

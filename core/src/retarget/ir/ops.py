@@ -16,6 +16,14 @@ is x @ W^T for int8 activations xq (integers in an i32 tensor) with per-row
 scales and W packed as above: the products of each group are summed exactly, as
 integers, then scaled.
 The numpy reference for each op is in `vmvx/kernels.py`.
+
+Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
+dimensions never broadcast: a symbol meets only 1, itself, or a dimension it must equal. Where an
+op needs two dimensions equal and one is a symbol (a matmul's contraction, an add of `[n, 4]` and
+`[m, 4]`), inference raises `DimMismatch`, which an importer's `Builder` answers by unifying the
+two (replacing `m` by `n` in the whole function) and inferring again; everywhere else it is the
+VerificationError it derives from. The attributes that hold shapes (`SHAPE_ATTRS`) may hold
+symbolic dimensions too; the text form writes them as strings (`shape = [1, "seq", 16]`).
 """
 
 from __future__ import annotations
@@ -24,11 +32,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import VerificationError
-from .core import Location, TensorType
+from .core import SHAPE_ATTR_KEYS, Location, TensorType
 from .dtypes import DTYPES, i1
+from .symbolic import Sym, parse_dim
 
 UNARY = (
     "neg abs exp log sqrt rsqrt tanh sigmoid erf floor ceil round sin cos tan "
@@ -37,6 +44,8 @@ UNARY = (
 BINARY = "add sub mul div rem pow max min and or xor atan2 shr".split()
 COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_KINDS = ("sum", "max", "min", "prod", "and", "or")
+SHAPE_ATTRS = SHAPE_ATTR_KEYS  # attributes whose entries are dimensions, and may be symbolic
+
 # The ops that only move or convert elements: the only ones that take storage-only types (f8, f4, ui4, i2).
 MOVES = frozenset(f"rt.{n}" for n in "cast constant reshape transpose broadcast slice concat pad gather select".split())
 
@@ -55,18 +64,72 @@ class _Fail(Exception):
     pass
 
 
+class _Mismatch(_Fail):
+    def __init__(self, a, b, reason: str):
+        super().__init__(reason)
+        self.dims = (a, b)
+
+
+class DimMismatch(VerificationError):
+    """Two dimensions an op needs equal differ, and at least one is symbolic: `dims` holds them."""
+
+    def __init__(self, message: str, dims: tuple = (), **kwargs):
+        super().__init__(message, **kwargs)
+        self.dims = dims
+
+
 def _check(cond, reason: str):
     if not cond:
         raise _Fail(reason)
 
 
+def _same(a, b, reason: str):
+    """a, which must equal b: a mismatch of two ints fails, one involving a symbol asks for unification."""
+    if a == b:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        raise _Fail(reason)
+    raise _Mismatch(a, b, reason)
+
+
+def _is_int(d) -> bool:
+    return isinstance(d, int)
+
+
 def broadcast_shapes(*shapes):
-    if all(s == shapes[0] for s in shapes[1:]) and None not in shapes[0]:  # the common case, without numpy
+    if all(s == shapes[0] for s in shapes[1:]) and None not in shapes[0]:  # the common case
         return tuple(shapes[0])
-    try:
-        return tuple(np.broadcast_shapes(*[tuple(1 if d is None else d for d in s) for s in shapes]))
-    except ValueError:
-        raise _Fail(f"shapes {' and '.join(str(list(s)) for s in shapes)} do not broadcast") from None
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
+        if any(d is None for d in dims):
+            raise _Fail(f"shapes {' and '.join(str(list(s)) for s in shapes)} have an unknown dimension")
+        wide = [d for d in dims if d != 1]
+        result = wide[0] if wide else 1
+        for d in wide[1:]:
+            _same(result, d, f"shapes {' and '.join(_text(s) for s in shapes)} do not broadcast")
+        out.append(result)
+    return tuple(out)
+
+
+def _text(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def normalize_shape_attrs(attrs: dict) -> dict:
+    """`attrs` with the entries of its `SHAPE_ATTRS` as dimensions (text, as the printer writes
+    symbolic ones, parsed), in tuples."""
+    out = dict(attrs)
+    for key in SHAPE_ATTRS:
+        value = out.get(key)
+        if isinstance(value, (list, tuple)) and any(isinstance(v, (str, Sym)) for v in value):
+            try:
+                out[key] = tuple(parse_dim(v) if isinstance(v, str) else v for v in value)
+            except ValueError as e:
+                raise VerificationError(f"attribute {key} = {list(value)}: {e}",
+                                        hint="a symbolic dimension is written as text, e.g. \"2*seq\"") from None
+    return out
 
 
 def _same_dtype(types):
@@ -110,10 +173,10 @@ def _constant(name, types, attrs):
 
 def _reshape(name, types, attrs):
     shape = tuple(attrs["shape"])
-    _check(all(d >= 0 for d in shape), f"shape {list(shape)} has a negative dimension")
+    _check(all(not _is_int(d) or d >= 0 for d in shape), f"shape {_text(shape)} has a negative dimension")
     _check(
         math.prod(shape) == types[0].num_elements,
-        f"cannot reshape {types[0]} ({types[0].num_elements} elements) to {list(shape)}",
+        f"cannot reshape {types[0]} ({types[0].num_elements} elements) to {_text(shape)}",
     )
     return [TensorType(shape, types[0].dtype)]
 
@@ -126,7 +189,7 @@ def _transpose(name, types, attrs):
 
 def _broadcast(name, types, attrs):
     shape = tuple(attrs["shape"])
-    _check(broadcast_shapes(types[0].shape, shape) == shape, f"{types[0]} does not broadcast to {list(shape)}")
+    _check(broadcast_shapes(types[0].shape, shape) == shape, f"{types[0]} does not broadcast to {_text(shape)}")
     return [TensorType(shape, types[0].dtype)]
 
 
@@ -137,7 +200,10 @@ def _slice(name, types, attrs):
     shape = []
     for d, (s, e, k) in enumerate(zip(start, limit, stride)):
         _check(k > 0, f"stride {k} in dim {d} must be positive")
-        _check(0 <= s <= e <= t.shape[d], f"slice [{s}:{e}] out of bounds for dim {d} of size {t.shape[d]}")
+        # symbolic bounds are the importer's promise; only what is known is checked
+        known = [v for v in (0, s, e, t.shape[d]) if _is_int(v)]
+        _check(known == sorted(known) and (not _is_int(s) or s >= 0),
+               f"slice [{s}:{e}] out of bounds for dim {d} of size {t.shape[d]}")
         shape.append((e - s + k - 1) // k)
     return [TensorType(tuple(shape), t.dtype)]
 
@@ -148,8 +214,11 @@ def _concat(name, types, attrs):
     rank = types[0].rank
     _check(0 <= axis < rank, f"axis {axis} out of range for rank {rank}")
     for t in types:
-        _check(t.rank == rank and all(t.shape[d] == types[0].shape[d] for d in range(rank) if d != axis),
-               f"operands {', '.join(map(str, types))} differ outside axis {axis}")
+        _check(t.rank == rank, f"operands {', '.join(map(str, types))} differ in rank")
+        for d in range(rank):
+            if d != axis:
+                _same(types[0].shape[d], t.shape[d],
+                      f"operands {', '.join(map(str, types))} differ outside axis {axis}")
     shape = list(types[0].shape)
     shape[axis] = sum(t.shape[axis] for t in types)
     return [TensorType(tuple(shape), dtype)]
@@ -159,7 +228,7 @@ def _pad(name, types, attrs):
     t = types[0]
     low, high = tuple(attrs["low"]), tuple(attrs["high"])
     _check(len(low) == len(high) == t.rank, f"low/high need {t.rank} entries")
-    _check(all(p >= 0 for p in low + high), "padding must be non-negative")
+    _check(all(_is_int(p) and p >= 0 for p in low + high), "padding must be non-negative integers")
     return [TensorType(tuple(d + lo + hi for d, lo, hi in zip(t.shape, low, high)), t.dtype)]
 
 
@@ -174,7 +243,7 @@ def _gather(name, types, attrs):
 def _matmul(name, types, attrs):
     a, b = types
     _check(a.rank >= 2 and b.rank >= 2, f"operands must have rank >= 2, got {a} and {b}")
-    _check(a.shape[-1] == b.shape[-2], f"contraction dims differ: {a} @ {b}")
+    _same(a.shape[-1], b.shape[-2], f"contraction dims differ: {a} @ {b} ({a.shape[-1]} and {b.shape[-2]})")
     _same_dtype(types)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return [TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)]
@@ -182,7 +251,9 @@ def _matmul(name, types, attrs):
 
 def _window(size, k, stride, lo, hi, dilation=1):
     out = (size + lo + hi - dilation * (k - 1) - 1) // stride + 1
-    _check(out > 0, f"window of {k} (dilation {dilation}) does not fit input {size} with padding {lo}+{hi}")
+    # a symbolic size: whether the window fits is checked when the function is called (the output's size)
+    _check(not _is_int(out) or out > 0,
+           f"window of {k} (dilation {dilation}) does not fit input {size} with padding {lo}+{hi}")
     return out
 
 
@@ -203,6 +274,8 @@ def _conv2d(name, types, attrs):
     groups = attrs.get("groups", 1)
     n, c, h, wd = x.shape
     o, ci, kh, kw = w.shape
+    _check(all(_is_int(d) for d in w.shape) and _is_int(c),
+           f"channels and filter sizes must be static, got {x} and {w} (only batch and image sizes may be symbolic)")
     _check(groups >= 1 and c % groups == 0 and o % groups == 0, f"groups={groups} must divide {c} in and {o} out channels")
     _check(ci * groups == c, f"filter has {ci} input channels per group, input has {c} channels in {groups} groups")
     return [TensorType((n, o, _window(h, kh, sh, pt, pb, dh), _window(wd, kw, sw, pl, pr, dw)), x.dtype)]
@@ -335,6 +408,9 @@ def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location |
             narrow = sorted({str(t.dtype) for t in [*types, *results] if t.dtype.storage})
             _check(not narrow, f"{', '.join(narrow)} values are only cast and moved; cast them to f32 to compute")
         return results
+    except _Mismatch as e:
+        raise DimMismatch(f"'{name}'{where}: {e}", e.dims,
+                          hint=f"dimensions {e.dims[0]} and {e.dims[1]} must be equal") from None
     except _Fail as e:
         raise VerificationError(f"'{name}'{where}: {e}") from None
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:

@@ -1,4 +1,10 @@
-"""Print the graph IR as MLIR generic-form text, which `parser.py` reads back exactly."""
+"""Print the graph IR as MLIR generic-form text, which `parser.py` reads back exactly.
+
+Symbolic dimensions print as `?` in types, as MLIR has it. What each `?` is, is kept beside:
+an argument's `{rt.dims = ["batch"]}` lists the expressions of its `?`s in order, the function's
+`attributes {rt.symbols = {batch = "1..64"}}` their symbols' ranges, and shape attributes write
+symbolic entries as strings (`shape = [1, "seq", 16]`). Every other type follows from these.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import numpy as np
 
 from .core import DenseAttr, Function, Module, TensorType
 from .dtypes import from_numpy
+from .symbolic import Sym
 
 INLINE_ELEMENTS = 16  # larger constants go to the dialect_resources section
 
@@ -22,6 +29,8 @@ def format_attr(value, blobs: dict | None = None, elide: bool = False) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, tuple):
+        if any(isinstance(v, Sym) for v in value):  # a shape with symbolic dimensions
+            return "[" + ", ".join(f'"{v}"' if isinstance(v, Sym) else str(v) for v in value) + "]"
         if all(isinstance(v, bool) for v in value) and value:
             return f"array<i1: {', '.join('true' if v else 'false' for v in value)}>"
         if all(isinstance(v, int) for v in value):
@@ -101,10 +110,16 @@ def print_function(fn: Function, blobs=None, elide=False, indent="  ") -> str:
         names[arg] = f"%arg{i}"
     sig = []
     for i, arg in enumerate(fn.args):
-        attrs = f" {{rt.name = {format_attr(fn.arg_names[i])}}}" if fn.arg_names else ""
+        arg_attrs = {"rt.name": fn.arg_names[i]} if fn.arg_names else {}
+        if not arg.type.is_static:
+            arg_attrs["rt.dims"] = [str(d) for d in arg.type.shape if not isinstance(d, int)]
+        attrs = f" {format_attr_dict(arg_attrs)}" if arg_attrs else ""
         sig.append(f"{names[arg]}: {arg.type}{attrs}")
     results = ", ".join(str(t) for t in fn.result_types)
-    lines = [f"{indent}func.func @{fn.name}({', '.join(sig)}) -> ({results}) {{"]
+    symbols = ""
+    if fn.symbols:
+        symbols = f" attributes {{rt.symbols = {format_attr_dict({k: str(r) for k, r in fn.symbols.items()})}}}"
+    lines = [f"{indent}func.func @{fn.name}({', '.join(sig)}) -> ({results}){symbols} {{"]
     counter = 0
     for op in fn.ops:
         if len(op.results) == 1:

@@ -9,8 +9,10 @@ example) has every dispatch checked. A plugin that builds or rewrites kernel IR 
 
 What the analysis knows (intervals of Python integers, so nothing overflows inside the proof):
 - a workgroup id ranges over [0, count), a thread id over [0, size), a loop variable over
-  [start, start + extent), and a free variable over the range given in `symbols` (a symbolic extent
-  later: `check_kernel(kernel, symbols={"n": (1, 4096)})`);
+  [start, start + extent), and a free variable over the range given in `symbols`
+  (`check_kernel(kernel, symbols={"dim_n": (1, 4096)})`). Intervals do not relate a buffer's size to
+  the symbol it grows with, so `lower_dispatch` proves a kernel with sizes known at run time at a few
+  concrete sizes of its symbols (each given as (v, v)) rather than over their whole ranges;
 - a scalar `Assign`ed once stands for its expression, re-evaluated where it is read, so a guard on a
   variable it reads narrows it too; one assigned more than once takes the range of its latest value,
   joined over the branches and loop iterations that may have set it (loop-carried ones widen to
@@ -177,12 +179,13 @@ class _Checker:
         self.sizes = {p.name: p.size for p in kernel.params}
         self.fragments: dict[str, Fragment] = {}
         self.ranges: dict[str, tuple] = {name: (int(lo), int(hi)) for name, (lo, hi) in symbols.items()}
+        self.defs: dict[str, tuple[Expr, set]] = {}  # scalars assigned once: name -> (expression, what it reads)
+        self.facts: dict[Expr, tuple] = {}  # expressions narrowed by guards
+        self.narrowed = None  # until it is known: the grid's extents below are computed in i64
         for var, count in zip(kernel.workgroup_vars, kernel.workgroup_count):
             self.ranges[var] = (0, self._extent(count)[1] - 1)
         for var, size in zip(kernel.thread_vars, kernel.workgroup_size):
             self.ranges[var] = (0, self._extent(size)[1] - 1)
-        self.defs: dict[str, tuple[Expr, set]] = {}  # scalars assigned once: name -> (expression, what it reads)
-        self.facts: dict[Expr, tuple] = {}  # expressions narrowed by guards
         assigned: dict[str, int] = {}
         for s in walk_stmts(kernel.body):
             if isinstance(s, Assign):

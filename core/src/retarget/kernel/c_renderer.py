@@ -189,6 +189,11 @@ class Dialect:
     cast_helper: str = ""  # replacing `CAST_HELPER`
     fragments: FragmentSpelling | None = None  # None: the portable expansion
     index32: bool = False  # index arithmetic in 32 bits where the kernel's buffers allow (see index32.py)
+    # A kernel's scalars (sizes known at run time, `Kernel.scalars`): a parameter each, after the buffers,
+    # and/or a statement each at the top of the body; fields {T} (the index type), {name} (`dim_<symbol>`),
+    # {j} (the scalar's number), {n} (the number of buffers), {i} (n + j).
+    scalar_param: str = ""
+    scalar_prologue: str = ""
     # Types a language cannot store, kept two elements to a 32-bit word: dtype -> templates. The buffer is an
     # array of `word` (written ones of `atomic_word`, since two threads may write the two halves of a word);
     # `load` turns a word {0} and the element's parity {1} (0 or 1) into the compute type; `store` writes the
@@ -206,6 +211,7 @@ C99 = Dialect(
     kernel="void {name}(void **bindings, int64_t wg_x, int64_t wg_y, int64_t wg_z)",
     param="",
     prologue="{const}{T} *restrict {name} = ({const}{T} *)bindings[{i}];",
+    scalar_prologue="const {T} {name} = ((const int64_t *)bindings[{n}])[{j}];",  # as llvm-cpu: one more binding
     group_id="wg_{x}",
     unroll="#pragma GCC unroll {n}",
     as_float="rt_as_float({0})", as_uint="rt_as_uint({0})",
@@ -225,6 +231,7 @@ CUDA = Dialect(
     to_storage={"f16": "__float2half_rn({0})", "bf16": "__float2bfloat16_rn({0})"},
     kernel='extern "C" __global__ void __launch_bounds__({threads}) {name}({params})',
     param="{const}{T} *__restrict__ {name}",
+    scalar_param="const {T} {name}",
     group_id="blockIdx.{x}",
     thread_id="threadIdx.{x}",
     barrier="__syncthreads();",
@@ -279,6 +286,7 @@ OPENCL = Dialect(
     to_storage={"f16": "convert_half_rte({0})", "bf16": "rt_f32_to_bf16({0})", "i1": "((uchar){0})"},
     kernel="__kernel __attribute__((reqd_work_group_size({wx}, {wy}, {wz}))) void {name}({params})",
     param="__global {const}{T} *restrict {name}",
+    scalar_param="const {T} {name}",
     group_id="get_group_id({n})",
     thread_id="get_local_id({n})",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);",
@@ -301,6 +309,7 @@ MSL = Dialect(
     to_storage={"f16": "half({0})", "bf16": "bfloat({0})"},
     kernel="kernel void {name}({params})",
     param="device {const}{T} *{name} [[buffer({i})]]",
+    scalar_param="constant {T} &{name} [[buffer({i})]]",
     extra_params=("uint3 rt_group [[threadgroup_position_in_grid]]",
                   "uint3 rt_thread [[thread_position_in_threadgroup]]"),
     group_id="long(rt_group.{x})",
@@ -510,7 +519,8 @@ def _helpers(d: Dialect) -> list[tuple[str, str]]:
         for dt_name, ctype in d.types.items():
             dt = DTYPES[dt_name]
             if dt.kind in kinds:
-                fields = dict(Q=d.qualifier, T=ctype, s=dt_name, f=_suffix(dt, d), min=_int_min(dt, d))
+                held = DTYPES["i32"] if ctype == d.types.get("i32") else dt  # WGSL computes i64 as i32
+                fields = dict(Q=d.qualifier, T=ctype, s=dt_name, f=_suffix(dt, d), min=_int_min(held, d))
                 out.append((Template(name).substitute(fields), Template(body).substitute(fields)))
     for src in ("f32", "f64"):
         for dst, dctype in d.types.items():
@@ -614,6 +624,19 @@ class _Renderer:
                 self.globals.append(d.global_param.format(**fields))
             if d.prologue:
                 self.emit(d.prologue.format(**fields))
+        for j, symbol in enumerate(kn.scalars):
+            if not (d.scalar_param or d.scalar_prologue):
+                raise self.fail("sizes known only at run time are not supported by this dialect")
+            n, name = len(kn.params), k.symbol_var(symbol).name
+            narrowed = index_dt != k.INDEX  # the argument stays 64-bit; the kernel computes with a 32-bit copy
+            fields = dict(T=self.ctype(k.INDEX), name=f"{name}_arg" if narrowed else name, j=j, n=n, i=n + j)
+            if d.scalar_param:
+                params.append(d.scalar_param.format(**fields))
+            if d.scalar_prologue:
+                self.emit(d.scalar_prologue.format(**fields))
+            if narrowed:
+                self.emit(d.declare_const.format(T=self.index_ctype, name=name,
+                                                 value=d.cast.format(fields["name"], T=self.index_ctype)))
         index = self.index_ctype
         for n, var in enumerate(kn.workgroup_vars):
             self.emit(d.declare_const.format(T=index, name=var, value=d.group_id.format(n=n, x=XYZ[n])))
@@ -660,12 +683,13 @@ class _Renderer:
             raise self.fail(f"loop kind '{s.kind}' is not supported")
         if s.kind == "thread" and self.d.thread_id is not None:
             raise self.fail("loops of kind 'thread' are not supported; bind threads with Kernel.thread_vars")
-        if s.extent <= 0:
+        if isinstance(s.extent, int) and s.extent <= 0:
             return
-        if s.kind == "unroll" and self.d.unroll:
+        if s.kind == "unroll" and self.d.unroll and isinstance(s.extent, int):
             self.emit(self.d.unroll.format(n=min(s.extent, 65534)))
         index = self.index_ctype
-        self.block(self.d.loop.format(T=index, var=s.var, start=s.start, end=s.start + s.extent), s.body)
+        end = s.start + s.extent if isinstance(s.extent, int) else self.expr(s.extent + s.start)
+        self.block(self.d.loop.format(T=index, var=s.var, start=s.start, end=end), s.body)
 
     def stmt_if(self, s: k.If) -> None:
         self.block(f"if ({self.expr(s.cond)})", s.body)
@@ -844,8 +868,9 @@ class _Renderer:
         return self.apply(self.template("unary", e.op, e.dtype), e.dtype, self.expr(e.a))
 
     def expr_binary(self, e: k.Binary) -> str:
-        if e.op in ("div", "rem") and e.dtype.kind == "int" and isinstance(e.b, k.Const) and e.b.value not in (0, -1):
-            # index arithmetic: a constant divisor cannot trap, so C's truncating `/` and `%` are the op
+        if e.op in ("div", "rem") and e.dtype.kind == "int" and (
+                (isinstance(e.b, k.Const) and e.b.value not in (0, -1)) or k.is_size(e.b)):
+            # index arithmetic: a constant divisor, or a size known at run time, cannot trap, so C's `/` and `%`
             return self.apply("({0} %s {1})" % ("/" if e.op == "div" else "%"), e.dtype, self.expr(e.a), self.expr(e.b))
         return self.apply(self.template("binary", e.op, e.dtype), e.dtype, self.expr(e.a), self.expr(e.b))
 

@@ -5,6 +5,9 @@ arithmetic costs two instructions or more per op and twice the registers (a CUDA
 went from 167 to fewer, ResNet-18 ran 20% faster on an H100 with indices in 32 bits). Vulkan and
 WebGPU already compute indices in 32 bits; `narrow_indices` lets a C-like dialect do the same.
 
+A kernel with sizes known at run time (`Kernel.scalars`) fits when its buffers and grid do at the symbols'
+bounds (`Kernel.scalar_bounds`); its scalars are then index variables too.
+
 What is narrowed: index variables (the workgroup and thread ids, loop counters, and every scalar whose
 assigned values are all index arithmetic) and the index arithmetic itself (index constants, and
 add/sub/mul/div/rem/min/max/select of narrowed values). i64 *data* stays i64: a value loaded from a
@@ -24,6 +27,7 @@ import math
 from dataclasses import replace
 
 from ..ir.dtypes import DTYPES
+from ..ir.symbolic import evaluate
 from . import ir as k
 
 I32 = DTYPES["i32"]
@@ -35,7 +39,17 @@ def fits(kernel: k.Kernel) -> bool:
     """Whether every buffer, private array and the whole grid of threads stay below 2^31."""
     sizes = [p.size for p in kernel.params]
     sizes += [s.size for s in k.walk_stmts(kernel.body) if isinstance(s, k.Local)]
-    threads = math.prod(kernel.workgroup_count) * math.prod(kernel.workgroup_size)
+    count = kernel.workgroup_count
+    if kernel.scalars:  # sizes known at run time: checked at their bounds (sizes grow with the symbols)
+        if len(kernel.scalar_bounds) != len(kernel.scalars) or None in kernel.scalar_bounds:
+            return False  # an unbounded symbol: indices stay 64-bit
+        env = dict(zip(kernel.scalars, kernel.scalar_bounds))
+        try:
+            sizes = [s if isinstance(s, int) else evaluate(k.expr_dim(s), env) for s in sizes]
+            count = [c if isinstance(c, int) else evaluate(k.expr_dim(c), env) for c in count]
+        except TypeError:  # an extent the host cannot compute: no bound
+            return False
+    threads = math.prod(count) * math.prod(kernel.workgroup_size)
     return max(sizes, default=0) <= LIMIT and threads <= LIMIT
 
 
@@ -53,7 +67,7 @@ def _index_variables(kernel: k.Kernel) -> set[str]:
     assigned only index arithmetic of those (a fixpoint: a scalar falls out when a value it is assigned
     reads one that fell out)."""
     assigns: dict[str, list[k.Expr]] = {}
-    loops = set(kernel.workgroup_vars) | set(kernel.thread_vars)
+    loops = set(kernel.workgroup_vars) | set(kernel.thread_vars) | {k.symbol_var(s).name for s in kernel.scalars}
     for s in k.walk_stmts(kernel.body):
         if isinstance(s, k.Assign):
             assigns.setdefault(s.var, []).append(s.value)

@@ -24,6 +24,15 @@ statements (`retarget.kernel.portable.expand_fragments`).
 Expressions are trees of frozen dataclasses; every one has a `dtype`. Index
 arithmetic is i64. The text form (`print_kernel`) is MLIR-flavoured and records
 the schedule, so that a tuning cache can key on it.
+
+Sizes known only at run time. A kernel of a dispatch with symbolic dimensions (`ir.symbolic`)
+takes one i64 scalar argument per symbol, `Kernel.scalars` (symbol names, in order); in the body
+symbol `batch` is the variable `%dim_batch` (`symbol_var`). Loop extents, buffer sizes and the
+workgroup count may then be expressions of those variables: a `Sym` given for any of them (or to
+`const`, or in arithmetic with an `Expr`) becomes one (`dim_expr`). Backends pass the scalars as
+kernel arguments, push constants or a uniform; `entry_point` records the entry's scalars and its
+workgroup count (dimensions of the symbols) for the host, which evaluates them per call. Integer
+`div`/`rem` truncate, which for sizes (never negative) is floor division, as `Sym`'s.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType, dtype
 from ..ir.ops import BINARY, COMPARE_PREDICATES, UNARY
+from ..ir.symbolic import Min, Sym, dim_min, sym
 
 INDEX = dtype("i64")
 BOOL = dtype("i1")
@@ -59,6 +69,9 @@ class Expr:
 
     def __rmul__(self, other):
         return _fold("mul", _lift(other, self), self)
+
+    def __rsub__(self, other):
+        return _fold("sub", _lift(other, self), self)
 
     def __floordiv__(self, other):
         return _fold("div", self, _lift(other, self))
@@ -140,10 +153,14 @@ class Load(Expr):
 @dataclass
 class Loop:
     var: str
-    extent: int
+    extent: int | Expr  # an Expr (of the kernel's scalars) when the size is known only at run time
     body: list
     kind: str = "serial"
     start: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.extent, Sym):
+            self.extent = dim_expr(self.extent)
 
 
 @dataclass
@@ -253,8 +270,12 @@ FRAGMENT_STATEMENTS = (Fragment, FragmentLoad, FragmentMma, FragmentStore)
 class Param:
     name: str
     dtype: DType
-    size: int  # elements
+    size: int | Expr  # elements; an Expr of the kernel's scalars when known only at run time
     access: str  # "read" or "write"
+
+    def __post_init__(self):
+        if isinstance(self.size, Sym):
+            object.__setattr__(self, "size", dim_expr(self.size))
 
 
 @dataclass
@@ -262,17 +283,90 @@ class Kernel:
     name: str
     params: list[Param]
     body: list
-    workgroup_count: tuple[int, int, int] = (1, 1, 1)
+    workgroup_count: tuple = (1, 1, 1)  # ints, or Exprs of the scalars
     workgroup_vars: tuple[str, ...] = ()
     workgroup_size: tuple[int, int, int] = (1, 1, 1)
     thread_vars: tuple[str, ...] = ()  # bound to the thread's index inside its workgroup (GPUs)
     schedule: dict = field(default_factory=dict)
+    scalars: tuple[str, ...] = ()  # symbols whose values the kernel takes (i64 `%dim_<symbol>`), in order
+    scalar_bounds: tuple = ()  # each scalar's largest value (None: unbounded), for 32-bit indexing (index32.py)
+
+    def __post_init__(self):
+        self.workgroup_count = tuple(dim_expr(c) if isinstance(c, Sym) else c for c in self.workgroup_count)
+
+
+SYMBOL_PREFIX = "dim_"
+
+
+def symbol_var(name: str) -> Var:
+    """The kernel variable holding symbol `name`'s value."""
+    return Var(SYMBOL_PREFIX + name)
+
+
+def dim_expr(d) -> Expr:
+    """A dimension (an int or a `Sym`) as an index expression of the symbols' variables."""
+    if not isinstance(d, Sym):
+        return Const(int(d), INDEX)
+    out: Expr | None = None
+    for monomial, coefficient in d.terms:
+        negative = out is not None and coefficient < 0  # a - 2*b, not a + (-2 * b)
+        term: Expr = Const(-coefficient if negative else coefficient, INDEX)
+        for atom in monomial:
+            if isinstance(atom, str):
+                factor = symbol_var(atom)
+            elif isinstance(atom, Min):
+                factor = Binary("min", dim_expr(atom.a), dim_expr(atom.b))
+            else:
+                factor = _fold("div", dim_expr(atom.num), Const(atom.den, INDEX))
+            term = _fold("mul", term, factor)
+        out = term if out is None else _fold("sub" if negative else "add", out, term)
+    return out
+
+
+def expr_dim(e) -> int | Sym:
+    """An index expression of the symbols' variables as a dimension (the inverse of `dim_expr`), for
+    the host to evaluate; a TypeError for anything else (a min, a load)."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var) and e.name.startswith(SYMBOL_PREFIX):
+        return sym(e.name[len(SYMBOL_PREFIX):])
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "div", "rem", "min"):
+        a, b = expr_dim(e.a), expr_dim(e.b)
+        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                "div": lambda: a // b, "rem": lambda: a % b, "min": lambda: dim_min(a, b)}[e.op]()
+    raise TypeError(f"{format_expr(e)} is not a size the host can compute")
+
+
+def is_size(e: Expr) -> bool:
+    """Whether `e` is a size that is at least 1 at run time, so that a division by it never traps: a
+    positive constant, a symbol's variable, sums and products of them, and their floor divisions by
+    positive constants (the runtime refuses sizes that leave a tensor dimension below 1)."""
+    if isinstance(e, Const):
+        return e.dtype == INDEX and e.value > 0
+    if isinstance(e, Var):
+        return e.name.startswith(SYMBOL_PREFIX)
+    if isinstance(e, Binary) and e.op == "div":
+        return is_size(e.a) and isinstance(e.b, Const) and e.b.value > 0
+    return isinstance(e, Binary) and e.op in ("add", "mul") and is_size(e.a) and is_size(e.b)
+
+
+def entry_point(kernel: Kernel, bindings):
+    """The `EntryPoint` of `kernel` with these `Binding`s: its scalars, and its workgroup count as
+    dimensions of them (ints for a static kernel)."""
+    from ..protocols import EntryPoint
+
+    count = tuple(c if isinstance(c, int) else expr_dim(c) for c in kernel.workgroup_count)
+    return EntryPoint(kernel.name, tuple(bindings), tuple(kernel.workgroup_size), count, tuple(kernel.scalars))
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
 def const(value, dt: DType = INDEX) -> Const:
+    if isinstance(value, Sym):
+        return dim_expr(value)
     if dt.is_float:
         value = float(value)
     elif dt.kind == "bool":
@@ -283,6 +377,8 @@ def const(value, dt: DType = INDEX) -> Const:
 
 
 def _lift(x, like: Expr) -> Expr:
+    if isinstance(x, Sym):
+        return dim_expr(x)
     return x if isinstance(x, Expr) else const(x, like.dtype)
 
 
@@ -412,7 +508,8 @@ def _format_stmts(stmts, indent: str) -> list[str]:
     for s in stmts:
         if isinstance(s, Loop):
             kind = "" if s.kind == "serial" else f" {{{s.kind}}}"
-            lines.append(f"{indent}for %{s.var} = {s.start} to {s.start + s.extent}{kind} {{")
+            end = s.start + s.extent if isinstance(s.extent, int) else format_expr(_lift(s.start, s.extent) + s.extent)
+            lines.append(f"{indent}for %{s.var} = {s.start} to {end}{kind} {{")
             lines += _format_stmts(s.body, indent + "  ")
             lines.append(f"{indent}}}")
         elif isinstance(s, Assign):
@@ -442,9 +539,15 @@ def _format_stmts(stmts, indent: str) -> list[str]:
     return lines
 
 
+def _size(n) -> str:
+    return str(n) if isinstance(n, int) else format_expr(n)
+
+
 def print_kernel(k: Kernel) -> str:
-    params = ", ".join(f"%{p.name}: {p.access} {p.size}x{p.dtype}" for p in k.params)
-    grid = ", ".join(f"%{v} < {n}" for v, n in zip(k.workgroup_vars, k.workgroup_count)) or "1"
+    params = ", ".join(f"%{p.name}: {p.access} {_size(p.size)}x{p.dtype}" for p in k.params)
+    if k.scalars:
+        params += ", " + ", ".join(f"%{SYMBOL_PREFIX}{s}: i64" for s in k.scalars)
+    grid = ", ".join(f"%{v} < {_size(n)}" for v, n in zip(k.workgroup_vars, k.workgroup_count)) or "1"
     if k.thread_vars:
         grid += " threads(" + ", ".join(f"%{v} < {n}" for v, n in zip(k.thread_vars, k.workgroup_size)) + ")"
     sched = ", ".join(f"{key} = {value}" for key, value in sorted(k.schedule.items()))

@@ -39,6 +39,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
+from ..ir.symbolic import Sym, ceil_div, dim_min, evaluate, hint, symbols_of
 from ..protocols import TargetDesc
 from . import ir as k
 from . import quant
@@ -76,14 +77,43 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
         raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
     lowering = _GpuLowering if desc.max_workgroup_size > 1 else _Lowering
     kernel = lowering(fn, desc).kernel()
-    check_kernel(kernel)  # every load and store proved inside its buffer, or a KernelBoundsError
+    kernel.scalars = tuple(sorted(symbols_of(*[v.type.shape for v in fn.args + fn.returns],
+                                             *[r.type.shape for op in fn.ops for r in op.results])))
+    kernel.scalar_bounds = tuple(fn.symbols[s].hi if s in fn.symbols else None for s in kernel.scalars)
+    if kernel.scalars:
+        for sizes in _sample_sizes(fn, kernel.scalars):
+            check_kernel(kernel, symbols={k.symbol_var(s).name: (v, v) for s, v in sizes.items()})
+    else:
+        check_kernel(kernel)  # every load and store proved inside its buffer, or a KernelBoundsError
     return kernel
+
+
+def _sample_sizes(fn: Function, symbols) -> list[dict[str, int]]:
+    """Sizes at which to prove a kernel with sizes known at run time in bounds. Intervals lose how a buffer's
+    size follows its symbol (`i < n` with n in 1..64 bounds i by 63, and the buffer by 1), so the proof is made
+    at a few concrete sizes instead: each symbol at its lowest, at a small odd size and at its highest (4099
+    when unbounded), the symbols apart from one another so that a size read for another shows; sizes at
+    which a dimension of the dispatch would be empty are skipped, as calls are refused there."""
+    shapes = [v.type.shape for v in fn.args + fn.returns] + [r.type.shape for op in fn.ops for r in op.results]
+    out = []
+    for pick in ("low", "odd", "high"):
+        sizes = {}
+        for i, s in enumerate(symbols):
+            r = fn.symbols.get(s)
+            lo, hi = (max(r.lo, 1), r.hi) if r is not None else (1, None)
+            want = {"low": lo, "odd": 17 + 6 * i, "high": (hi if hi is not None else 4099) - i}[pick]
+            sizes[s] = max(lo, want if hi is None else min(hi, want))
+        if sizes not in out and all(evaluate(d, sizes) >= 1 for shape in shapes for d in shape):
+            out.append(sizes)
+    return out
 
 
 def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
     """A 1-D grid over a device's per-dimension limit (65535 on many GPUs) as a 2-D grid; the body sees
     the same 1-D workgroup index, and the few extra workgroups skip it."""
     count = kn.workgroup_count
+    if not isinstance(count[0], int) and count[1:] == (1, 1) and len(kn.workgroup_vars) == 1:
+        return _fold_dynamic_grid(kn, per_dim)
     if all(c <= per_dim for c in count):
         return kn
     if count[1] != 1 or count[2] != 1 or len(kn.workgroup_vars) != 1:
@@ -98,6 +128,43 @@ def fold_grid(kn: Kernel, per_dim: int) -> Kernel:
     body = [Assign(wg, index), If(Compare("lt", Var(wg), k.const(count[0])), kn.body)]
     return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
                    schedule={**kn.schedule, "grid": f"{x}x{y}"})
+
+
+def _fold_dynamic_grid(kn: Kernel, per_dim: int) -> Kernel:
+    """fold_grid for a grid whose size is known only at run time: always two dimensions, sized when the
+    kernel is dispatched, min(count, per_dim) by ceil(count / per_dim) (one row while the count fits)."""
+    count = kn.workgroup_count[0]
+    y = (count + (per_dim - 1)) // per_dim
+    x = k.minimum(count, per_dim)
+    wg = kn.workgroup_vars[0]
+    index = k.Binary("add", k.Binary("mul", Var("rt_wgy"), x), Var("rt_wgx"))
+    body = [Assign(wg, index), If(Compare("lt", Var(wg), count), kn.body)]
+    return replace(kn, body=body, workgroup_count=(x, y, 1), workgroup_vars=("rt_wgx", "rt_wgy"),
+                   schedule={**kn.schedule, "grid": f"2-D, up to {per_dim} a side"})
+
+
+def _over_one(d) -> bool:
+    """Whether dimension d may exceed 1: a symbolic one may."""
+    return isinstance(d, Sym) or d > 1
+
+
+def _ragged(size, tile: int) -> bool:
+    """Whether tiles of `tile` can overhang `size` (always, for a size known only at run time)."""
+    return isinstance(size, Sym) or size % tile != 0
+
+
+def _grid(count, per_group: int):
+    """Workgroups of `per_group` threads covering `count` items: at least one."""
+    return max(1, -(-count // per_group)) if isinstance(count, int) else ceil_div(count, per_group)
+
+
+def _ceil(a, b: int):
+    return -(-a // b) if isinstance(a, int) else ceil_div(a, b)
+
+
+def _count(shape):
+    """Elements of a shape: an int, or a Sym when it has symbolic dimensions."""
+    return int(np.prod(shape, dtype=np.int64)) if all(isinstance(d, int) for d in shape) else math.prod(shape)
 
 
 def strides(shape) -> list[int]:
@@ -116,7 +183,11 @@ def linearize(idx: list[Expr], shape) -> Expr:
 
 
 def _delinearize(flat: Expr, shape) -> list[Expr]:
-    return [(flat // s) % d if d != 1 else k.const(0) for s, d in zip(strides(shape), shape)]
+    # the outermost symbolic dimension (after unit ones) takes no remainder: `flat` is below the whole count,
+    # and a remainder by a run-time size costs a division
+    outer = next((n for n, d in enumerate(shape) if d != 1), None)
+    return [k.const(0) if d == 1 else flat // s if n == outer and isinstance(d, Sym) else (flat // s) % d
+            for n, (s, d) in enumerate(zip(strides(shape), shape))]
 
 
 def _broadcast_index(idx: list[Expr], shape, out_shape) -> list[Expr]:
@@ -152,6 +223,11 @@ class _Lowering:
         self.override: dict[Value, Expr] = {}
         # One workgroup per core the target declares (else this machine's), so each core gets one call.
         self.max_groups = min(MAX_WORKGROUPS, desc.extra.get("cores") or os.cpu_count() or 1)
+        self.ranges = fn.symbols  # symbolic dimensions: schedules plan for `hint`, code holds for all sizes
+
+    def hint(self, d) -> int:
+        """A representative size for `d` (itself when static), for choices that only affect speed."""
+        return hint(d, self.ranges)
 
     def fresh(self, prefix: str) -> str:
         self.names += 1
@@ -171,7 +247,7 @@ class _Lowering:
         return self.finish(params, body)
 
     def finish(self, params, body) -> Kernel:
-        return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",) if self.grid > 1 else (),
+        return Kernel(self.fn.name, params, body, (self.grid, 1, 1), ("wg",) if _over_one(self.grid) else (),
                       schedule=self.schedule)
 
     def store(self, idx: list[Expr]) -> Store:
@@ -255,7 +331,7 @@ class _Lowering:
 
         def wrap(body):
             for n, (name, extent) in enumerate(reversed(list(zip(names, extents)))):
-                kind = inner_kind if n == 0 and extent > 1 else "serial"
+                kind = inner_kind if n == 0 and _over_one(extent) else "serial"
                 body = [Loop(name, extent, body, kind)]
             return body
 
@@ -264,6 +340,8 @@ class _Lowering:
     def parallel(self, count: int, work: int, body_fn, tail=None) -> list:
         """`body_fn(i)` for i in [0, count), spread over workgroups when the work is large enough;
         `tail` statements run once, in the last workgroup."""
+        if isinstance(count, Sym) or isinstance(work, Sym):
+            return self._parallel_symbolic(count, work, body_fn, tail)
         groups = min(count, self.max_groups) if work >= MIN_PARALLEL_WORK else 1
         chunk = -(-count // groups) if groups else 0
         groups = -(-count // chunk) if chunk else 1
@@ -280,12 +358,53 @@ class _Lowering:
             out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
         return out
 
+    def _parallel_symbolic(self, count, work, body_fn, tail) -> list:
+        """`parallel` for a count or work known only at run time. The number of workgroups is a size the
+        host computes per call, by the static rule (min(count, max_groups) once the work reaches
+        MIN_PARALLEL_WORK, else one), so a small call runs in one workgroup as its static module would;
+        each workgroup takes a chunk of the count, sized at run time, each index guarded."""
+        if count == 0:
+            return list(tail or [])
+        spread = dim_min(1, work // MIN_PARALLEL_WORK)  # 0 below the threshold, else 1
+        most = dim_min(count, self.max_groups)  # count may be 0 (a batch of 1 in blocks of 4): at least one group
+        groups = 1 + (most - dim_min(most, 1)) * spread
+        if isinstance(groups, int) and groups <= 1:
+            t = self.fresh("p")
+            return [Loop(t, count, body_fn(Var(t)))] + (tail or [])
+        self.grid = groups
+        wg, t, size = Var("wg"), self.fresh("p"), self.fresh("chunk")
+        groups_e = k.dim_expr(groups) if isinstance(groups, Sym) else k.const(groups)
+        item = wg * Var(size) + Var(t)
+        out = [Assign(size, (k.const(count) + groups_e - 1) // groups_e),
+               Loop(t, Var(size), [If(Compare("lt", item, k.const(count)), body_fn(item))])]
+        if tail:
+            out.append(If(Compare("eq", wg, groups_e - 1), tail))
+        return out
+
+    def parallel_span(self, shape, outer: int, limit: int) -> int:
+        """The last dimension to spread over workgroups with dimension `outer`: `outer` itself when its
+        size is static; when it is symbolic (a batch that may be 1), up to the next static dimension
+        above 1 before `limit`, so that a small batch still fills the workgroups."""
+        if isinstance(shape[outer], int):
+            return outer
+        for d in range(outer + 1, limit):
+            if isinstance(shape[d], int) and shape[d] > 1:
+                return d
+        return outer
+
+    def parallel_index(self, shape, outer: int, last: int, body):
+        """(count, function of the parallel index i -> body(index of dims outer..last))."""
+        if last == outer:
+            return shape[outer], lambda i: body([i])
+        dims = shape[outer:last + 1]
+        return _count(dims), lambda i: body(_delinearize(i, dims))
+
     # -- strategies ----------------------------------------------------------------------------------
     def _elementwise(self) -> list:
         shape = self.out.type.shape
         if not shape:
             return [self.store([])]
-        outer = next((d for d in range(len(shape) - 1) if shape[d] > 1), None)
+        outer = next((d for d in range(len(shape) - 1) if _over_one(shape[d])), None)
         if outer is None:  # one long row: split it into vector-tile chunks
             n, tile = shape[-1], self.tile
             lead = [k.const(0)] * (len(shape) - 1)
@@ -296,12 +415,14 @@ class _Lowering:
 
             tail_start = n - n % tile
             j = self.fresh("j")
-            tail = [Loop(j, n % tile, [self.store(lead + [Var(j) + tail_start])], "vector")] if n % tile else []
+            tail = [Loop(j, n % tile, [self.store(lead + [Var(j) + tail_start])], "vector")] \
+                if isinstance(n, Sym) or n % tile else []
             return self.parallel(n // tile, n, chunk, tail)
-        rest, wrap = self.loops(shape[outer + 1:])
+        last = self.parallel_span(shape, outer, len(shape) - 1)
+        rest, wrap = self.loops(shape[last + 1:])
         lead = [k.const(0)] * outer
-        return self.parallel(shape[outer], self.out.type.num_elements,
-                             lambda i: wrap([self.store(lead + [i] + rest)]))
+        count, body = self.parallel_index(shape, outer, last, lambda at: wrap([self.store(lead + at + rest)]))
+        return self.parallel(count, self.out.type.num_elements, body)
 
     def _reduce(self, op) -> list:
         kind, axes = op.attrs["kind"], tuple(op.attrs["axes"])
@@ -361,10 +482,12 @@ class _Lowering:
         """A loop nest over `shape` (the first non-unit dim in parallel), `element(idx)` inside."""
         if not shape:
             return element([])
-        outer = next((d for d in range(len(shape)) if shape[d] > 1), 0)
-        rest, wrap = self.loops(shape[outer + 1:], "serial")
+        outer = next((d for d in range(len(shape)) if _over_one(shape[d])), 0)
+        last = self.parallel_span(shape, outer, len(shape))
+        rest, wrap = self.loops(shape[last + 1:], "serial")
         lead = [k.const(0)] * outer
-        return self.parallel(shape[outer], work, lambda i: wrap(element(lead + [i] + rest)))
+        count, body = self.parallel_index(shape, outer, last, lambda at: wrap(element(lead + at + rest)))
+        return self.parallel(count, work, body)
 
     def _quantized_matmul(self, op) -> list:
         return quant.quantized_matmul(self, op)
@@ -379,7 +502,8 @@ class _Lowering:
         kk = a.type.shape[-1]
         acc_dt = _accumulator(out.dtype)
         bvars, wrap_batch = self.loops(batch, "serial")
-        rows, tile = min(MATMUL_ROWS, m), min(self.tile, n)
+        rows = MATMUL_ROWS if isinstance(m, Sym) else min(MATMUL_ROWS, m)
+        tile = self.tile if isinstance(n, Sym) else min(self.tile, n)
         self.schedule.update(tile_m=rows, tile_n=tile)
 
         def tile_code(m0: Expr, mr: int, n0: Expr, nt: int) -> list:
@@ -408,14 +532,23 @@ class _Lowering:
 
         def columns(m0: Expr, mr: int) -> list:
             c = self.fresh("c")
+            if isinstance(n, Sym):  # full tiles, then the last n % tile columns one at a time
+                j = self.fresh("cj")
+                return [Loop(c, n // tile, tile_code(m0, mr, Var(c) * tile, tile)),
+                        Loop(j, n % tile, tile_code(m0, mr, Var(j) + (n - n % tile), 1))]
             body = [Loop(c, n // tile, tile_code(m0, mr, Var(c) * tile, tile))] if n >= tile else []
             if n % tile:
                 body += tile_code(m0, mr, k.const(n - n % tile), n % tile)
             return body
 
         row_blocks, tail_rows = m // rows, m % rows
-        work = m * n * kk * max(1, int(np.prod(batch, dtype=np.int64)))
-        if row_blocks >= 2 or n < 2 * tile:
+        batches = _count(batch)
+        work = m * n * kk * (batches if isinstance(batches, Sym) else max(1, batches))
+        if isinstance(m, Sym):  # full row blocks, then the last m % rows rows one at a time
+            r = self.fresh("mr")
+            tail = [Loop(r, tail_rows, columns(Var(r) + (m - tail_rows), 1))]
+            body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
+        elif isinstance(n, Sym) or row_blocks >= 2 or n < 2 * tile:
             tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
         else:  # few rows (a batch-1 linear layer): spread the columns instead
@@ -470,8 +603,8 @@ class _Lowering:
             row = Var(tiles.m0) + Var(trow) + plan.offset(Var(i), plan.thread_rows)
             col = Var(tiles.n0) + Var(tcol) + plan.offset(Var(j), plan.thread_cols)
             self.override[op.result] = _narrow(Load(acc, Var(i) * plan.cols + Var(j), dt), out.dtype)
-            inside = _all(([Compare("lt", row, k.const(m))] if m % plan.tile_m else []) +
-                          ([Compare("lt", col, k.const(n))] if n % plan.tile_n else []))
+            inside = _all(([Compare("lt", row, k.const(m))] if _ragged(m, plan.tile_m) else []) +
+                          ([Compare("lt", col, k.const(n))] if _ragged(n, plan.tile_n) else []))
             store = self.store(tiles.bvars + [row, col])
             return [Loop(i, plan.rows, [Loop(j, plan.cols, [If(inside, [store]) if inside is not None else store],
                                              "unroll")], "unroll")]
@@ -489,14 +622,14 @@ class _Lowering:
         pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
         per_group = o_ // op.attrs.get("groups", 1)
         acc_dt = _accumulator(out.dtype)
-        ob, tile = min(MATMUL_ROWS, o_), min(self.tile, ow)
+        ob = min(MATMUL_ROWS, o_)
         padded_h = any(op.attrs.get("pad", (0, 0, 0, 0))[:2])
         padded_w = any(op.attrs.get("pad", (0, 0, 0, 0))[2:])
         # A 1x1 convolution is a matmul over channels: its rows are one contiguous run of oh*ow pixels,
         # indexed as row 0 of a wider image, so that vector tiles are full width whatever the image width.
         flat = self._pointwise(op)
         rows_out, cols_out = (1, oh * ow) if flat else (oh, ow)
-        tile = min(self.tile, cols_out)
+        tile = self.tile if isinstance(cols_out, Sym) else min(self.tile, cols_out)
         self.schedule.update(tile_channels=ob, tile_x=tile)
         if flat:
             self.schedule["pixels"] = "flat"
@@ -529,6 +662,12 @@ class _Lowering:
 
         def rows_of(o0: Expr, nb: int) -> list:
             y, c = self.fresh("y"), self.fresh("x")
+            if isinstance(cols_out, Sym):  # an image size known at run time: full tiles, then pixel by pixel
+                j = self.fresh("xj")
+                tail_start = cols_out - cols_out % tile
+                full = Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))
+                return [Loop(y, rows_out, [full, Loop(j, cols_out % tile,
+                                                      tile_code(o0, nb, Var(y), Var(j) + tail_start, 1))])]
             inner = [Loop(c, cols_out // tile, tile_code(o0, nb, Var(y), Var(c) * tile, tile))] \
                 if cols_out >= tile else []
             if cols_out % tile:
@@ -787,8 +926,8 @@ def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
     a, b = op.operands
     *batch, m, n = op.result.type.shape
     kk = a.type.shape[-1]
-    if op.result.type.dtype.name not in FRAGMENT_TYPES:
-        return None
+    if op.result.type.dtype.name not in FRAGMENT_TYPES or not all(isinstance(d, int) for d in (*batch, m, n, kk)):
+        return None  # sizes known only at run time: the plain schedule (its kernel says so)
     fits = [s for s in fragment_shapes(desc)
             if s.acc.name == "f32" and m >= s.m and n >= s.n and kk >= s.k
             and all(s.dtype.name in HELD_EXACTLY_BY.get(x.type.dtype.name, ()) for x in (a, b))]
@@ -946,7 +1085,10 @@ def matmul_register_tiles(fn: Function, desc: TargetDesc) -> RegisterTiles | Non
     op = roots[0]
     *batch, m, n = op.result.type.shape
     kk = op.operands[0].type.shape[-1]
-    batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    # Sizes known only at run time are planned for at their hint (the range's top); the kernel guards every
+    # edge tile, so any size computes (see _staged_matmul).
+    m, n, kk = (hint(d, fn.symbols) for d in (m, n, kk))
+    batches = hint(_count(batch), fn.symbols) if batch else 1
     multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
     dt = _accumulator(op.result.type.dtype)
     for thread_rows, thread_cols, rows, cols, tk, group in REGISTER_TILE_PLANS:
@@ -992,7 +1134,7 @@ class _Staged:
             row, col = self.at(k.const(0), k.const(0), k.const(0))
             offset: Expr = k.const(0)
             for v, stride in zip(self.bvars, strides):
-                offset = offset + v * stride if stride else offset
+                offset = offset + v * stride if isinstance(stride, Sym) or stride else offset
             out.append(Assign(self.base, offset + row * strides[-2] + col * strides[-1]))
         return out
 
@@ -1082,8 +1224,8 @@ class _GpuLowering(_Lowering):
                       schedule=self.schedule)
 
     def _over_output(self, shape, element, work: int) -> list:
-        count = int(np.prod(shape, dtype=np.int64))
-        self.grid = max(1, -(-count // self.threads))
+        count = _count(shape)
+        self.grid = _grid(count, self.threads)
         gid = self.fresh("gid")
         names = [self.fresh("i") for _ in shape]
         coords = [Assign(n, e) for n, e in zip(names, _delinearize(Var(gid), shape))]
@@ -1102,13 +1244,13 @@ class _GpuLowering(_Lowering):
         tiled = list(out.shape)
         if tile_axis is not None:
             tiled[tile_axis] //= tile
-        count = int(np.prod(tiled, dtype=np.int64))
-        slices = 1
-        while (count * slices < self.busy and 2 * slices <= self.max_slices
-               and length >= 2 * slices * self.MIN_SLICE_STEPS):
+        count = _count(tiled)
+        slices = 1  # a symbolic count or length: chosen for their hints, correct for every size (guards)
+        while (self.hint(count) * slices < self.busy and 2 * slices <= self.max_slices
+               and self.hint(length) >= 2 * slices * self.MIN_SLICE_STEPS):
             slices *= 2
         width = self.threads // slices
-        self.grid = max(1, -(-count // width))
+        self.grid = _grid(count, width)
         self.schedule.update(slices=slices, tile=tile, busy_threads=self.busy)
         tid = Var("tid")
         gid, acc, j, r, s = (self.fresh(p) for p in ("gid", "acc", "j", "r", "s"))
@@ -1120,12 +1262,12 @@ class _GpuLowering(_Lowering):
             idx[tile_axis] = idx[tile_axis] * tile
         c = Var(j) * slices + tid // width if slices > 1 else Var(j)
         update = steps(idx, c, acc)
-        if length % slices:
+        if slices > 1 and (isinstance(length, Sym) or length % slices):
             update = [If(Compare("lt", c, k.const(length)), update)]
         in_range = Compare("lt", Var(gid), k.const(count))
         body += [Local(acc, tile, acc_dt),
                  Loop(r, tile, [Store(acc, Var(r), k.const(0, acc_dt))], "unroll"),
-                 If(in_range, [Loop(j, -(-length // slices), update)])]
+                 If(in_range, [Loop(j, _ceil(length, slices), update)])]
 
         def at(rv):
             return [i + rv if a == tile_axis else i for a, i in enumerate(idx)]
@@ -1154,6 +1296,8 @@ class _GpuLowering(_Lowering):
         tiled = matmul_register_tiles(self.fn, self.desc)
         if tiled is not None:
             return self._register_tiled_matmul(op, tiled)
+        if not op.result.type.is_static and (fragment_shapes(self.desc) or self.desc.shared_memory_bytes):
+            self.schedule["fallback"] = "sizes known at run time: split reduction, not a tiled matmul"
         a, b = op.operands
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
@@ -1268,14 +1412,16 @@ class _GpuLowering(_Lowering):
         *batch, m, n = out.shape
         kk = a.type.shape[-1]
         tm, tn, tk = tiles.tile_m, tiles.tile_n, tiles.tile_k
-        tiles_m, tiles_n, steps = -(-m // tm), -(-n // tn), -(-kk // tk)
+        tiles_m, tiles_n, steps = _ceil(m, tm), _ceil(n, tn), _ceil(kk, tk)
         full_m, full_n = m // tm, n // tn
-        interior = full_m * full_n if kk % tk == 0 else 0
-        batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        symbolic = not all(isinstance(d, int) for d in (*batch, m, n, kk))
+        # a symbolic size: which tiles are interior is known at run time; both paths are compiled
+        interior = None if symbolic else full_m * full_n if kk % tk == 0 else 0
+        batches = _count(batch) if batch else 1
         self.threads = tiles.threads
         self.grid = batches * tiles_m * tiles_n
         self.schedule.update(tile_m=tm, tile_n=tn, tile_k=tk, stages=tiles.stages,
-                             interior_tiles=f"{interior}/{tiles_m * tiles_n}")
+                             interior_tiles="at run time" if symbolic else f"{interior}/{tiles_m * tiles_n}")
 
         wg = Var("wg")
         tile, bi, tr, tc = (self.fresh(p) for p in ("tile", "b", "tr", "tc"))
@@ -1302,7 +1448,7 @@ class _GpuLowering(_Lowering):
                       (a, tm, tk, tiles.a_stride, tiles.a_tile, "col", Var(tiles.m0), tiles.a_transposed),
                       (b, tk, tn, tiles.b_stride, tiles.b_tile, "row", Var(tiles.n0), False))]
         for st in staged:
-            body += st.declare(tiles.threads, tiles.dtype, interior > 0)
+            body += st.declare(tiles.threads, tiles.dtype, symbolic or interior > 0)
         kt = self.fresh("kt")
 
         def pipeline(unguarded: bool) -> list:
@@ -1313,7 +1459,7 @@ class _GpuLowering(_Lowering):
                 return [s for st, at in zip(staged, (tiles.a_at, tiles.b_at)) for s in st.store(at(step), tiles.dtype)]
 
             out_stmts = load(k.const(0)) + store(k.const(0)) + [k.Barrier()]
-            if steps == 1:
+            if isinstance(steps, int) and steps == 1:
                 return out_stmts + compute(tiles, k.const(0))
             following = Var(kt) + 1
             more = Compare("lt", following, k.const(steps))
@@ -1322,7 +1468,23 @@ class _GpuLowering(_Lowering):
             loop += [If(more, store(following)), k.Barrier()]
             return out_stmts + [Loop(kt, steps, loop)]
 
-        if interior == tiles_m * tiles_n:
+        if symbolic and isinstance(kk, int) and kk % tk:
+            body += pipeline(False)  # no tile is interior: K leaves a partial step everywhere
+        elif symbolic:  # test at run time only what is not known now
+            # (interior when, edge when, a, b): a tile row or column inside M or N, and K a multiple of tile_k
+            tests = [("lt", "ge", Var(v), k.const(full)) for v, full, size, tile in
+                     ((tr, full_m, m, tm), (tc, full_n, n, tn)) if not isinstance(size, int) or size % tile]
+            tests += [] if isinstance(kk, int) else [("eq", "ne", k.const(kk % tk), k.const(0))]
+            if not tests:
+                body += pipeline(True)
+            else:
+                inside = _all([Compare(when, a, b) for when, _, a, b in tests])
+                edge = None
+                for _, when, a, b in tests:
+                    c = Compare(when, a, b)
+                    edge = c if edge is None else k.Binary("or", edge, c)
+                body += [If(inside, pipeline(True)), If(edge, pipeline(False))]
+        elif interior == tiles_m * tiles_n:
             body += pipeline(True)
         elif interior == 0:
             body += pipeline(False)
@@ -1379,7 +1541,7 @@ class _GpuLowering(_Lowering):
         acc_dt = _accumulator(out.dtype)
         tile = self.CHANNELS_PER_THREAD
         if groups != 1 or out.shape[1] % tile or \
-                out.num_elements // tile < self.multiprocessors * self.TILE_THREADS_PER_SM:
+                self.hint(out.num_elements) // tile < self.multiprocessors * self.TILE_THREADS_PER_SM:
             tile = 1
         window = "unroll" if kh * kw <= 25 else "serial"
 

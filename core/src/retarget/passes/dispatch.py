@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Function, Operation, Value
+from ..ir.symbolic import symbols_of
 
 HOST_SIDE = ("rt.constant", "rt.reshape")
 LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
@@ -64,7 +65,10 @@ def form_dispatches(fn: Function, placement: dict[Operation, str] | None = None)
         members = set(group)
         outputs = [r for op in group for r in op.results
                    if r in returned or any(user not in members for user in used_by.get(r, []))]
-        dispatches.append(make_dispatch(f"{fn.name}_dispatch_{i}_{_short(group)}", group, outputs))
+        dispatch = make_dispatch(f"{fn.name}_dispatch_{i}_{_short(group)}", group, outputs)
+        used = symbols_of(*[v.type.shape for v in dispatch.function.args + dispatch.function.returns])
+        dispatch.function.symbols = {s: r for s, r in fn.symbols.items() if s in used}
+        dispatches.append(dispatch)
     return dispatches
 
 

@@ -85,16 +85,8 @@ def plan_function(fn: Function, dispatches: list[Dispatch], entry_index: dict[st
         base = slots[root(v)]
         return [base[0], base[1], v.type.nbytes]
 
-    program, stage_reads, stage_writes = [], [], []
-    for d in dispatches:
-        reads = [slot(v) for v in d.inputs]
-        writes = [slot(v) for v in d.outputs]
-        if _overlaps(reads, stage_writes) or _overlaps(writes, stage_writes + stage_reads):
-            program.append({"op": "barrier"})
-            stage_reads, stage_writes = [], []
-        program.append({"op": "dispatch", "entry": entry_index[d.name], "name": d.name, "bindings": reads + writes})
-        stage_reads += reads
-        stage_writes += writes
+    program = with_barriers([({"op": "dispatch", "entry": entry_index[d.name], "name": d.name},
+                               [slot(v) for v in d.inputs], [slot(v) for v in d.outputs]) for d in dispatches])
     names = fn.arg_names or [None] * len(fn.args)
     return {
         "inputs": [{"name": n or f"arg{i}", "type": str(a.type), "slot": slot(a)} for i, (n, a) in enumerate(zip(names, fn.args))],
@@ -272,21 +264,46 @@ def _alias_roots(fn: Function):
     return root
 
 
-def _allocate(values, start, last, slots) -> int:
-    """First-fit allocation of aligned blocks over [start, last] lifetimes; returns arena size."""
-    live: list[tuple[int, int, Value]] = []  # (offset, size, value)
-    size = 0
-    for v in sorted(values, key=lambda v: (start[v], -v.type.nbytes)):
-        live = [blk for blk in live if last[blk[2]] >= start[v]]
-        need = _align(max(v.type.nbytes, 1))
+def with_barriers(commands) -> list[dict]:
+    """The program of `commands`, (dispatch command, read slots, write slots) in order, with a barrier
+    wherever a command touches bytes that an earlier command of the same stage writes (or writes
+    bytes it reads)."""
+    program, stage_reads, stage_writes = [], [], []
+    for cmd, reads, writes in commands:
+        if _overlaps(reads, stage_writes) or _overlaps(writes, stage_writes + stage_reads):
+            program.append({"op": "barrier"})
+            stage_reads, stage_writes = [], []
+        program.append({**cmd, "bindings": reads + writes})
+        stage_reads += reads
+        stage_writes += writes
+    return program
+
+
+def first_fit(blocks) -> tuple[list[int], int]:
+    """Offsets of aligned blocks `(start, last, nbytes)` live over [start, last], placed first-fit in
+    order of start (larger first), reusing the bytes of blocks no longer live; and the arena size."""
+    live: list[tuple[int, int, int]] = []  # (offset, size, block)
+    offsets, size = [0] * len(blocks), 0
+    for i in sorted(range(len(blocks)), key=lambda i: (blocks[i][0], -blocks[i][2])):
+        start, _, nbytes = blocks[i]
+        live = [blk for blk in live if blocks[blk[2]][1] >= start]
+        need = _align(max(nbytes, 1))
         offset = 0
         for blk_offset, blk_size, _ in sorted(live, key=lambda b: b[0]):
             if offset + need <= blk_offset:
                 break
             offset = max(offset, blk_offset + blk_size)
-        live.append((offset, need, v))
-        slots[v] = ["arena", offset, v.type.nbytes]
+        live.append((offset, need, i))
+        offsets[i] = offset
         size = max(size, offset + need)
+    return offsets, size
+
+
+def _allocate(values, start, last, slots) -> int:
+    """First-fit allocation of aligned blocks over [start, last] lifetimes; returns arena size."""
+    offsets, size = first_fit([(start[v], last[v], v.type.nbytes) for v in values])
+    for v, offset in zip(values, offsets):
+        slots[v] = ["arena", offset, v.type.nbytes]
     return size
 
 
@@ -335,4 +352,7 @@ def format_program(name: str, plan: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ConstantPool", "plan_function", "plan_partitioned_function", "format_program", "is_inlinable_constant"]
+__all__ = [
+    "ConstantPool", "plan_function", "plan_partitioned_function", "format_program", "is_inlinable_constant",
+    "first_fit", "with_barriers",
+]

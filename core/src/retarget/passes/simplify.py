@@ -48,6 +48,8 @@ def fold_constants(module: Module) -> Module:
                 continue
             inputs = [v.owner.attrs["value"].array for v in op.operands]
             out_type = op.result.type
+            if not out_type.is_static:
+                continue  # as big as an input known only at run time
             if out_type.nbytes > max([a.nbytes for a in inputs] + [FOLD_LIMIT_BYTES]):
                 continue  # e.g. a broadcast of a scalar: cheaper to compute than to store
             value = np.ascontiguousarray(evaluate(op.name, op.attrs, inputs, out_type))

@@ -9,11 +9,17 @@ Every backend's end-to-end tests iterate over `MODELS`:
 torch is imported inside the functions, so importing this module costs nothing.
 Batch-norm layers get random running statistics (var > 0) and affine parameters,
 so that folding and numerics are exercised rather than an identity.
+
+Dynamic shapes: `DYNAMIC` names, for the models that have one, the dimension that varies (MobileNetV2's
+batch, the transformer block's sequence length). `make_dynamic(name)` gives the model, example inputs
+and the `dynamic_shapes` for `torch.export` (a `Dim`), `export_onnx(..., dynamic=True)` writes it as
+ONNX with that axis a `dim_param`, and `dynamic_inputs(name, size)` makes inputs of any size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 SEED = 0
 
@@ -104,7 +110,7 @@ def _make_divisible(v: float, divisor: int = 8) -> int:
     return new_v + divisor if new_v < 0.9 * v else new_v
 
 
-def mobilenet_v2(num_classes: int = 1000, batch: int = 1):
+def mobilenet_v2(num_classes: int = 1000, batch: int = 1, resolution: int = 224):
     torch, nn = _nn()
 
     def conv_bn(cin, cout, k, stride, groups=1, act=True):
@@ -146,7 +152,7 @@ def mobilenet_v2(num_classes: int = 1000, batch: int = 1):
             x = nn.functional.adaptive_avg_pool2d(x, (1, 1))
             return self.classifier(torch.flatten(x, 1))
 
-    return _randomize(MobileNetV2()), (_input(batch, 3, 224, 224),)
+    return _randomize(MobileNetV2()), (_input(batch, 3, resolution, resolution),)
 
 
 # -- ResNet-18 (He et al. 2015) --------------------------------------------------------------
@@ -237,6 +243,44 @@ MODELS: dict[str, Callable] = {
 }
 
 
+@dataclass(frozen=True)
+class DynamicAxis:
+    """The dimension of a model's first input that varies: `axis`, called `symbol`, exported with inputs
+    of size `example` (torch.export specializes sizes 0 and 1), tested at `sizes`."""
+
+    axis: int
+    symbol: str
+    example: int
+    sizes: tuple[int, ...]
+    max: int | None = None
+
+
+DYNAMIC: dict[str, DynamicAxis] = {
+    "mobilenet_v2": DynamicAxis(0, "batch", 2, (1, 2), max=64),
+    "transformer_block": DynamicAxis(1, "seq", 8, (5, 16), max=512),
+    "mlp": DynamicAxis(0, "batch", 8, (1, 5)),
+}
+
+
+def make_dynamic(name: str, **model_args):
+    """(model, example inputs, dynamic_shapes for torch.export) for a model of `DYNAMIC`."""
+    torch, _ = _nn()
+    spec = DYNAMIC[name]
+    model, inputs = make(name, **model_args)
+    inputs = dynamic_inputs(name, spec.example, inputs)
+    dim = torch.export.Dim(spec.symbol, min=1, max=spec.max) if spec.max else torch.export.Dim(spec.symbol)
+    return model, inputs, ({spec.axis: dim},)
+
+
+def dynamic_inputs(name: str, size: int, like=None, seed: int = SEED + 1):
+    """Inputs of model `name` (or shaped like `like`) with its `DYNAMIC` axis at `size`."""
+    spec = DYNAMIC[name]
+    like = like if like is not None else make(name)[1]
+    shape = list(like[0].shape)
+    shape[spec.axis] = size
+    return (_input(*shape, seed=seed), *like[1:])
+
+
 def make(name: str, **model_args):
     """(model in eval mode, example inputs as a tuple of tensors) for zoo model `name`;
     `model_args` go to its builder (e.g. `d_model=16` for a small transformer_block)."""
@@ -249,18 +293,25 @@ def make(name: str, **model_args):
     return factory(**model_args)
 
 
-def export_onnx(name: str, path, opset: int = 17, **model_args) -> str:
-    """Write zoo model `name` to `path` as ONNX (input names `input_0`, ...); returns the path.
+def export_onnx(name: str, path, opset: int = 17, dynamic: bool = False, **model_args) -> str:
+    """Write zoo model `name` to `path` as ONNX (input names `input_0`, ...); returns the path. With
+    `dynamic`, its `DYNAMIC` axis is the `dim_param` named after it (and the output's too).
 
     Uses the TorchScript exporter (`dynamo=False`), which needs no package beyond torch."""
     import warnings
 
     torch, _ = _nn()
     model, inputs = make(name, **model_args)
+    axes = None
+    if dynamic:
+        spec = DYNAMIC[name]
+        inputs = dynamic_inputs(name, spec.example, inputs)
+        axes = {"input_0": {spec.axis: spec.symbol}, "output": {spec.axis: spec.symbol}}  # the output's alike
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             model, inputs, str(path), opset_version=opset, dynamo=False,
             input_names=[f"input_{i}" for i in range(len(inputs))], output_names=["output"],
+            dynamic_axes=axes,
         )
     return str(path)

@@ -10,6 +10,7 @@ from ..errors import ModuleFormatError, UnknownTargetError, suggestion
 from ..ir.core import Function, Module
 from ..ir.parser import parse_module
 from ..ir.printer import print_module
+from ..ir.symbolic import symbols_of
 from ..protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 from .interpreter import run_function
 
@@ -40,7 +41,9 @@ class VmvxTarget:
     def compile(self, dispatches: list[Function], desc: TargetDesc) -> ExecutableBinary:
         module = Module({fn.name: fn for fn in dispatches})
         entries = [
-            EntryPoint(fn.name, tuple([Binding(a.type, "read") for a in fn.args] + [Binding(r.type, "write") for r in fn.returns]))
+            EntryPoint(fn.name, tuple([Binding(a.type, "read") for a in fn.args] +
+                                      [Binding(r.type, "write") for r in fn.returns]),
+                       scalars=tuple(sorted(symbols_of(*[a.type.shape for a in fn.args + fn.returns]))))
             for fn in dispatches
         ]
         return ExecutableBinary(FORMAT, desc, print_module(module).encode(), entries)
@@ -87,9 +90,11 @@ def _entry_function(module: Module, entry: EntryPoint, target: TargetDesc) -> Fu
 def _kernel(fn: Function):
     n_in = len(fn.args)
 
-    def bind(views):
+    def bind(views, scalars=()):
+        sizes = dict(zip(sorted(symbols_of(*[a.type.shape for a in fn.args + fn.returns])), scalars))
+
         def run(workgroup):
-            for out, value in zip(views[n_in:], run_function(fn, views[:n_in])):
+            for out, value in zip(views[n_in:], run_function(fn, views[:n_in], sizes)):
                 out[...] = value
 
         return run

@@ -9,6 +9,9 @@ The driver binds (buffer, offset) pairs in that order.
 
 The device's driver compiles the source when the executable is loaded, so no OpenCL is needed
 to compile: only to run.
+
+Sizes known at run time (dynamic shapes): a kernel's scalars are `long` arguments after its
+buffers (the shared table's `scalar_param`), which the driver sets at each dispatch.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from dataclasses import replace
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
 from retarget.kernel.c_renderer import OPENCL, render_module
-from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+from retarget.kernel.ir import entry_point, expr_dim
+from retarget.protocols import Binding, ExecutableBinary, TargetDesc
 
 from . import FORMAT
 
@@ -69,9 +73,9 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
         _check_types(kernel, desc)
     source = render_module(kernels, dialect(desc))
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
-               for kn, b in zip(kernels, bindings)]
+        bindings = [tuple(Binding(TensorType((expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [entry_point(kn, b) for kn, b in zip(kernels, bindings)]
     container = {"magic": MAGIC, "version": VERSION, "profile": desc.arch, "source": source,
                  "kernels": [kn.name for kn in kernels]}
     return ExecutableBinary(FORMAT, desc, json.dumps(container).encode(), entries, listing=source)

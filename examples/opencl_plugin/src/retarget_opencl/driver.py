@@ -150,19 +150,21 @@ class OpenClCommandBuffer:
             raise RuntimeError("command buffer already ended; record a new one")
         self.commands.append(command)
 
-    def dispatch(self, executable: OpenClExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: OpenClExecutable, entry: int, bindings, *, scalars=(),
+                 workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (the scalars
+        are `long` kernel arguments after the buffers)."""
         ep = executable.entry_points[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
+        ep.check_dispatch(bindings, scalars)
         args = []
-        for (buffer, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buffer.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
+        for buffer, offset, _ in bindings:
             args += [buffer.mem, np.int64(offset)]
+        args += [np.int64(v) for v in scalars]
         kernel = _cl().Kernel(executable.program, ep.name)  # one per dispatch: its arguments are its own
         kernel.set_args(*args)
         local = tuple(ep.workgroup_size)
-        global_ = tuple(c * s for c, s in zip(ep.workgroup_count, ep.workgroup_size))
+        counts = workgroup_count or ep.workgroup_count
+        global_ = tuple(int(c) * s for c, s in zip(counts, ep.workgroup_size))
         self._add(lambda queue: _cl().enqueue_nd_range_kernel(queue, kernel, global_, local))
 
     def copy(self, src: OpenClBuffer, src_offset: int, dst: OpenClBuffer, dst_offset: int, nbytes: int) -> None:

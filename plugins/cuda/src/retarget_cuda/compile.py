@@ -178,7 +178,7 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
     tensors; without it each param is a flat 1-D tensor."""
     try:
         from retarget.kernel.c_renderer import CUDA, render_module
-        from retarget.kernel.ir import has_fragments
+        from retarget.kernel.ir import entry_point, expr_dim, has_fragments
     except ImportError as e:
         raise UnsupportedOpError(f"cuda needs retarget.kernel.c_renderer, which this retarget lacks: {e}",
                                  hint="install a retarget with the C renderer") from e
@@ -195,11 +195,9 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
         dialect = replace(CUDA, fragments=None)
     source = render_module(kernels, dialect)
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [
-        EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
-        for kn, b in zip(kernels, bindings)
-    ]
+        bindings = [tuple(Binding(TensorType((expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [entry_point(kn, b) for kn, b in zip(kernels, bindings)]
     return compile_entries(source, entries, desc)
 
 

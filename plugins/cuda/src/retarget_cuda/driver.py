@@ -302,18 +302,18 @@ class CudaCommandBuffer:
         self.commands.append(command)
         self.names.append(what)
 
-    def dispatch(self, executable: CudaExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: CudaExecutable, entry: int, bindings, *, scalars=(), workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (the scalars are
+        the kernel's `long long` arguments after its buffers)."""
         ep = executable.entry_points[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
-        values = np.array([buf.address + offset for buf, offset, _ in bindings], dtype=np.uint64)
+        ep.check_dispatch(bindings, scalars)
+        # one 8-byte value per kernel argument: the buffers' addresses, then the scalars
+        values = np.array([buf.address + offset for buf, offset, _ in bindings] + [int(v) for v in scalars],
+                          dtype=np.uint64)
         pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
         self.keep.append((values, pointers, [buf for buf, _, _ in bindings]))
         function, params = executable.functions[entry], int(pointers.ctypes.data)
-        grid, block = tuple(ep.workgroup_count), tuple(ep.workgroup_size)
+        grid, block = tuple(workgroup_count or ep.workgroup_count), tuple(ep.workgroup_size)
         cu = _cu()
 
         def launch(stream):

@@ -2,7 +2,10 @@
 
 Each kernel becomes `void NAME(void **bindings, i64 wg_x, i64 wg_y, i64 wg_z)`:
 binding i is param i, and the kernel's `workgroup_vars` are wg_x, wg_y, wg_z in
-order. The exported function only reads the binding table and calls the kernel
+order. A kernel with scalars (sizes known at run time) finds them in one more
+binding: `bindings[len(params)]` points to their i64 values, in `Kernel.scalars`
+order; loops whose extents are expressions of them run to a computed bound.
+The exported function only reads the binding table and calls the kernel
 body, whose buffer arguments are `noalias` (the host program never binds a
 dispatch's output over one of its inputs), so LLVM needs no runtime alias checks.
 Scalars and loop variables live in allocas (SROA/mem2reg promote them),
@@ -154,7 +157,7 @@ class _KernelBuilder:
     def __init__(self, mb: ModuleBuilder, kernel: k.Kernel):
         self.mb = mb
         self.kernel = kernel
-        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(kernel.params) + [I64, I64, I64])
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(kernel.params) + [I64] * len(kernel.scalars) + [I64] * 3)
         self.fn = ir.Function(mb.module, fnty, kernel.name + ".body")
         self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
@@ -173,7 +176,11 @@ class _KernelBuilder:
 
     def build(self) -> ir.Function:
         n = len(self.kernel.params)
-        wg = self.fn.args[n:]
+        scalars = self.fn.args[n:n + len(self.kernel.scalars)]
+        for symbol, arg in zip(self.kernel.scalars, scalars):
+            arg.name = k.symbol_var(symbol).name
+            self.index_vars[arg.name] = arg
+        wg = self.fn.args[n + len(scalars):]
         for name, arg in zip(("wg_x", "wg_y", "wg_z"), wg):
             arg.name = name
         for var, arg in zip(self.kernel.workgroup_vars, wg):
@@ -197,7 +204,14 @@ class _KernelBuilder:
         for i, p in enumerate(self.kernel.params):
             slot = b.gep(bindings, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
             pointers.append(b.load(slot, name=p.name, typ=PTR))
-        b.call(self.fn, [*pointers, *wg])
+        scalars = []
+        if self.kernel.scalars:
+            slot = b.gep(bindings, [ir.Constant(I64, len(self.kernel.params))], inbounds=True, source_etype=PTR)
+            table = b.load(slot, name="scalars", typ=PTR)
+            for j, symbol in enumerate(self.kernel.scalars):
+                at = b.gep(table, [ir.Constant(I64, j)], inbounds=True, source_etype=I64)
+                scalars.append(b.load(at, name=k.symbol_var(symbol).name, typ=I64))
+        b.call(self.fn, [*pointers, *scalars, *wg])
         b.ret_void()
         return fn
 
@@ -216,7 +230,7 @@ class _KernelBuilder:
             getattr(self, "stmt_" + type(s).__name__.lower())(s)
 
     def stmt_loop(self, s: k.Loop) -> None:
-        if s.extent <= 0:
+        if isinstance(s.extent, int) and s.extent <= 0:
             return
         if self.lanes is None and vectorizable(s, self.buffers):
             # power-of-two pieces (28 = 16 + 8 + 4): odd widths legalize into shuffles and spills
@@ -231,7 +245,7 @@ class _KernelBuilder:
                     self.lanes = None
                 start, left = start + n, left - n
             return
-        if s.kind == "unroll" and s.extent <= MAX_UNROLL:
+        if s.kind == "unroll" and isinstance(s.extent, int) and s.extent <= MAX_UNROLL:
             saved = self.index_vars.get(s.var)
             for i in range(s.start, s.start + s.extent):
                 self.index_vars[s.var] = ir.Constant(I64, i)
@@ -252,7 +266,8 @@ class _KernelBuilder:
         b.branch(header)
         b.position_at_end(header)
         i = b.load(iv, name=s.var, typ=I64)
-        b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, s.start + s.extent)), body, exit_)
+        end = ir.Constant(I64, s.start + s.extent) if isinstance(s.extent, int) else self.expr(s.extent + s.start)
+        b.cbranch(b.icmp_signed("<", i, end), body, exit_)
         b.position_at_end(body)
         self.index_vars[s.var] = i
         self.stmts(s.body)

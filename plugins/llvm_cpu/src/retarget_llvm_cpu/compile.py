@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from retarget.ir.core import TensorType
-from retarget.kernel.ir import Kernel, print_kernel
-from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+from retarget.kernel.ir import Kernel, entry_point, expr_dim, print_kernel
+from retarget.protocols import Binding, ExecutableBinary, TargetDesc
 
 from . import FORMAT, cache, codegen
 
@@ -21,9 +21,7 @@ def compile_kernels(kernels: list[Kernel], desc: TargetDesc, bindings: list[tupl
         if use_cache:
             cache.put(key, data)
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [
-        EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
-        for kn, b in zip(kernels, bindings)
-    ]
+        bindings = [tuple(Binding(TensorType((expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [entry_point(kn, b) for kn, b in zip(kernels, bindings)]
     return ExecutableBinary(FORMAT, desc, data, entries, listing="\n\n".join(texts))

@@ -11,6 +11,7 @@ import ctypes
 import ctypes.util
 import threading
 
+import numpy as np
 from retarget.protocols import ExecutableBinary, TargetDesc
 
 from . import FORMAT
@@ -85,19 +86,24 @@ class LlvmCpuLoader:
 
     def load(self, binary: ExecutableBinary):
         obj = LoadedObject(binary)
-        return [_kernel(obj, obj.functions[e.name], len(e.bindings)) for e in binary.entry_points]
+        return [_kernel(obj, obj.functions[e.name], len(e.bindings), len(e.scalars)) for e in binary.entry_points]
 
 
-def _kernel(obj: LoadedObject, fn, n_bindings: int):
-    def bind(views):
+def _kernel(obj: LoadedObject, fn, n_bindings: int, n_scalars: int = 0):
+    def bind(views, scalars=()):
         if len(views) != n_bindings:
             raise ValueError(f"kernel takes {n_bindings} bindings, got {len(views)}")
+        if len(scalars) != n_scalars:
+            raise ValueError(f"kernel takes {n_scalars} scalars, got {len(scalars)}")
         for v in views:
             if not v.flags.c_contiguous:
                 raise ValueError("llvm-cpu kernels need C-contiguous bindings")
-        pointers = (ctypes.c_void_p * max(n_bindings, 1))(*[v.ctypes.data for v in views])
+        # the scalars (sizes known at run time) follow the buffers, as one more binding of i64 values
+        values = np.array(scalars, dtype=np.int64)
+        addresses = [v.ctypes.data for v in views] + ([values.ctypes.data] if n_scalars else [])
+        pointers = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
         args = ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p))
-        keep = (obj, views, pointers)  # the engine, the memory and the pointer array outlive `run`
+        keep = (obj, views, pointers, values)  # the engine, the memory and the pointer array outlive `run`
 
         def run(workgroup):
             x, y, z = workgroup

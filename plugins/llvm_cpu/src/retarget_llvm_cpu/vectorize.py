@@ -105,7 +105,7 @@ def format_key(e: k.Expr) -> str:
 
 def vectorizable(loop: k.Loop, buffers: dict) -> bool:
     """Whether `loop` can be emitted as one set of vector operations."""
-    if loop.kind not in ("unroll", "vector") or not 2 <= loop.extent <= MAX_LANES:
+    if loop.kind not in ("unroll", "vector") or not isinstance(loop.extent, int) or not 2 <= loop.extent <= MAX_LANES:
         return False
     if not loop.body or not all(isinstance(s, k.Store) for s in loop.body):
         return False

@@ -47,7 +47,8 @@ from dataclasses import replace
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
 from retarget.kernel import ir as k
-from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
+from retarget.ir.symbolic import dims_to_json
+from retarget.protocols import Binding, ExecutableBinary, TargetDesc
 
 from . import FORMAT
 from .targets import BF16_MSL, MSL_VERSIONS
@@ -171,7 +172,8 @@ def kernel_meta(kn: k.Kernel) -> dict:
     return {
         "name": kn.name,
         "workgroup_size": list(kn.workgroup_size),
-        "workgroup_count": list(kn.workgroup_count),
+        "workgroup_count": dims_to_json(k.expr_dim(c) for c in kn.workgroup_count),
+        "scalars": list(kn.scalars),  # `constant long &` arguments after the buffers, set with setBytes
         "params": [{"name": p.name, "dtype": p.dtype.name, "access": p.access, "itemsize": ITEMSIZE[p.dtype.name]}
                    for p in kn.params],
         "schedule": {key: value for key, value in kn.schedule.items() if isinstance(value, (int, str, float))},
@@ -207,9 +209,9 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
     source = render_source(kernels, desc)
     metallib, note = build_metallib(source, desc.extra["msl"])
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
-               for kn, b in zip(kernels, bindings)]
+        bindings = [tuple(Binding(TensorType((k.expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [k.entry_point(kn, b) for kn, b in zip(kernels, bindings)]
     data = pack(source, [kernel_meta(kn) for kn in kernels], desc, metallib, note)
     listing = f"// metal-spirv:{desc.arch}, MSL {desc.extra['msl']}; {note or 'metallib built'}\n{source}"
     return ExecutableBinary(FORMAT, desc, data, entries, listing=listing)

@@ -199,7 +199,7 @@ class MetalExecutable:
 
 
 class MetalCommandBuffer:
-    """Recorded work, as data: ("dispatch", pipeline, [(buffer, offset)], groups, threads), ("barrier",),
+    """Recorded work, as data: ("dispatch", pipeline, [(buffer, offset)], groups, threads, scalars), ("barrier",),
     ("copy", src, src_offset, dst, dst_offset, nbytes) and ("fill", buffer, offset, nbytes, value)."""
 
     def __init__(self, device: MetalDevice):
@@ -212,18 +212,25 @@ class MetalCommandBuffer:
             raise RuntimeError("command buffer already ended; record a new one")
         self.commands.append(command)
 
-    def dispatch(self, executable: MetalExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: MetalExecutable, entry: int, bindings, *, scalars=(),
+                 workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch; each scalar is a
+        `constant long &` argument after the buffers, set with setBytes."""
         ep, meta = executable.entry_points[entry], executable.kernels[entry]
         if len(bindings) != len(ep.bindings):
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        for i, ((buf, offset, nbytes), b, param) in enumerate(zip(bindings, ep.bindings, meta["params"])):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding {i} of {nbytes} bytes at {offset} cannot hold {b.type}")
+        if len(scalars) != len(ep.scalars):
+            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars, got {len(scalars)}")
+        types = ep.binding_types(scalars)
+        for i, ((buf, offset, nbytes), t, param) in enumerate(zip(bindings, types, meta["params"])):
+            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
+                raise ValueError(f"{ep.name}: binding {i} of {nbytes} bytes at {offset} cannot hold {t}")
             if offset % param["itemsize"]:  # Metal's rule for device buffers: offsets aligned to the element
                 raise ValueError(f"{ep.name}: binding {i} at byte {offset} is not aligned to its "
                                  f"{param['itemsize']}-byte elements")
         self._add(("dispatch", executable.pipelines[entry], [(buf, offset) for buf, offset, _ in bindings],
-                   tuple(ep.workgroup_count), tuple(ep.workgroup_size)))
+                   tuple(int(c) for c in (workgroup_count or ep.workgroup_count)), tuple(ep.workgroup_size),
+                   np.array(scalars, dtype=np.int64)))
 
     def copy(self, src: MetalBuffer, src_offset: int, dst: MetalBuffer, dst_offset: int, nbytes: int) -> None:
         if src_offset % 4 or dst_offset % 4 or nbytes % 4:  # the blit encoder's rule on macOS
@@ -265,10 +272,12 @@ class MetalCommandBuffer:
                     continue
                 if compute is None:
                     compute = cb.computeCommandEncoderWithDispatchType_(DISPATCH_CONCURRENT)
-                _, pipeline, buffers, groups, threads = command
+                _, pipeline, buffers, groups, threads, scalars = command
                 compute.setComputePipelineState_(pipeline)
                 for index, (buf, offset) in enumerate(buffers):
                     compute.setBuffer_offset_atIndex_(buf.mtl, offset, index)
+                for j, value in enumerate(scalars):  # sizes known at run time: `constant long &` arguments
+                    compute.setBytes_length_atIndex_(value.tobytes(), 8, len(buffers) + j)
                 compute.dispatchThreadgroups_threadsPerThreadgroup_(Metal.MTLSizeMake(*groups),
                                                                    Metal.MTLSizeMake(*threads))
                 continue

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
+from retarget.kernel.ir import entry_point, expr_dim
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 
 from . import FORMAT, codeobject, toolchain
@@ -89,9 +90,9 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
             _check_f64_math(kn, desc)
     source = render(kernels)
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [EntryPoint(kn.name, tuple(b), tuple(kn.workgroup_size), tuple(kn.workgroup_count))
-               for kn, b in zip(kernels, bindings)]
+        bindings = [tuple(Binding(TensorType((expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [entry_point(kn, b) for kn, b in zip(kernels, bindings)]
     return compile_entries(source, entries, desc)
 
 

@@ -18,7 +18,8 @@ Nothing here depends on the subgroup size: workgroups combine partial results th
 workgroup memory and barriers, never subgroup operations. So a module runs on any subgroup
 size a driver picks (IREE's Vulkan MobileNetV2 computed wrong numbers when it did not).
 
-Binding model: see container.py (binding i = param i; push constant i = its element base).
+Binding model: see container.py (binding i = param i; push constant i = its element base; after
+them, one push constant per scalar, the kernel's sizes known at run time).
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ class _Codegen:
         if len(kn.workgroup_vars) > 3 or len(kn.thread_vars) > 3:
             raise self.fail("more than three grid axes")
         for p in kn.params:
-            if p.size >= INDEX_LIMIT:
+            if isinstance(p.size, int) and p.size >= INDEX_LIMIT:
                 raise self.fail(f"buffer %{p.name} has {p.size} elements; indices are 32-bit, so at most 2^31 - 1")
         self.declare_params()
         fn_type = m.type("TypeFunction", self.void)
@@ -297,11 +298,12 @@ class _Codegen:
                 variables[slot] = var
             self.buffers[p.name] = (p.dtype, variables[slot], "StorageBuffer")
             self.param_index[p.name] = i
-        if not self.k.params:
+        words = len(self.k.params) + len(self.k.scalars)
+        if not words:
             return
-        block = m.type("TypeStruct", *[self.t_i32] * len(self.k.params), unique=False)
+        block = m.type("TypeStruct", *[self.t_i32] * words, unique=False)
         m.decorate(block, "Block")
-        for i in range(len(self.k.params)):
+        for i in range(words):
             m.member_decorate(block, i, "Offset", 4 * i)
         pointer = m.pointer("PushConstant", block)
         self.push_constants = m.op("global", "Variable", pointer, spirv.STORAGE["PushConstant"])
@@ -325,6 +327,9 @@ class _Codegen:
         for name, i in self.param_index.items():
             member = self.op("AccessChain", ptr, self.push_constants, self.i32(i))
             self.bases[name] = self.op("Load", self.t_i32, member)
+        for j, symbol in enumerate(kn.scalars):  # sizes known at run time, after the bases
+            member = self.op("AccessChain", ptr, self.push_constants, self.i32(len(kn.params) + j))
+            self.builtins[k.symbol_var(symbol).name] = self.op("Load", self.t_i32, member)
 
     def global_variable(self, var: int) -> None:
         if self.m.version >= (1, 4):
@@ -400,9 +405,9 @@ class _Codegen:
     def stmt_loop(self, s: k.Loop) -> None:
         if s.kind not in ("serial", "unroll", "vector"):
             raise self.fail(f"loops of kind '{s.kind}' are not supported; bind threads with Kernel.thread_vars")
-        if s.extent <= 0:
+        if isinstance(s.extent, int) and s.extent <= 0:
             return
-        if s.kind == "unroll" and s.extent <= UNROLL_LIMIT:
+        if s.kind == "unroll" and isinstance(s.extent, int) and s.extent <= UNROLL_LIMIT:
             outer = self.constants.get(s.var)
             for i in range(s.start, s.start + s.extent):
                 self.constants[s.var] = self.i32(i)
@@ -419,7 +424,8 @@ class _Codegen:
         self.emit("Branch", header)
         self.label(header)
         i = self.op("Load", self.t_i32, var)
-        more = self.op("SLessThan", self.t_bool, i, self.i32(s.start + s.extent))
+        end = self.i32(s.start + s.extent) if isinstance(s.extent, int) else self.expr(s.extent + s.start)
+        more = self.op("SLessThan", self.t_bool, i, end)
         self.emit("LoopMerge", merge, cont, spirv.LOOP_CONTROL["unroll" if s.kind == "unroll" else "none"])
         self.emit("BranchConditional", more, body, merge)
         self.label(body)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from retarget.errors import UnsupportedOpError
 from retarget.ir.core import TensorType
+from retarget.ir.symbolic import dims_from_json, dims_to_json
 from retarget.kernel import ir as k
 from retarget.kernel.lower import fold_grid
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
@@ -34,9 +35,9 @@ def _check(kn: k.Kernel, desc: TargetDesc, shared_bytes: int) -> None:
     if shared_bytes > desc.shared_memory_bytes:
         raise UnsupportedOpError(f"{where}: {shared_bytes} bytes of workgroup memory; the target has "
                                  f"{desc.shared_memory_bytes}")
-    if 4 * len(kn.params) > limits["maxPushConstantsSize"]:
-        raise UnsupportedOpError(f"{where}: {4 * len(kn.params)} bytes of push constants; the target has "
-                                 f"{limits['maxPushConstantsSize']}")
+    if 4 * (len(kn.params) + len(kn.scalars)) > limits["maxPushConstantsSize"]:
+        raise UnsupportedOpError(f"{where}: {4 * (len(kn.params) + len(kn.scalars))} bytes of push constants; "
+                                 f"the target has {limits['maxPushConstantsSize']}")
 
 
 def render(kn: k.Kernel, desc: TargetDesc) -> dict:
@@ -48,10 +49,11 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         "name": kn.name,
         "spirv": container.encode_words(generated.binary),
         "workgroup_size": list(kn.workgroup_size),
-        "workgroup_count": list(kn.workgroup_count),
+        "workgroup_count": dims_to_json(k.expr_dim(c) for c in kn.workgroup_count),
+        "scalars": list(kn.scalars),  # after the bases in the push constants, as i32
         "params": [{"dtype": p.dtype.name, "itemsize": p.dtype.itemsize, "access": p.access} for p in kn.params],
         "slots": list(generated.slots),
-        "push_constant_bytes": 4 * len(kn.params),
+        "push_constant_bytes": 4 * (len(kn.params) + len(kn.scalars)),
         # None: the code does not depend on it (codegen.py); cooperative matrices need whole subgroups of their width
         "required_subgroup_size": generated.required_subgroup_size,
         "shared_bytes": generated.shared_bytes,
@@ -64,9 +66,10 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
     tensors; without it each param is a flat 1-D tensor."""
     rendered = [render(kn, desc) for kn in kernels]
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), tuple(r["workgroup_count"]))
-               for r, b in zip(rendered, bindings)]
+        bindings = [tuple(Binding(TensorType((k.expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), dims_from_json(r["workgroup_count"]),
+                          tuple(r["scalars"])) for r, b in zip(rendered, bindings)]
     listing = "\n\n".join(k.print_kernel(kn) for kn in kernels)
     return ExecutableBinary(FORMAT, desc, container.pack(rendered, desc.arch), entries, listing=listing)
 

@@ -4,16 +4,18 @@
      "kernels": [{"name": str,                      # the entry point's name, also OpEntryPoint's
                   "spirv": str,                     # base64 of the SPIR-V words, little-endian
                   "workgroup_size": [x, y, z],      # also the module's LocalSize
-                  "workgroup_count": [x, y, z],
+                  "workgroup_count": [x, y, z],     # or, with scalars, dimensions of them ("(n + 255) // 256")
+                  "scalars": [str, ...],            # symbols whose values follow the bases in the push constants
                   "params": [{"dtype": "f32", "itemsize": 4, "access": "read" | "write"}, ...],
                   "slots": [int, ...],              # the binding of each param
-                  "push_constant_bytes": int,       # 4 * len(params)
+                  "push_constant_bytes": int,       # 4 * (len(params) + len(scalars))
                   "required_subgroup_size": int | null,
                   "shared_bytes": int,
                   "capabilities": [str, ...]}]}     # the module's OpCapability names
 
 Binding model: descriptor set 0, binding `slots[i]` holds param i, a storage buffer. The push
-constants are one u32 per param: the element index where param i starts inside its binding.
+constants are one u32 per param: the element index where param i starts inside its binding;
+then one i32 per scalar (a size known at run time, `Kernel.scalars`), set at each dispatch.
 So the driver may bind any range that holds the tensor (rounded down to the device's
 minStorageBufferOffsetAlignment, or the whole buffer) and pass the remainder there.
 Usually `slots[i] == i`. A kernel with more params than the target's storage buffers per

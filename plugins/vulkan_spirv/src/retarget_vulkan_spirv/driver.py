@@ -732,7 +732,10 @@ class VulkanCommandBuffer:
         if self.ended:
             raise RuntimeError("command buffer already ended; record a new one")
 
-    def dispatch(self, executable: VulkanExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: VulkanExecutable, entry: int, bindings, *, scalars=(),
+                 workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch; the scalars
+        follow the element bases in the push constants (container.py)."""
         self._recording()
         vk = _vk()
         ffi, lib = vk.ffi, vk.lib
@@ -740,10 +743,13 @@ class VulkanCommandBuffer:
         ep, kernel = executable.entry_points[entry], executable.kernels[entry]
         if len(bindings) != len(ep.bindings):
             raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        for i, ((buf, offset, nbytes), b, param) in enumerate(zip(bindings, ep.bindings, kernel["params"])):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
+        if len(scalars) != len(ep.scalars):
+            raise ValueError(f"{ep.name} takes {len(ep.scalars)} scalars, got {len(scalars)}")
+        types = ep.binding_types(scalars)
+        for i, ((buf, offset, nbytes), t, param) in enumerate(zip(bindings, types, kernel["params"])):
+            if nbytes < t.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
                 raise ValueError(f"{ep.name}: binding {i} of {nbytes} bytes at {offset} in a buffer of {buf.nbytes} "
-                                 f"cannot hold {b.type}")
+                                 f"cannot hold {t}")
             item = int(param["itemsize"])
             if offset % item:
                 raise ValueError(f"{ep.name}: binding {i} at byte {offset} is not aligned to its {item}-byte elements")
@@ -770,7 +776,7 @@ class VulkanCommandBuffer:
             self.copy(*command)
         if gather:
             self.barrier()
-        counts = tuple(int(c) for c in ep.workgroup_count)
+        counts = tuple(int(c) for c in (workgroup_count or ep.workgroup_count))
         limit = device.info.properties["limits"]["maxComputeWorkGroupCount"]
         if any(c > m for c, m in zip(counts, limit)):
             raise VulkanError(f"{ep.name}: {counts} workgroups exceed this device's maxComputeWorkGroupCount {limit}",
@@ -783,8 +789,8 @@ class VulkanCommandBuffer:
             self._bound_pipeline = pipeline
         lib.vkCmdBindDescriptorSets(self.handle, vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, descriptor_set,
                                     0, ffi.NULL)
-        if bases:
-            values = np.array(bases, dtype=np.uint32)
+        if bases or scalars:
+            values = np.array(bases + [int(v) for v in scalars], dtype=np.uint32)
             lib.vkCmdPushConstants(self.handle, layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, values.nbytes,
                                    ffi.from_buffer(values))
         if all(counts):
@@ -1218,10 +1224,11 @@ class VulkanDevice:
                     raise RetargetError(f"kernel {kernel['name']} has {len(kernel['params'])} params but its entry "
                                         f"point has {len(ep.bindings)} bindings",
                                         hint="recompile with --target vulkan-spirv")
-                count, push_bytes = len(kernel["params"]), int(kernel["push_constant_bytes"])
+                count = len(kernel["params"]) + len(kernel.get("scalars", ()))
+                push_bytes = int(kernel["push_constant_bytes"])
                 if push_bytes < 4 * count:
                     raise RetargetError(f"kernel {kernel['name']} declares {push_bytes} bytes of push constants; its "
-                                        f"{count} element bases need {4 * count}",
+                                        f"{count} element bases and sizes need {4 * count}",
                                         hint="recompile with --target vulkan-spirv")
                 layout = self._pipeline_layout(binding_count(kernel), push_bytes)
                 pipelines.append(self._pipeline(kernel, layout))

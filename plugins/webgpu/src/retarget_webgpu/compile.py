@@ -23,6 +23,9 @@ of atomic words, since two threads may write the two halves of one word (an atom
 atomicOr per element). i64 is the kernel IR's index type and computes as i32 (every zoo buffer is
 far below 2^31 elements; a larger one is refused); i64, f64, bool and 8/16-bit integer *buffers*
 are refused by name.
+
+Sizes known at run time. A kernel's scalars (`Kernel.scalars`) follow the element bases in `rt_base`,
+as i32: the driver writes them at each dispatch, and the workgroup count is computed from them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import replace
 
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
+from retarget.ir.symbolic import dims_from_json, dims_to_json
 from retarget.kernel import ir as k
 from retarget.kernel.lower import fold_grid
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
@@ -50,11 +54,12 @@ def _dialect(packed: bool):
     from retarget.kernel.c_renderer import WGSL
 
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
+    scalar = "let {name}: {T} = rt_base[{i} / 4][{i} % 4];"  # after the bases
     if packed:  # every bf16 parameter shares one array, written by some: atomic words throughout
         halves = {**WGSL.word_halves["bf16"], "word": "atomic<u32>"}
         return replace(WGSL, global_param="", element="rt_mem_{D}[{name}_base + {index}]", prologue=prologue,
-                       word_halves={"bf16": halves})
-    return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue)
+                       word_halves={"bf16": halves}, scalar_prologue=scalar)
+    return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue, scalar_prologue=scalar)
 
 
 # Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
@@ -89,7 +94,7 @@ def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
             raise UnsupportedOpError(
                 f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and {SHADER_F16_NOTE}",
                 hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
-        if p.size >= INDEX_LIMIT:
+        if isinstance(p.size, int) and p.size >= INDEX_LIMIT:
             raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "
                                      "WGSL indices are i32, so at most 2^31 - 1")
 
@@ -140,8 +145,9 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         groups = [[i] for i in range(len(kn.params))]
         decls = []
     source = render_module([kn], _dialect(packed))
+    words = len(kn.params) + len(kn.scalars)
     uniform = (f"@group(0) @binding({len(groups)}) var<uniform> rt_base: "
-               f"array<vec4<i32>, {max(1, -(-len(kn.params) // 4))}>;")
+               f"array<vec4<i32>, {max(1, -(-words // 4))}>;")
     enable = ["enable f16;"] if any(p.dtype.name == "f16" for p in kn.params) else []
     wgsl = "\n".join([*enable, *decls, uniform, "", source])
     return {
@@ -152,7 +158,8 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         "storage_types": [STORAGE_TYPES[p.dtype.name][0] for p in kn.params],
         "itemsizes": [STORAGE_TYPES[p.dtype.name][1] for p in kn.params],
         "workgroup_size": list(kn.workgroup_size),
-        "workgroup_count": list(kn.workgroup_count),
+        "workgroup_count": dims_to_json(k.expr_dim(c) for c in kn.workgroup_count),
+        "scalars": list(kn.scalars),
     }
 
 
@@ -180,8 +187,9 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
     tensors; without it each param is a flat 1-D tensor."""
     rendered = [render(kn, desc) for kn in kernels]
     if bindings is None:
-        bindings = [tuple(Binding(TensorType((p.size,), p.dtype), p.access) for p in kn.params) for kn in kernels]
-    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), tuple(r["workgroup_count"]))
-               for r, b in zip(rendered, bindings)]
+        bindings = [tuple(Binding(TensorType((k.expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
+                    for kn in kernels]
+    entries = [EntryPoint(r["name"], tuple(b), tuple(r["workgroup_size"]), dims_from_json(r["workgroup_count"]),
+                          tuple(r.get("scalars", ()))) for r, b in zip(rendered, bindings)]
     listing = "\n\n".join(f"// ---- {r['name']}{' (packed)' if r['packed'] else ''}\n{r['wgsl']}" for r in rendered)
     return ExecutableBinary(FORMAT, desc, pack(rendered, desc), entries, listing=listing)

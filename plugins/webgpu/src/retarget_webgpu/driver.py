@@ -284,13 +284,12 @@ class WebGpuCommandBuffer:
         self.commands.append(command)
         self._segments = None
 
-    def dispatch(self, executable: WebGpuExecutable, entry: int, bindings) -> None:
+    def dispatch(self, executable: WebGpuExecutable, entry: int, bindings, *, scalars=(),
+                 workgroup_count=None) -> None:
+        """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch; the scalars
+        follow the element bases in the `rt_base` uniform (compile.py)."""
         ep, meta = executable.entry_points[entry], executable.kernels[entry]
-        if len(bindings) != len(ep.bindings):
-            raise ValueError(f"{ep.name} takes {len(ep.bindings)} bindings, got {len(bindings)}")
-        for (buf, offset, nbytes), b in zip(bindings, ep.bindings):
-            if nbytes < b.type.nbytes or offset < 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"{ep.name}: binding of {nbytes} bytes at {offset} cannot hold {b.type}")
+        ep.check_dispatch(bindings, scalars)
         dev = self.device
         plan = plan_dispatch(meta, [b.access == "write" for b in ep.bindings],
                              [(id(buf), offset, nbytes, buf.size) for buf, offset, nbytes in bindings],
@@ -308,15 +307,17 @@ class WebGpuCommandBuffer:
         bases, before, after = plan["bases"], copies("before"), copies("after")
         entries = [{"binding": g, "resource": {"buffer": buffer(source).gpu, "offset": start, "size": size}}
                    for g, (source, start, size) in enumerate(plan["groups"])]
-        data = np.zeros(_round_up(max(len(bases), 1), 4), dtype=np.int32)
-        data[:len(bases)] = bases
+        words = bases + [int(v) for v in scalars]  # the scalars follow the bases (compile.py)
+        data = np.zeros(_round_up(max(len(words), 1), 4), dtype=np.int32)
+        data[:len(words)] = words
         uniform, at = dev.uniform_slot(data)
         entries.append({"binding": len(meta["groups"]), "resource": {"buffer": uniform, "offset": at,
                                                                      "size": data.nbytes}})
         group = dev.gpu.create_bind_group(layout=executable.layouts[entry], entries=entries)
         for command in before:
             self._add(command)
-        self._add(("dispatch", executable.pipelines[entry], group, tuple(ep.workgroup_count), uniform))
+        count = tuple(int(c) for c in (workgroup_count or ep.workgroup_count))
+        self._add(("dispatch", executable.pipelines[entry], group, count, uniform))
         for command in after:
             self._add(command)
 

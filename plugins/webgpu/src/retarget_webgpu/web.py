@@ -99,6 +99,11 @@ def export(artifact, folder, target: str | None = None) -> Path:
     if "placements" in artifact.manifest:
         raise RetargetError("the module is split between devices (compiled with --fallback), and a page runs only "
                             "its WebGPU part", hint="compile it for webgpu-spirv alone, without --fallback")
+    dynamic = [name for name, plan in artifact.manifest["functions"].items() if "symbols" in plan]
+    if dynamic:  # the loader's host programs are static: sizes are placed once
+        raise RetargetError(f"function {', '.join(dynamic)} has sizes known only at run time; the browser loader "
+                            "runs static host programs", hint="compile with --dim NAME=SIZE for each symbolic "
+                            "dimension to export a static module")
 
     executables = [e for e in artifact.manifest["executables"] if e["format"] == "wgsl"
                    and (target is None or e["arch"] == target or f"{e['backend']}:{e['arch']}" == target)]

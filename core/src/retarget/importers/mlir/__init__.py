@@ -12,7 +12,7 @@ from pathlib import Path
 from ...ir.core import Module
 from ...ir.verifier import verify
 from ...mlir.syntax import parse, read_source
-from . import arith, check, linalg, stablehlo, tensor, tosa  # noqa: F401  (they register themselves)
+from . import arith, check, dims, linalg, stablehlo, tensor, tosa  # noqa: F401  (they register themselves)
 from .check import Check, evaluate_checks
 from .convert import module_from_mops, supported_ops
 

@@ -6,10 +6,16 @@ the `Converter` and the `MOp`, emits `rt.*` ops through `cv.b`, and returns the
 op's results: graph `Value`s, or static shapes (tuples) for `!tosa.shape` values.
 Scalars (f32, index, i1) become rank-0 tensors, so the scalar bodies of
 `linalg.generic` and `stablehlo.reduce` convert with the same converters.
+
+Sizes known only at run time (`tensor.dim` of a `?`, `stablehlo.get_dimension_size`) are
+symbolic dimensions (`ir.symbolic.Sym`) in the environment, and shapes built from them are
+tuples; an op reading one converts through `SYMBOLIC_CONVERTERS` (dims.py), which does
+the arithmetic on the symbols, never through its tensor converter.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -17,11 +23,15 @@ import numpy as np
 from ...errors import ParseError, RetargetError, UnsupportedOpError, VerificationError
 from ...ir.core import Builder, DenseAttr, Function, Module, TensorType, Value
 from ...ir.dtypes import DType
-from ...ir.ops import OPS, infer_types
+from ...ir.ops import OPS, normalize_shape_attrs
+from ...ir.parser import function_symbols, symbolic_arg_type, types_match
+from ...ir.symbolic import Sym, divide_exactly, sanitize
 from ...mlir.syntax import MOp, Parser, custom_syntax
 from ...registry import registrar
 
 CONVERTERS: dict[str, Callable[[Converter, MOp], list]] = {}
+# Converters for ops that read a symbolic size or shape (dims.py): arithmetic on dimensions.
+SYMBOLIC_CONVERTERS: dict[str, Callable[[Converter, MOp], object]] = {}
 # Dialects whose unknown ops are reported as unsupported (rather than as bad syntax).
 DIALECTS = ("arith", "math", "tensor", "linalg", "tosa", "stablehlo", "chlo", "check", "util", "func", "rt")
 
@@ -79,9 +89,43 @@ class Converter:
 
     def value(self, op: MOp, i: int) -> Value:
         v = self.get(op, op.operands[i])
+        if is_symbolic_size(v):
+            raise UnsupportedOpError(f"'{op.name}': {op.operands[i]} is a size known only at run time ({_text(v)}), "
+                                     "which this op cannot take as a tensor", location=str(op.loc),
+                                     hint="sizes may feed shapes (tensor.empty, reshapes, broadcasts), not data")
         if isinstance(v, tuple):  # a static shape used as a tensor
             return self.b.constant(np.array(v, dtype=np.int64))
         return v
+
+    def dim(self, op: MOp, i: int, what: str = "size"):
+        """Operand `i` as a dimension: an int, or a symbolic size (`tensor.dim` of a `?`)."""
+        v = self.get(op, op.operands[i])
+        if isinstance(v, Sym):
+            return v
+        if isinstance(v, tuple) and len(v) == 1:
+            return v[0]
+        array = constant_value(v)
+        if array is None or array.size != 1:
+            raise UnsupportedOpError(f"'{op.name}': {what} {op.operands[i]} must be a constant or a size of a tensor",
+                                     location=str(op.loc), hint="sizes computed from tensor data are not supported")
+        return int(array.reshape(-1)[0])
+
+    def result_shape(self, op: MOp, i: int = 0, like: Value | None = None) -> tuple:
+        """The shape of result `i` as declared, a `?` filled in from `like` (a reshape's input: its one
+        unknown size is what the element count leaves); an error when nothing determines it."""
+        t = self.result_type(op, i)
+        unknown = [d for d, size in enumerate(t.shape) if size is None]
+        if not unknown:
+            return t.shape
+        shape = list(t.shape)
+        if like is not None and len(unknown) == 1:
+            rest = divide_exactly(like.type.num_elements, math.prod(d for d in shape if d is not None))
+            if rest is not None:
+                shape[unknown[0]] = rest
+                return tuple(shape)
+        raise UnsupportedOpError(f"'{op.name}': its result {t} has sizes that its operands do not determine",
+                                 location=str(op.loc),
+                                 hint="give the sizes as operands (tensor.empty(%d), a dynamic_* op, output_shape)")
 
     def values(self, op: MOp) -> list[Value]:
         return [self.value(op, i) for i in range(len(op.operands))]
@@ -116,6 +160,12 @@ class Converter:
                 handler = _graph_op
             else:
                 raise unsupported(op.name, op.loc)
+        if any(is_symbolic_size(self.env.get(name)) for name in op.operands):
+            handler = SYMBOLIC_CONVERTERS.get(op.name)
+            if handler is None:
+                raise UnsupportedOpError(f"'{op.name}' on a size known only at run time is not supported",
+                                         location=str(op.loc),
+                                         hint=f"supported on sizes: {', '.join(sorted(SYMBOLIC_CONVERTERS))}")
         self.b.loc = op.loc
         try:
             results = handler(self, op)
@@ -153,7 +203,20 @@ class Converter:
 
 
 def _is_shape(results) -> bool:
-    return isinstance(results, tuple) and all(isinstance(d, (int, np.integer)) for d in results)
+    return isinstance(results, tuple) and all(isinstance(d, (int, np.integer, Sym)) for d in results)
+
+
+def is_symbolic_size(v) -> bool:
+    """A size (Sym) or a shape (tuple) known only at run time."""
+    return isinstance(v, Sym) or (isinstance(v, tuple) and any(isinstance(d, Sym) for d in v))
+
+
+def _text(v) -> str:
+    return str(v) if isinstance(v, Sym) else "[" + ", ".join(map(str, v)) + "]"
+
+
+def _dims(shape) -> tuple:
+    return tuple(d if isinstance(d, Sym) else int(d) for d in shape)
 
 
 def _types_match(actual: TensorType, declared: TensorType) -> bool:
@@ -166,7 +229,7 @@ def constant_value(v) -> np.ndarray | None:
     """The array a value always holds, when it is a constant (or a broadcast of one)."""
     if isinstance(v, tuple):
         return np.array(v, dtype=np.int64)
-    if not isinstance(v, Value) or v.owner is None:
+    if not isinstance(v, Value) or v.owner is None or not v.type.is_static:
         return None
     if v.owner.name == "rt.constant":
         return v.owner.attrs["value"].array
@@ -206,12 +269,12 @@ def is_splat(v, value) -> bool:
 def _graph_op(cv: Converter, op: MOp):
     """Our own graph IR in generic form: build it as written."""
     operands = cv.values(op)
-    types = infer_types(op.name, [v.type for v in operands], op.attrs, op.loc)
+    results = cv.b.op_multi(op.name, operands, normalize_shape_attrs(op.attrs))
     declared = [as_tensor_type(t, op.loc) for t in op.result_types]
-    if declared != types:
+    if not types_match(declared, [r.type for r in results]):
         raise cv.error(op, f"declared result types {', '.join(map(str, declared))} "
-                           f"but the operands give {', '.join(map(str, types))}")
-    return cv.b.op_multi(op.name, operands, op.attrs)
+                           f"but the operands give {', '.join(str(r.type) for r in results)}")
+    return results
 
 
 # -- small builders shared by the dialects -----------------------------------------------------
@@ -222,7 +285,7 @@ def cast(b: Builder, v: Value, dtype: DType) -> Value:
 
 
 def reshape(b: Builder, v: Value, shape) -> Value:
-    shape = tuple(int(d) for d in shape)
+    shape = _dims(shape)
     return v if v.type.shape == shape else b.op("rt.reshape", [v], {"shape": shape})
 
 
@@ -232,7 +295,7 @@ def transpose(b: Builder, v: Value, perm) -> Value:
 
 
 def broadcast(b: Builder, v: Value, shape) -> Value:
-    shape = tuple(int(d) for d in shape)
+    shape = _dims(shape)
     return v if v.type.shape == shape else b.op("rt.broadcast", [v], {"shape": shape})
 
 
@@ -273,11 +336,16 @@ def convert_function(mop: MOp, functions: dict[str, MOp], checks: list | None = 
     ftype: FunctionType = mop.attrs["function_type"]
     name = mop.attrs["sym_name"]
     block = mop.regions[0][0]
+    arg_attrs = mop.attrs.get("arg_attrs", [])
+    names = [next((a[k] for k in ARG_NAME_ATTRS if k in a), None) for a in arg_attrs]
     args = []
-    for i, (vid, t) in enumerate(block.args):
-        args.append(Value(as_tensor_type(t, mop.loc), None, i))
-    names = [next((a[k] for k in ARG_NAME_ATTRS if k in a), None) for a in mop.attrs.get("arg_attrs", [])]
+    for i, (_, t) in enumerate(block.args):
+        # a `?` is a new symbol named after its argument and axis, unless rt.dims names it
+        base = sanitize(names[i]) if i < len(names) and isinstance(names[i], str) else f"arg{i}"
+        t = symbolic_arg_type(as_tensor_type(t, mop.loc), arg_attrs[i] if i < len(arg_attrs) else {}, base, mop)
+        args.append(Value(t, None, i))
     fn = Function(name, args, arg_names=[n or f"arg{i}" for i, n in enumerate(names)] if any(names) else None)
+    fn.symbols = function_symbols(mop, [a.type for a in args])
     cv = Converter(fn, functions, checks)
     cv.num_results = len(ftype.results)
     cv.env = {vid: a for (vid, _), a in zip(block.args, args)}

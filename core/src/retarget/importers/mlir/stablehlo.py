@@ -558,7 +558,8 @@ def _convert(cv: Converter, op: MOp):
 
 @converts("stablehlo.reshape")
 def _reshape(cv: Converter, op: MOp):
-    return reshape(cv.b, cv.value(op, 0), cv.result_type(op).shape)
+    x = cv.value(op, 0)
+    return reshape(cv.b, x, cv.result_shape(op, like=x))
 
 
 @converts("stablehlo.transpose")
@@ -573,9 +574,14 @@ def _broadcast_in_dim(cv: Converter, op: MOp):
     dims = _ints(op.attrs.get("dims", op.attrs.get("broadcast_dimensions", [])))
     x = transpose(cv.b, x, sorted(range(len(dims)), key=lambda k: dims[k]))
     shape = [1] * out.rank
+    target = list(out.shape)
     for k, d in enumerate(sorted(dims)):
         shape[d] = x.type.shape[k]
-    return broadcast(cv.b, reshape(cv.b, x, shape), out.shape)
+        if target[d] is None:  # a `?` of the result: the operand's size there
+            target[d] = x.type.shape[k]
+    if any(d is None for d in target):
+        raise cv.error(op, f"result {out} has sizes its operand does not determine; use dynamic_broadcast_in_dim")
+    return broadcast(cv.b, reshape(cv.b, x, shape), target)
 
 
 @converts("stablehlo.concatenate")
@@ -603,7 +609,8 @@ def _pad(cv: Converter, op: MOp):
 @converts("stablehlo.iota")
 def _iota(cv: Converter, op: MOp):
     t = cv.result_type(op)
-    return cv.b.op("rt.iota", [], {"shape": t.shape, "axis": int(op.attrs["iota_dimension"]), "dtype": t.dtype.name})
+    return cv.b.op("rt.iota", [], {"shape": cv.result_shape(op), "axis": int(op.attrs["iota_dimension"]),
+                                   "dtype": t.dtype.name})
 
 
 @converts("stablehlo.clamp")

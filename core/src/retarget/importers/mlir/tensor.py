@@ -1,14 +1,18 @@
-"""`tensor`: shape plumbing (slices, pads, reshapes, concatenation) on static shapes."""
+"""`tensor`: shape plumbing (slices, pads, reshapes, concatenation); sizes known only at run time
+(`tensor.dim`, `tensor.empty(%d)`, dynamic slice sizes) come through dims.py."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ...errors import UnsupportedOpError
 from ...ir.core import TensorType, Value
+from ...ir.symbolic import Sym
 from ...mlir.syntax import MOp, Parser, custom_syntax
 from .. import compose as C
-from .convert import Converter, broadcast, constant_value, converts, full, reshape
+from .convert import Converter, broadcast, constant_value, converts, reshape
 from .pretty import functional
 
 # -- syntax ------------------------------------------------------------------------------------
@@ -134,9 +138,18 @@ def _yield_syntax(p: Parser, op: MOp):
 # -- converters -------------------------------------------------------------------------------
 
 
-def static_list(cv: Converter, op: MOp, key: str) -> list[int]:
+def dim_list(cv: Converter, op: MOp, key: str) -> list:
+    """A mixed list of sizes (`[0, %d, 2]`): its dynamic entries may be sizes known at run time."""
+    return [cv.env[item] if isinstance(item, str) and isinstance(cv.env.get(item), Sym) else item
+            for item in static_list(cv, op, key, allow_sizes=True)]
+
+
+def static_list(cv: Converter, op: MOp, key: str, allow_sizes: bool = False) -> list:
     out = []
     for item in op.attrs[key]:
+        if allow_sizes and isinstance(item, str) and isinstance(cv.get(op, item), Sym):
+            out.append(item)
+            continue
         if isinstance(item, str):
             array = constant_value(cv.get(op, item))
             if array is None:
@@ -153,13 +166,6 @@ def _require_static(cv: Converter, op: MOp, t: TensorType):
                                  hint="give every dimension a static size")
 
 
-@converts("tensor.empty")
-def _empty(cv: Converter, op: MOp):
-    t = cv.result_type(op)
-    _require_static(cv, op, t)
-    return full(cv.b, 0, t)  # contents are undefined; zero is one valid choice
-
-
 @converts("tensor.splat")
 def _splat(cv: Converter, op: MOp):
     t = cv.result_type(op)
@@ -167,18 +173,19 @@ def _splat(cv: Converter, op: MOp):
 
 
 def _slice_attrs(offsets, sizes, strides):
-    limits = [o + (n - 1) * s + 1 if n else o for o, n, s in zip(offsets, sizes, strides)]
+    limits = [o + (n - 1) * s + 1 if isinstance(n, Sym) or n else o for o, n, s in zip(offsets, sizes, strides)]
     return {"start": tuple(offsets), "limit": tuple(limits), "stride": tuple(strides)}
 
 
 @converts("tensor.extract_slice")
 def _extract_slice(cv: Converter, op: MOp):
     x = cv.value(op, 0)
-    offsets, sizes, strides = (static_list(cv, op, k) for k in ("offsets", "sizes", "strides"))
-    if not x.type.is_static:
-        _require_static(cv, op, x.type)
+    offsets, strides = (static_list(cv, op, k) for k in ("offsets", "strides"))
+    sizes = dim_list(cv, op, "sizes")
     sliced = cv.b.op("rt.slice", [x], _slice_attrs(offsets, sizes, strides))
-    return reshape(cv.b, sliced, cv.result_type(op).shape)  # rank-reducing slices drop unit dims
+    # rank-reducing slices drop unit dims
+    return reshape(cv.b, sliced, [d for d in sizes if not isinstance(d, int) or d != 1]
+                   if cv.result_type(op).rank < len(sizes) else sizes)
 
 
 def insert_slice(cv: Converter, op: MOp, src: Value, dst: Value, offsets, strides) -> Value:
@@ -255,11 +262,30 @@ def _pad(cv: Converter, op: MOp):
     return cv.b.op("rt.pad", [x], {"low": tuple(low), "high": tuple(high), "value": array.reshape(-1)[0].item()})
 
 
-@converts("tensor.collapse_shape", "tensor.expand_shape", "tensor.reshape")
+@converts("tensor.collapse_shape", "tensor.expand_shape")
 def _reshape(cv: Converter, op: MOp):
+    """The result's sizes: static ones as declared; a collapsed `?` is the product of its group, an
+    expanded one comes from `output_shape` (or is what its group's size leaves)."""
+    x = cv.value(op, 0)
     t = cv.result_type(op)
-    _require_static(cv, op, t)
-    return reshape(cv.b, cv.value(op, 0), t.shape)
+    if t.is_static:
+        return reshape(cv.b, x, t.shape)
+    groups = [list(g) for g in op.attrs["reassociation"]]
+    shape = list(t.shape)
+    if op.name == "tensor.collapse_shape":
+        for out, group in enumerate(groups):
+            shape[out] = math.prod(x.type.shape[d] for d in group)
+    elif "output_shape" in op.attrs:
+        shape = dim_list(cv, op, "output_shape")
+    else:
+        for src, group in enumerate(groups):
+            unknown = [d for d in group if shape[d] is None]
+            if len(unknown) == 1:
+                known = math.prod(shape[d] for d in group if d not in unknown)
+                shape[unknown[0]] = x.type.shape[src] // known
+    if any(d is None for d in shape):
+        _require_static(cv, op, t)
+    return reshape(cv.b, x, shape)
 
 
 @converts("tensor.concat")

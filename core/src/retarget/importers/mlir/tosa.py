@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import UnsupportedOpError
 from ...ir.core import DenseAttr, Value
+from ...ir.symbolic import divide_exactly
 from ...mlir.syntax import MOp, custom_syntax
 from .. import compose as C
 from .convert import Converter, as_tensor_type, broadcast, cast, constant_value, converts, reshape, transpose
@@ -235,7 +236,10 @@ def _reshape(cv: Converter, op: MOp):
     shape = list(_shape_operand(cv, op, 1, ("new_shape",)))
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
-        shape[shape.index(-1)] = x.type.num_elements // max(known, 1)
+        rest = divide_exactly(x.type.num_elements, max(known, 1))
+        if rest is None:
+            raise cv.error(op, f"cannot reshape {x.type} to {shape}")
+        shape[shape.index(-1)] = rest
     return reshape(cv.b, x, shape)
 
 

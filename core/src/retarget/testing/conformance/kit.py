@@ -243,3 +243,32 @@ def _alias_root(v):
     while v.owner is not None and v.owner.name == "rt.reshape":
         v = v.owner.operands[0]
     return v
+
+
+# -- dynamic shapes (optional: a plugin that does not support them is skipped, saying so) ----------------
+
+DYNAMIC_CASES = ("matmul_tails",)  # compiled by every target and run on its devices: tails in all three sizes
+
+
+def dispatch_takes_sizes(device) -> bool:
+    """Whether the device's command buffers take a dynamic entry point's `scalars` (protocols.py)."""
+    import inspect
+
+    return "scalars" in inspect.signature(device.command_buffer().dispatch).parameters
+
+
+def compile_dynamic(target, desc, name: str):
+    """The dispatches of dynamic case `name` and `target`'s binary of them; a skip when the target
+    refuses sizes known only at run time (they are optional)."""
+    import pytest
+
+    from ...errors import UnsupportedOpError
+    from ..dynamic import module
+
+    kernels = [d.function for d in dispatches(module(name))]
+    try:
+        return kernels, target.compile(kernels, desc)
+    except UnsupportedOpError as e:
+        if "run time" not in str(e) and "symbolic" not in str(e):
+            raise
+        pytest.skip(f"{target.name} does not compile sizes known only at run time (optional): {e.message}")

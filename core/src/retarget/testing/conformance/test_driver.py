@@ -224,6 +224,17 @@ def test_reference_graphs_dispatch_and_match_vmvx(device, driver_name, graph_nam
                                f"{graph_name} ({desc.name}) on {device.info.uri}, mode {mode}, submit {round + 1}")
 
 
+def test_a_dynamic_dispatch_takes_its_sizes_at_record_time(device, driver_name):
+    """`dispatch(..., scalars=..., workgroup_count=...)`: one executable, recorded at two sizes."""
+    from retarget.testing import dynamic
+
+    if not kit.dispatch_takes_sizes(device):
+        pytest.skip(f"{device.info.uri}'s command buffers take no sizes (dynamic shapes are optional)")
+    backend, desc = _target(device, driver_name)
+    kit.compile_dynamic(backend, desc, kit.DYNAMIC_CASES[0])  # skips if the target refuses
+    dynamic.check(desc, device.info.uri, [kit.DYNAMIC_CASES[0]])
+
+
 def test_a_dispatch_with_bindings_that_do_not_fit_raises_value_error(device, driver_name):
     from retarget.testing.graphs import add_module
 

@@ -35,6 +35,16 @@ def test_the_loader_accepts_its_target_s_default_architecture(loader):
     assert loader.can_load(desc) is None, f"the loader refuses {desc.name}"
 
 
+def test_a_dynamic_graph_runs_through_the_loader_at_several_sizes(loader_format):
+    """The loader's `bind(views, scalars)` for an entry point with sizes known at run time."""
+    from retarget.testing import dynamic
+
+    backend, desc = _producer(loader_format)
+    kit.compile_dynamic(backend, desc, kit.DYNAMIC_CASES[0])  # skips if the target refuses
+    for name in LOCAL_DRIVERS:
+        dynamic.check(desc, name, [kit.DYNAMIC_CASES[0]])
+
+
 def test_reference_graphs_run_through_the_loader_and_match_vmvx(loader_format, graph_name, reference_graph):
     backend, desc = _producer(loader_format)
     module, inputs, _ = reference_graph

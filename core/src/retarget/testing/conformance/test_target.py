@@ -150,6 +150,23 @@ def test_zoo_models_compile_to_matching_entry_points(target, zoo_graph):
     _check_binary(target.compile(kernels, desc), desc, kernels)
 
 
+@pytest.mark.parametrize("case", kit.DYNAMIC_CASES)
+def test_dynamic_graphs_compile_to_entry_points_that_take_their_sizes(target, case):
+    """A dispatch with symbolic dimensions: the entry point lists the symbols it takes (`scalars`), its
+    bindings keep the symbolic shapes and its workgroup count is a dimension of those symbols."""
+    from retarget.ir.symbolic import symbols_of
+
+    desc, _ = target.default()
+    kernels, binary = kit.compile_dynamic(target, desc, case)
+    assert [e.name for e in binary.entry_points] == [k.name for k in kernels], "entry points != dispatches"
+    for entry, kernel in zip(binary.entry_points, kernels):
+        expected = [(a.type, "read") for a in kernel.args] + [(r.type, "write") for r in kernel.returns]
+        assert [(b.type, b.access) for b in entry.bindings] == expected, f"{entry.name}: bindings"
+        symbols = symbols_of(*[t.shape for t, _ in expected])
+        assert set(entry.scalars) == symbols, f"{entry.name}: scalars {entry.scalars}, symbols {sorted(symbols)}"
+        assert symbols_of(*entry.workgroup_count) <= symbols, f"{entry.name}: count {entry.workgroup_count}"
+
+
 def _target_on(run_on):
     target_name, driver_name = run_on
     target = kit.registry("targets")[target_name]
@@ -183,6 +200,17 @@ def test_reference_graphs_match_vmvx(run_on, graph_name, reference_graph):
         inputs_now = kit.varied(inputs, round)
         got = fn(*inputs_now)
         kit.assert_matches(got, reference(*inputs_now)[0], f"{graph_name} on {device.info.uri}, call {round + 1}")
+
+
+def test_a_dynamic_graph_matches_vmvx_at_several_sizes(run_on):
+    """One module, run at each size of `dynamic.CASES["matmul_tails"]` (tails in all three sizes)."""
+    from retarget.testing import dynamic
+
+    target, device = _target_on(run_on)
+    kit.compile_dynamic(target, target.describe(device), kit.DYNAMIC_CASES[0])  # skips if the target refuses
+    if not kit.dispatch_takes_sizes(device):
+        pytest.skip(f"{device.info.uri}'s command buffers take no sizes (dynamic shapes are optional)")
+    dynamic.check(target.describe(device), device.info.uri, [kit.DYNAMIC_CASES[0]])
 
 
 @pytest.mark.parametrize("scheme", ["int4-g32", "8da8w"])
