@@ -10,6 +10,7 @@
 # $OUT/leaks-cuda.json and $OUT/pytest-*.txt.
 #   . benchmarks/gpu/preamble.sh; bash benchmarks/gpu/run_reliability.sh     (carry .gl and .whl)
 #   STEPS="sanitizer leaks" bash benchmarks/gpu/run_reliability.sh          (some of: sanitizer leaks threads)
+#   STEPS=sanitizer TOOLS=memcheck bash benchmarks/gpu/run_reliability.sh   (one sanitizer tool on every case)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-$(mktemp -d)}
@@ -27,9 +28,12 @@ if step sanitizer; then
     for name in $(python3 "$R" names "$OUT/modules"); do
       tools="memcheck"
       case "$name" in mlp) ;; *) tools="memcheck racecheck synccheck" ;; esac  # mlp has no workgroup memory
-      for tool in $tools; do
+      for tool in ${TOOLS:-$tools}; do
         flags=(--tool "$tool" --print-limit 20)
-        [ "$tool" = memcheck ] && flags+=(--leak-check full)
+        # Host backtraces hold the Python frames of every allocation's call stack, and those frames hold our
+        # objects: the module could then never be freed, and the leak check reported its buffers. Device
+        # backtraces are enough to place a kernel's bad access; rerun with --show-backtrace yes for the host's.
+        [ "$tool" = memcheck ] && flags+=(--leak-check full --show-backtrace device)
         echo "== $tool $name"
         timeout 1800 "$SANITIZER" "${flags[@]}" python3 "$R" run "$OUT/modules" "$name" >"$OUT/sanitizer/$tool-$name.log" 2>&1
         grep -E "ERROR SUMMARY|^RESULT" "$OUT/sanitizer/$tool-$name.log" | tail -2

@@ -115,6 +115,18 @@ def _pointwise_conv():
     return _graph(lambda b, x: b.op("rt.tanh", [b.op("rt.conv2d", [x, _const(b, (7, 4, 1, 1))], {})]), (1, 4, 5, 13))
 
 
+def _small_conv(size, stride, pad):
+    """A small convolution with 8 output channels, whose GPU schedule keeps the register tile of output
+    channels and splits its sums (SMALL_TILE_CONVS); a prologue on its input, a bias + ReLU6 epilogue."""
+    def build(b, x):
+        attrs = {"strides": (stride, stride), "pad": (pad,) * 4}
+        y = b.op("rt.conv2d", [b.op("rt.tanh", [x]), _const(b, (8, 24, size, size))], attrs)
+        y = b.op("rt.add", [y, _const(b, (1, 8, 1, 1))])
+        return b.op("rt.min", [b.op("rt.max", [y, b.constant(np.float32(0))]), b.constant(np.float32(6))])
+
+    return _graph(build, (2, 24, 7, 12))
+
+
 def _matmul(m, kk, n):
     return _graph(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (kk, n))]), _const(b, (n,))]), (m, kk))
 
@@ -154,6 +166,7 @@ CASES = {
        for w, s, p, d in [(1, 1, 0, 1), (7, 1, 1, 1), (17, 2, 1, 1), (33, 1, 2, 2)]},
     **{f"grouped_conv_c{c}": (lambda c=c: _grouped_conv(c)) for c in (1, 6, 13)},
     "pointwise_conv": _pointwise_conv,
+    "small_conv_1x1": lambda: _small_conv(1, 1, 0),
     **{f"matmul_{m}x{kk}x{n}": (lambda m=m, kk=kk, n=n: _matmul(m, kk, n))
        for m, kk, n in [(1, 5, 3), (3, 17, 33), (13, 7, 70)]},
     "batched_matmul": lambda: _graph(lambda b, a: b.op("rt.matmul", [a, _const(b, (9, 21))]), (3, 5, 9)),
@@ -413,3 +426,18 @@ def test_a_dialect_without_a_way_to_pass_sizes_refuses_them_by_name():
     (d,) = form_dispatches(dynamic.module("long_row").functions["main"])
     with pytest.raises(UnsupportedOpError, match="sizes known only at run time"):
         render_kernel(lower_dispatch(d.function, GPU), WGSL)  # the webgpu plugin passes them in a uniform
+
+
+@pytest.mark.parametrize("size, stride, pad", [(1, 1, 0), (3, 2, 1)])
+def test_a_small_conv_keeps_the_channel_tile_and_splits_its_sums_on_the_gpu(size, stride, pad, tmp_path):
+    module = _small_conv(size, stride, pad)
+    for _, graph_pass in GRAPH_PASSES:
+        module = graph_pass(module)
+    conv = next(d.function for d in form_dispatches(module.functions["f"]) if "conv2d" in d.function.name)
+    shared = dataclasses.replace(GPU, shared_memory_bytes=48 << 10, subgroup_size=32)
+    kernel = lower_dispatch(conv, shared)
+    assert kernel.schedule["tile"] == 4 and kernel.schedule["slices"] > 1
+    inputs = [_random(a.type) for a in conv.args]
+    expected = run_function(conv, inputs)[0]
+    got = _call(_compile(render_module([kernel], C99), tmp_path), kernel, inputs).reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import retarget
 from retarget.errors import ModuleFormatError
+from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
 from retarget.module_format import ALIGN, FORMAT_VERSION, FORMAT_VERSION_SINGLE, read
 
 
@@ -210,3 +211,26 @@ def test_an_edited_module_that_is_still_well_formed_loads(mlp_rtm, tmp_path):
 
     edited = _edit(path, tmp_path / "renamed.rtm", manifest=rename)
     np.testing.assert_allclose(retarget.load(edited, "local-sync").renamed(x), expected, rtol=1e-5)
+
+
+def test_modules_are_reproducible_no_dates_and_constants_in_program_order(tmp_path):
+    """The same model compiles to the same bytes: every zip entry carries one fixed date (not the time of
+    the build), and constants are laid out in the order the program first reads them (not a set's order,
+    which changes from process to process)."""
+    rng = np.random.default_rng(0)
+    x = Value(TensorType((2, 8), dtypes.f32))
+    fn = Function("predict", [x])
+    b, h = Builder(fn), x
+    for _ in range(3):  # three layers: three dispatches, six constants
+        h = b.op("rt.matmul", [h, b.constant(rng.standard_normal((8, 8)).astype(np.float32))])
+        h = b.op("rt.tanh", [b.op("rt.add", [h, b.constant(rng.standard_normal(8).astype(np.float32))])])
+    fn.returns = [h]
+    path = retarget.compile(Module({"predict": fn}), "vmvx").save(tmp_path / "m.rtm")
+    with zipfile.ZipFile(path) as zf:
+        assert {info.date_time for info in zf.infolist()} == {(2020, 1, 1, 0, 0, 0)}
+        manifest = json.loads(zf.read("manifest.json"))
+    program = manifest["functions"]["predict"]["program"]
+    first_reads = [slot[1] for command in program if command["op"] == "dispatch"
+                   for slot in command["bindings"] if slot[0] == "const"]
+    order = list(dict.fromkeys(first_reads))
+    assert len(order) == 6 and order == sorted(order)

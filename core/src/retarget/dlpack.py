@@ -15,6 +15,7 @@ take or give is the driver's business (the optional DLPack members of `retarget.
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,7 +131,7 @@ class Borrowed:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # math.prod: numpy's costs ~10 us a call
 
     def release(self) -> None:
         """Tell the producer we are done (its deleter), once."""
@@ -234,7 +235,7 @@ class DeviceArray:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # math.prod: numpy's costs ~10 us a call
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.device.dlpack_device

@@ -75,11 +75,11 @@ class Artifact:
             signature = sign(manifest_bytes, signing_key)
         tmp = path.with_name(path.name + ".tmp")
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
-            zf.writestr(MANIFEST, manifest_bytes)
+            zf.writestr(_dated(MANIFEST), manifest_bytes)
             for name, data in self.entries.items():
                 _write_aligned(zf, name, _bytes(data))
             if signature is not None:
-                zf.writestr(SIGNATURE, signature)
+                zf.writestr(_dated(SIGNATURE), signature)
         os.replace(tmp, path)
         self.manifest, self.path = manifest, str(path)
         return path
@@ -106,9 +106,15 @@ def _bytes(data) -> bytes:
     return data.tobytes() if isinstance(data, np.ndarray) else data
 
 
-def _write_aligned(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+def _dated(name: str) -> zipfile.ZipInfo:
+    """An entry with a fixed date, so that the same module is the same bytes on every build."""
     info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_STORED
+    return info
+
+
+def _write_aligned(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = _dated(name)
     header_end = zf.fp.tell() + 30 + len(name.encode()) + 4
     pad = (-header_end) % ALIGN
     info.extra = struct.pack("<HH", _PAD_FIELD, pad) + b"\0" * pad

@@ -1,4 +1,10 @@
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fake_cuda  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +30,18 @@ def nvrtc():
         return nvrtc_version()
     except CudaCompileError as e:
         pytest.skip(f"NVRTC cannot load: {e}")
+
+
+@pytest.fixture
+def cu(monkeypatch, nvrtc):
+    """The cuda driver on a stand-in for the CUDA driver API (fake_cuda.py) with one "H100": the fake itself,
+    which counts what is alive and what was issued. Kernels do not run."""
+    from retarget.protocols import DeviceInfo
+    from retarget_cuda import driver
+
+    fake = fake_cuda.Cuda()
+    info = DeviceInfo("cuda", "0", "stand-in H100", properties={"arch": "sm_90", "compute_capability": "9.0"})
+    monkeypatch.setattr(driver, "_cu", lambda: fake)
+    monkeypatch.setattr(driver.CUDA, "enumerate", lambda: [info])
+    monkeypatch.setenv("RETARGET_CUDA_MODE", "graph")
+    return fake

@@ -4,32 +4,13 @@ keeps the host arrays of copies issued after it began; a dropped module frees wh
 conformance suite's 16-thread and leak tests run too: benchmarks/gpu/run_reliability.sh.)"""
 
 import gc
-import sys
 import threading
-from pathlib import Path
 
+import fake_cuda  # on the path through conftest.py
 import numpy as np
-import pytest
 import retarget
 from retarget.ir import Module
-from retarget.protocols import DeviceInfo
 from retarget.testing.graphs import add_module, chain_module, mlp_module
-
-sys.path.insert(0, str(Path(__file__).parent))
-import fake_cuda  # noqa: E402
-
-INFO = DeviceInfo("cuda", "0", "stand-in H100", properties={"arch": "sm_90", "compute_capability": "9.0"})
-
-
-@pytest.fixture
-def cu(monkeypatch, nvrtc):
-    from retarget_cuda import driver
-
-    fake = fake_cuda.Cuda()
-    monkeypatch.setattr(driver, "_cu", lambda: fake)
-    monkeypatch.setattr(driver.CUDA, "enumerate", lambda: [INFO])
-    monkeypatch.setenv("RETARGET_CUDA_MODE", "graph")
-    return fake
 
 
 def _two_functions():

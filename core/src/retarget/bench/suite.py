@@ -24,7 +24,7 @@ from pathlib import Path
 from ..errors import InputError, RetargetError, UnknownDeviceError, suggestion
 from . import peers as peer_lib
 from .report import compare_with_peers, device_record, machine, rows, versions
-from .timing import TOLERANCE, function_runner, measure
+from .timing import TOLERANCE, function_runner, measure, resident_runner
 
 HOST_DRIVERS = ("local-sync", "local-task")
 GEMM_SIZES = (256, 512, 1024, 2048, 4096)
@@ -312,10 +312,12 @@ def _retarget_runners(work, devices, targets, options, facts, skipped, progress)
                 this = loaded if mode == modes[0] else load_in_mode(artifact, d.uri, mode)  # modes[0]: the default
                 fn = next(iter(this.functions.values()))
                 label = f"retarget {_backend(spec)} {d.uri}" + (f" {mode}" if mode else "")
-                runners.append(function_runner(fn, work.arrays, label, {
-                    "kind": "retarget", "device": d.uri, "device_name": d.name,
-                    "place": "gpu" if is_accelerator(d) else "cpu", "target": this.variant.target.name,
-                    "mode": mode, "compile_s": facts["compile_s"].get(spec)}))
+                row = {"kind": "retarget", "device": d.uri, "device_name": d.name,
+                       "place": "gpu" if is_accelerator(d) else "cpu", "target": this.variant.target.name,
+                       "mode": mode, "compile_s": facts["compile_s"].get(spec), "io": "host"}
+                runners.append(function_runner(fn, work.arrays, label, row))
+                if mode == modes[0] and getattr(this.device, "dlpack_device", None) is not None:
+                    runners.append(resident_runner(fn, work.arrays, label + " on device", {**row, "io": "device"}))
         except Exception as e:
             skipped.append({"model": work.name, "runner": f"retarget {spec} {d.uri}", "reason": _oneline(e)})
             progress(f"{work.name}: loading on {d.uri} failed: {_oneline(e)}")

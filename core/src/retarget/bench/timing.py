@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dlpack import DeviceArray
 from ..testing.numerics import relative_error
 
 TOLERANCE = 1e-4  # the relative error (see retarget.testing.numerics) that counts as correct
@@ -176,6 +177,33 @@ def function_runner(fn, args: Sequence[np.ndarray], label: str, facts: dict | No
     device time when the device has `timed_submit` (the recorded command buffer alone, no copies)."""
     timed = getattr(fn.module.device, "timed_submit", None) if len(fn.segments) == 1 else None
     return Runner(label, lambda: fn(*args),
+                  device_time=(lambda: timed(fn.command_buffer)) if timed is not None else None,
+                  facts=dict(facts or {}))
+
+
+def resident_runner(fn, args: Sequence[np.ndarray], label: str, facts: dict | None = None) -> Runner:
+    """Like `function_runner`, but `args` are copied to the function's device once, as DeviceArrays, and
+    each call leaves its outputs there (output="device"): no data crosses to or from the host per call, as
+    with the torch GPU peers, whose tensors live on the GPU. Only for a device that speaks DLPack."""
+    device = fn.module.device
+    resident = []
+    for a, t in zip(args, fn.input_types):
+        buffer = device.allocate(max(a.nbytes, 1))
+        device.write(buffer, 0, np.ascontiguousarray(a))
+        resident.append(DeviceArray(device, buffer, t.shape, t.dtype))
+    device.wait()
+    last: dict = {}
+
+    def call():
+        last["out"] = fn(*resident, output="device")
+
+    def result():
+        call()
+        out = last["out"]
+        return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
+
+    timed = getattr(device, "timed_submit", None) if len(fn.segments) == 1 else None
+    return Runner(label, call, result=result,
                   device_time=(lambda: timed(fn.command_buffer)) if timed is not None else None,
                   facts=dict(facts or {}))
 

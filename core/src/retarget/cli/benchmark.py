@@ -163,3 +163,7 @@ def _print(report: dict, report_lib) -> None:
     out.print(f"[dim]medians of {settings['repeats']} interleaved calls after {settings['warmup']} warm-ups; ms, "
               f"wall clock (device ms: the device's own time, where it has one); reference: {settings['reference']}[/]",
               highlight=False, soft_wrap=True)
+    if any(r.get("io") == "device" for r in report.get("results", ())):
+        out.print("[dim]retarget rows pass numpy arrays in and out (the copies are in the time), except those "
+                  "\"on device\": inputs on the GPU, outputs left there, as torch's GPU rows run[/]",
+                  highlight=False, soft_wrap=True)

@@ -76,7 +76,9 @@ def plan_function(fn: Function, dispatches: list[Dispatch], entry_index: dict[st
         last[root(v)] = end
 
     slots: dict[Value, list] = {}
-    for v in set(root(x) for d in dispatches for x in d.inputs) | set(root(x) for x in fn.returns):
+    # in the order the program reads them (not a set's order, which changes from run to run): the same
+    # model compiles to the same bytes
+    for v in dict.fromkeys([root(x) for d in dispatches for x in d.inputs] + [root(x) for x in fn.returns]):
         if v.owner is not None and v.owner.name == "rt.constant":
             slots[v] = pool.add(v)
     arena = _allocate([v for v in start if v not in slots], start, last, slots)
