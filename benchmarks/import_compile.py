@@ -1,12 +1,14 @@
 """Import + compile time per zoo model and path, and per-call overhead of the tiny MLP.
 
     .venv/bin/python benchmarks/import_compile.py [--json out.json]
-    .venv/bin/python benchmarks/import_compile.py --cold [--model mobilenet_v2]
+    .venv/bin/python benchmarks/import_compile.py --cold [--model mobilenet_v2] [--decompose]
 
 Prints medians over a few repeats; nothing here is asserted anywhere. `--cold` runs each path in a
 fresh process (after one run that leaves Python's bytecode cache, as a user's first import does) and
-splits the time into phases: Python imports, torch.export, its decomposition to core ATen, our import
-and our compile for vmvx.
+splits the time into phases: Python imports, torch.export, our import (of the training IR as it
+stands where it can, `importers/torch_training_ir.py`) and our compile for vmvx. `--decompose`
+decomposes the exported program to core ATen first (`run_decompositions`, its own phase), as every
+torch import did before 2026-11-24.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def median_seconds(fn, repeats):
     return statistics.median(times)
 
 
-def cold_phases(path: str, model_name: str, onnx_file: str, launched: str) -> dict:
+def cold_phases(path: str, model_name: str, onnx_file: str, launched: str, decompose: str = "") -> dict:
     """Seconds per phase of one first import + compile in this (fresh) process, launched at `launched`."""
     phases, start = {"start Python, import retarget": time.time() - float(launched)}, time.perf_counter()
 
@@ -47,15 +49,16 @@ def cold_phases(path: str, model_name: str, onnx_file: str, launched: str) -> di
 
     if path == "torch":
         import torch
-        from retarget.importers import torch_export
+        from retarget.importers.torch_export import TorchImporter
         lap("python imports")
         model, inputs = zoo.make(model_name)
         lap("build the model")
         program = torch.export.export(model.eval(), tuple(inputs))
         lap("torch.export")
-        program = program.run_decompositions()
-        lap("run_decompositions")
-        module = torch_export._Converter(program, "main").run()
+        if decompose:
+            program = program.run_decompositions()
+            lap("run_decompositions")
+        module = TorchImporter().load(program)
     else:
         import onnx  # noqa: F401
         from retarget.importers.onnx import OnnxImporter
@@ -67,18 +70,20 @@ def cold_phases(path: str, model_name: str, onnx_file: str, launched: str) -> di
     return phases
 
 
-def cold(model_name: str) -> list[dict]:
+def cold(model_name: str, decompose: bool = False) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         onnx_file = str(Path(tmp) / f"{model_name}.onnx")
         zoo.export_onnx(model_name, onnx_file)
-        for path in ("torch", "onnx"):
+        for path in ("torch",) if decompose else ("torch", "onnx"):
             for _ in range(2):  # the first leaves the bytecode cache
-                command = [sys.executable, __file__, "--child", path, model_name, onnx_file, str(time.time())]
+                command = [sys.executable, __file__, "--child", path, model_name, onnx_file, str(time.time()),
+                           "decompose" if decompose else ""]
                 out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
             phases = json.loads(out.strip().splitlines()[-1])
-            rows.append({"model": model_name, "path": path, "phases": phases, "seconds": sum(phases.values())})
+            name = "torch, decomposed" if path == "torch" and decompose else path
+            rows.append({"model": model_name, "path": name, "phases": phases, "seconds": sum(phases.values())})
     for r in rows:
         ours = sum(v for k, v in r["phases"].items() if k.startswith("ours"))
         print(f"{r['model']} via {r['path']}: {r['seconds']:.2f} s in a fresh process, {ours:.2f} s of it ours")
@@ -93,13 +98,15 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cold", action="store_true", help="phases of a first import + compile per path")
     parser.add_argument("--model", default="mobilenet_v2")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--decompose", action="store_true",
+                        help="with --cold: decompose to core ATen before importing, as before 2026-11-24")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(cold_phases(*args.child)))
         return
     if args.cold:
-        rows = cold(args.model)
+        rows = cold(args.model, args.decompose)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         return

@@ -1,5 +1,6 @@
 """Every zoo model through both frontends (torch.export, and ONNX exported from torch),
-run on the vmvx reference interpreter, matches torch.
+run on the vmvx reference interpreter, matches torch. Through torch.export both ways: its training
+IR as it stands (what every zoo model takes) and decomposed to core ATen (`decompose=True`).
 
 Accuracy is norm-based: max|ours - torch| / max|torch| <= 1e-4, so a large logit's
 rounding does not hide behind rtol and a near-zero output does not fail on it.
@@ -46,12 +47,34 @@ def _check(module, inputs, expected, name, path):
     assert err <= RELATIVE_TOLERANCE, f"{name} via {path}: relative error {err:.2e}"
 
 
-def test_zoo_model_through_torch_export_matches_torch(zoo_model):
+@pytest.fixture(scope="module")
+def exported(zoo_model):
+    _, model, inputs, _ = zoo_model
+    return torch.export.export(model, tuple(inputs))
+
+
+def test_zoo_model_imports_its_training_ir_without_decomposition(zoo_model, exported, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("run_decompositions was called")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
+    verify(TorchImporter().load(exported))
+
+
+def test_zoo_model_through_torch_export_matches_torch(zoo_model, exported):
     name, model, inputs, expected = zoo_model
     start = time.perf_counter()
-    module = TorchImporter().load(model, example_inputs=inputs)
-    print(f"\n{name}: torch.export import {time.perf_counter() - start:.2f} s")
+    module = TorchImporter().load(exported)
+    print(f"\n{name}: import of the training IR {time.perf_counter() - start:.2f} s")
     _check(module, inputs, expected, name, "torch.export")
+
+
+def test_zoo_model_through_core_aten_matches_torch(zoo_model, exported):
+    name, model, inputs, expected = zoo_model
+    start = time.perf_counter()
+    module = TorchImporter().load(exported, decompose=True)
+    print(f"\n{name}: run_decompositions and import {time.perf_counter() - start:.2f} s")
+    _check(module, inputs, expected, name, "core ATen")
 
 
 def test_zoo_model_through_onnx_matches_torch(zoo_model, tmp_path_factory):

@@ -28,23 +28,27 @@ class Fn(torch.nn.Module):
 
 
 def run_both(fn, *inputs, tol=1e-5):
-    """Import `fn` (a function or module), run it on vmvx, and compare every output with torch."""
-    model = fn if isinstance(fn, torch.nn.Module) else Fn(fn)
-    module = verify(TorchImporter().load(model, example_inputs=inputs))
-    outs = run_function(module.functions["main"], [to_numpy(x) for x in inputs])
+    """Import `fn` (a function or module) both ways, as torch.export's training IR (where it imports as it
+    stands) and decomposed to core ATen, run each on vmvx, and compare every output with torch.
+    Returns the first."""
+    model = (fn if isinstance(fn, torch.nn.Module) else Fn(fn)).eval()
+    program = torch.export.export(model, inputs)
     with torch.no_grad():
         expected = model(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
-    assert len(outs) == len(expected)
-    for out, ref in zip(outs, expected, strict=False):
-        ref = to_numpy(ref)
-        assert out.shape == ref.shape and out.dtype == ref.dtype
-        if ref.dtype.kind == "f":
-            scale = max(float(np.abs(ref).max()), 1e-6)
-            assert np.abs(out - ref).max() / scale <= tol
-        else:
-            np.testing.assert_array_equal(out, ref)
-    return module
+    modules = [verify(TorchImporter().load(program, decompose=decompose)) for decompose in (False, True)]
+    for module in modules:
+        outs = run_function(module.functions["main"], [to_numpy(x) for x in inputs])
+        assert len(outs) == len(expected)
+        for out, ref in zip(outs, expected, strict=False):
+            ref = to_numpy(ref)
+            assert out.shape == ref.shape and out.dtype == ref.dtype
+            if ref.dtype.kind == "f":
+                scale = max(float(np.abs(ref).max()), 1e-6)
+                assert np.abs(out - ref).max() / scale <= tol
+            else:
+                np.testing.assert_array_equal(out, ref)
+    return modules[0]
 
 
 def randn(*shape, seed=0):
@@ -79,6 +83,19 @@ def test_user_inputs_become_named_arguments_and_weights_constants():
     fn = module.functions["main"]
     assert fn.arg_names == ["image", "mask"]
     assert sum(op.name == "rt.constant" for op in fn.ops) >= 2
+
+
+def test_non_persistent_buffers_and_tensor_literals_become_constants():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.full((3,), 2.0), persistent=False)  # in the program's constants
+
+        def forward(self, x):
+            return x * self.scale + torch.tensor([1.0, 2.0, 3.0])  # a lifted constant
+
+    fn = run_both(Scaled(), randn(2, 3)).functions["main"]
+    assert [op.name for op in fn.ops].count("rt.constant") == 2
 
 
 def test_saved_pt2_archive_loads(tmp_path):

@@ -1,7 +1,9 @@
 """torch.export frontend: an `ExportedProgram` (or an `nn.Module` and example inputs) to graph IR.
 
-The program is decomposed to core ATen (`run_decompositions()`), so this file only
-needs the core op set. Parameters, buffers and lifted constants become `rt.constant`;
+torch.export's training IR imports as it stands when every node of it can
+(`torch_training_ir.plan`: the zoo, PT2E models, most inference modules); any other program is
+decomposed to core ATen (`run_decompositions()`) first, which costs a retrace of the whole
+program (seconds for a CNN). Parameters, buffers and lifted constants become `rt.constant`;
 user inputs become function arguments, named as in `forward`. Shapes come from each node's
 `meta["val"]`, so views and expands never guess.
 
@@ -46,10 +48,20 @@ class TorchImporter:
         return _is_torch_object(source)
 
     def load(self, source: Any, example_inputs=None, function_name: str = "main", dynamic_shapes=None,
-             **options) -> Module:
+             decompose: bool = False, **options) -> Module:
         """`dynamic_shapes` goes to `torch.export.export` with a module (e.g. `({0: Dim("batch")},)`);
-        its `Dim`s name the symbolic dimensions."""
+        its `Dim`s name the symbolic dimensions. `decompose=True` always decomposes the program to
+        core ATen first, as the importer did before it read the training IR."""
         program = _export(source, example_inputs, dynamic_shapes)
+        if not decompose:
+            plan = torch_training_ir.plan(program)
+            if plan.reason is None:
+                try:
+                    return _Converter(program, function_name, _dim_names(program, dynamic_shapes),
+                                      plan.writes).run()
+                except RetargetError:
+                    pass  # an argument that no handler covers as it stands: core ATen imports it, or says why not
+        program = _decompose(program)
         return _Converter(program, function_name, _dim_names(program, dynamic_shapes)).run()
 
 
@@ -83,6 +95,10 @@ def _export(source, example_inputs, dynamic_shapes=None):
     else:
         raise InputError(f"the torch importer cannot read a {type(source).__name__}",
                          hint="pass a torch.nn.Module, a torch.export.ExportedProgram or a .pt2 path")
+    return program
+
+
+def _decompose(program):
     try:
         return program.run_decompositions()
     except Exception as e:
@@ -161,8 +177,9 @@ class _Multi(tuple):
 
 
 class _Converter:
-    def __init__(self, program, function_name: str, dim_names: dict | None = None):
+    def __init__(self, program, function_name: str, dim_names: dict | None = None, writes: dict | None = None):
         self.program = program
+        self.writes = writes or {}  # in-place node -> (its functional op's handler, the nodes that are its tensor)
         self.fn = Function(function_name, [])
         self.b = Builder(self.fn)
         self.env: dict = {}
@@ -189,7 +206,8 @@ class _Converter:
     def _placeholder(self, node, spec, names):
         kind = spec.kind.name if spec is not None else "USER_INPUT"
         if kind in ("PARAMETER", "BUFFER"):
-            return self.b.constant(to_numpy(self.program.state_dict[spec.target]))
+            tensor = self.program.state_dict.get(spec.target)  # a buffer that is not persistent is a constant
+            return self.b.constant(to_numpy(self.program.constants[spec.target] if tensor is None else tensor))
         if kind == "CONSTANT_TENSOR":
             return self.b.constant(to_numpy(self.program.constants[spec.target]))
         if kind != "USER_INPUT":
@@ -242,8 +260,8 @@ class _Converter:
                                          location=_loc_str(node), hint="only the first result is computed")
             return item
         target = str(node.target)
-        parts = target.split(".")
-        key = parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
+        write = self.writes.get(node)
+        key = write[0] if write else handler_key(target)
         handler = HANDLERS.get(key)
         if handler is None:
             raise UnsupportedOpError(
@@ -252,7 +270,10 @@ class _Converter:
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
         try:
-            return handler(self, node, *args, **kwargs)
+            result = handler(self, node, *args, **kwargs)
+            for alias in write[1] if write else ():  # later reads of the tensor written in place read the result
+                self.env[alias] = result
+            return result
         except RetargetError as e:
             if e.location is None:
                 e.location = _loc_str(node)
@@ -360,6 +381,12 @@ def _from_sympy(expr, symbols: dict):
     if kind in ("Mod", "PythonMod") and isinstance(args[1], int):
         return args[0] % args[1]
     raise TypeError(f"{kind} is not supported")
+
+
+def handler_key(target: str) -> str:
+    """The HANDLERS key of an op: an aten op's name without its overload, else the whole name."""
+    parts = target.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
 
 
 def _loc_str(node) -> str | None:
@@ -522,12 +549,12 @@ def _elu(cv, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
 
 @handles("_softmax", "softmax")
 def _softmax(cv, node, x, dim, *_):
-    return C.softmax(cv.b, x, dim)
+    return C.softmax(cv.b, cv.tensor(x, cv.out_type(node)[1]), dim)  # softmax.int's dtype: cast first
 
 
 @handles("_log_softmax", "log_softmax")
 def _log_softmax(cv, node, x, dim, *_):
-    return C.log_softmax(cv.b, x, dim)
+    return C.log_softmax(cv.b, cv.tensor(x, cv.out_type(node)[1]), dim)
 
 
 @handles("native_layer_norm")
@@ -538,11 +565,15 @@ def _layer_norm(cv, node, x, normalized_shape, weight, bias, eps):
 
 @handles("_native_batch_norm_legit_no_training")
 def _batch_norm(cv, node, x, weight, bias, mean, var, momentum, eps):
+    return _Multi((inference_batch_norm(cv, x, weight, bias, mean, var, eps), None, None))
+
+
+def inference_batch_norm(cv, x, weight, bias, mean, var, eps):
     c = x.type.shape[1]
     dtype = x.type.dtype
     weight = weight if weight is not None else cv.b.constant(np.ones(c, dtype.np_dtype))
     bias = bias if bias is not None else cv.b.constant(np.zeros(c, dtype.np_dtype))
-    return _Multi((C.batch_norm(cv.b, x, weight, bias, mean, var, eps), None, None))
+    return C.batch_norm(cv.b, x, weight, bias, mean, var, eps)
 
 
 @handles("convolution")
@@ -878,4 +909,5 @@ def _sdpa(cv, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *re
     return y if "flash" not in str(node.target) else _Multi((y, None))
 
 
-from . import torch_quant  # noqa: E402,F401  (registers the PT2E quantize/dequantize handlers)
+# registers the handlers of PT2E's quantize/dequantize ops, and of the training IR's own ops
+from . import torch_quant, torch_training_ir  # noqa: E402,F401
