@@ -232,6 +232,9 @@ class DeviceArray:
 
     def __init__(self, device, buffer, shape: tuple[int, ...], dt: DType):
         self.device, self.buffer, self.shape, self.dtype = device, buffer, tuple(shape), dt
+        # its device address; asking for it tells the driver that the buffer is handed out (cuda keeps such
+        # an output's memory for the next output when this array goes: no cuMemAlloc/cuMemFree per call)
+        self.address = device.address(buffer)
 
     @property
     def nbytes(self) -> int:
@@ -248,8 +251,7 @@ class DeviceArray:
             raise BufferError("retarget exports device arrays without copying; copy the consumer's tensor instead")
         # The call that made this array waited for its work, so any consumer stream may read it now.
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
-        return export(self.device.address(self.buffer), self.device.dlpack_device, self.shape, self.dtype,
-                      self.buffer, versioned)
+        return export(self.address, self.device.dlpack_device, self.shape, self.dtype, self.buffer, versioned)
 
     def numpy(self) -> np.ndarray:
         raw = self.device.read(self.buffer, 0, self.nbytes)

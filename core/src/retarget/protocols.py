@@ -259,7 +259,8 @@ class Device(Protocol):
     Optional, for DLPack (arrays of other libraries in, `retarget.DeviceArray` out; see
     `retarget.dlpack`): `dlpack_device` (DLPack's (device type, id) of this device), `dlpack_stream`
     (what a producer's `__dlpack__(stream=...)` gets, or None), `wrap(address, nbytes)` (memory someone
-    else owns as a Buffer, never freed by the device), `address(buffer)` (a buffer's device address),
+    else owns as a Buffer, never freed by the device), `address(buffer)` (a buffer's device address; asked
+    once for each DeviceArray made, so a driver may take it as the buffer going to the user),
     and `copy(src, src_offset, dst, dst_offset, nbytes)` (a device-side copy, ordered with the
     device's other work, as `write` is). A device without them takes and returns host arrays only.
     """

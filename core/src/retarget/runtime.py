@@ -264,7 +264,7 @@ class Function:
         if isinstance(arg, np.ndarray):
             return None
         if isinstance(arg, dlpack.DeviceArray) and arg.device is self.module.device:
-            return dlpack.Borrowed(arg.device.address(arg.buffer), arg.device.dlpack_device, arg.shape, arg.dtype,
+            return dlpack.Borrowed(arg.address, arg.device.dlpack_device, arg.shape, arg.dtype,
                                    True, None, 0, False)  # our own output, fed back: no capsule to go through
         place = dlpack.device_of(arg)
         if place is None or place[0] == dlpack.CPU:
