@@ -177,3 +177,17 @@ def test_the_cpu_loops_over_row_tiles_instead_of_unrolling_them():
         kernel = lower_dispatch(form_dispatches(fn)[-1].function, cpu)
         sizes.append(len(print_kernel(kernel)))
     assert sizes[1] < 1.2 * sizes[0]  # the same loops, whatever the number of rows
+
+
+@pytest.mark.parametrize("options", [{"precision": "f16"}, {"quantize": "int8"}])
+def test_compiling_a_module_leaves_the_caller_s_module_as_it_was(options):
+    """The passes rewrite a module in place: compile works on a copy, so compiling the same Module again
+    (for another target, or in f32 after f16) starts from the model itself."""
+    from retarget.testing.graphs import mlp_module
+
+    module, x, expected = mlp_module()
+    before = ir.print_module(module)
+    retarget.compile(module, "vmvx", **options)
+    assert ir.print_module(module) == before
+    got = retarget.load(retarget.compile(module, "vmvx"), device="local-sync").predict(x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

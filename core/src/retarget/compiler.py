@@ -13,6 +13,8 @@ constants and arena, and per function a host program of segments and transfers.
 
 from __future__ import annotations
 
+import copy
+
 import platform
 from collections.abc import Callable
 from dataclasses import asdict
@@ -126,7 +128,10 @@ def compile(  # noqa: A001 - the public verb
             notes(note)
     dump = _Dumper(dump_dir)
 
-    module = apply_dims(import_model(source, **import_options), dims)
+    module = import_model(source, **import_options)
+    if module is source:  # the passes rewrite the module in place: the caller's stays as it was
+        module = copy.deepcopy(module)
+    module = apply_dims(module, dims)
     ir.verify(module)
     dump("import", lambda: ir.print_module(module, elide_constants=True))
     for name, graph_pass in GRAPH_PASSES:
