@@ -441,3 +441,20 @@ def test_a_small_conv_keeps_the_channel_tile_and_splits_its_sums_on_the_gpu(size
     expected = run_function(conv, inputs)[0]
     got = _call(_compile(render_module([kernel], C99), tmp_path), kernel, inputs).reshape(expected.shape)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+@pytest.mark.parametrize("axes", [(2,), (1, 2)])
+def test_a_reduction_with_few_outputs_splits_each_over_threads_of_a_block_on_the_gpu(kind, axes, tmp_path):
+    module = _graph(lambda b, x: b.op("rt.reduce", [b.op("rt.tanh", [x])], {"kind": kind, "axes": axes}),
+                    (3, 7, 200))
+    for _, graph_pass in GRAPH_PASSES:
+        module = graph_pass(module)
+    (dispatch,) = form_dispatches(module.functions["f"])
+    shared = dataclasses.replace(GPU, shared_memory_bytes=48 << 10, subgroup_size=32)
+    kernel = lower_dispatch(dispatch.function, shared)
+    assert kernel.schedule["slices"] > 1
+    inputs = [_random(a.type) for a in dispatch.function.args]
+    expected = run_function(dispatch.function, inputs)[0]
+    got = _call(_compile(render_module([kernel], C99), tmp_path), kernel, inputs).reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

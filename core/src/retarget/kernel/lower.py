@@ -761,6 +761,9 @@ def _widen(e: Expr, dt: DType) -> Expr:
     return e if e.dtype == dt else Cast(e, dt)
 
 
+SPLIT_REDUCTIONS = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}  # reduce kind -> combining op
+
+
 def _identity(kind: str, dt: DType):
     if kind == "sum" or kind == "or":
         return 0
@@ -1243,11 +1246,13 @@ class _GpuLowering(_Lowering):
         return self._over_output(self.out.type.shape, lambda idx: [self.store(idx)], self.out.type.num_elements)
 
     def _split_reduction(self, op, tile_axis: int | None, tile: int, length: int, steps, *,
-                         max_slices: int | None = None, busy: int | None = None) -> list:
+                         max_slices: int | None = None, busy: int | None = None, combine: str = "add",
+                         identity=0) -> list:
         """Threads over the output (`tile` consecutive indices of `tile_axis` per thread), each output's
         reduction of `length` steps split over `slices` threads of a block (at most `max_slices`, while
         fewer than `busy` threads are at work, `self.busy` by default). `steps(idx, c, acc)` adds
-        reduction step `c` into `acc[0..tile)`, for the outputs at `idx` + r along `tile_axis`."""
+        reduction step `c` into `acc[0..tile)`, for the outputs at `idx` + r along `tile_axis`; the
+        accumulators start at `identity`, and the slices' partial results meet through `combine`."""
         out = op.result.type
         acc_dt = _accumulator(out.dtype)
         tiled = list(out.shape)
@@ -1276,7 +1281,7 @@ class _GpuLowering(_Lowering):
             update = [If(Compare("lt", c, k.const(length)), update)]
         in_range = Compare("lt", Var(gid), k.const(count))
         body += [Local(acc, tile, acc_dt),
-                 Loop(r, tile, [Store(acc, Var(r), k.const(0, acc_dt))], "unroll"),
+                 Loop(r, tile, [Store(acc, Var(r), k.const(identity, acc_dt))], "unroll"),
                  If(in_range, [Loop(j, _ceil(length, slices), update)])]
 
         def at(rv):
@@ -1288,13 +1293,43 @@ class _GpuLowering(_Lowering):
             return body + [If(in_range, stores)]
         part = self.fresh("part")
         combine = [Loop(r, tile, [Loop(s, slices - 1, [
-            Store(acc, Var(r), k.Binary("add", Load(acc, Var(r), acc_dt),
+            Store(acc, Var(r), k.Binary(combine, Load(acc, Var(r), acc_dt),
                                         Load(part, Var(r) * self.threads + Var(s) * width + tid, acc_dt)))],
             "unroll", start=1)], "unroll")]
         return body + [Local(part, tile * self.threads, acc_dt, shared=True),
                        Loop(r, tile, [Store(part, Var(r) * self.threads + tid, Load(acc, Var(r), acc_dt))], "unroll"),
                        k.Barrier(),
                        If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), combine + stores)]
+
+    def _reduce(self, op) -> list:
+        """A sum, product, max or min with too few outputs to keep the multiprocessors busy (a row norm's
+        mean, a softmax's max): each output's reduction is split over threads of a block, as convolutions'
+        are, instead of one thread walking a whole row. Others: one thread per output (the base's)."""
+        kind, axes = op.attrs["kind"], sorted(op.attrs["axes"])
+        src, out = op.operands[0], op.result.type
+        shapes = (*src.type.shape, *out.shape)
+        if kind not in SPLIT_REDUCTIONS or not axes or not all(isinstance(d, int) for d in shapes):
+            return super()._reduce(op)
+        reduced = [src.type.shape[a] for a in axes]
+        length = _count(reduced)
+        if out.num_elements * 2 > self.busy or length < 4 * self.MIN_SLICE_STEPS:
+            return super()._reduce(op)
+        keep = op.attrs.get("keepdims", False)
+        kept = [d for d in range(src.type.rank) if d not in axes]
+        acc_dt = _accumulator(src.type.dtype) if kind in ("sum", "prod") else src.type.dtype
+
+        def steps(idx, c, acc):
+            at = [None] * src.type.rank
+            for n, d in enumerate(kept):
+                at[d] = idx[d] if keep else idx[n]
+            for a, i in zip(axes, _delinearize(c, reduced)):
+                at[a] = i
+            x = _widen(self.value(src, at), acc_dt)
+            return [Store(acc, k.const(0), k.Binary(SPLIT_REDUCTIONS[kind], Load(acc, k.const(0), acc_dt), x))]
+
+        self.schedule["reduction"] = kind
+        return self._split_reduction(op, None, 1, length, steps, combine=SPLIT_REDUCTIONS[kind],
+                                     identity=_identity(kind, acc_dt))
 
     def _matmul(self, op) -> list:
         packed = quant.packed_matmul(self, op)
