@@ -458,3 +458,4 @@ def test_a_reduction_with_few_outputs_splits_each_over_threads_of_a_block_on_the
     expected = run_function(dispatch.function, inputs)[0]
     got = _call(_compile(render_module([kernel], C99), tmp_path), kernel, inputs).reshape(expected.shape)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
