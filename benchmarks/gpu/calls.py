@@ -2,6 +2,7 @@
 command-buffer mode, beside torch with a CUDA graph, runners interleaved in one process (medians).
 
     python3 benchmarks/gpu/calls.py [--models mobilenet_v2 resnet18] [--repeats 50] [--index64] [--profile CALLS]
+        [--target cuda:h100]
 
 Every runner's result is checked against torch (fp32, TF32 off) before it is timed. "device ms" is the GPU's
 own time for the recorded command buffer (events around one submit), without copies or Python.
@@ -37,12 +38,12 @@ def bench(name, args, report):
     xg = inputs[0].cuda()
     with torch.no_grad():
         expected = gpu_model(xg).cpu().numpy()
-    variants = {"": retarget.compile(module, "cuda:host")}
+    variants = {"": retarget.compile(module, args.target)}
     if args.index64:
         saved = c_renderer.CUDA
         c_renderer.CUDA = dataclasses.replace(saved, index32=False)  # retarget_cuda reads it at compile time
         try:
-            variants[" index64"] = retarget.compile(module, "cuda:host")
+            variants[" index64"] = retarget.compile(module, args.target)
         finally:
             c_renderer.CUDA = saved
     runners = []
@@ -140,6 +141,7 @@ def main():
     parser.add_argument("--models", nargs="*", default=["mobilenet_v2"])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--index64", action="store_true")
+    parser.add_argument("--target", default="cuda:host", help="what to compile for (e.g. cuda:h100, a named product)")
     parser.add_argument("--profile", type=int, default=0, metavar="CALLS",
                         help="profile CALLS calls of each graph-mode runner (cProfile, top functions by own time)")
     parser.add_argument("--per-dispatch", type=int, default=12, metavar="N",

@@ -115,3 +115,13 @@ def test_wmma_fragment_shapes_follow_the_architecture():
     assert shapes("sm_70") == shapes("sm_75") == [(16, 16, 16, "f16", "f32")]
     for arch in ("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"):
         assert shapes(arch) == [(16, 16, 16, "f16", "f32"), (16, 16, 16, "bf16", "f32")], arch
+
+
+def test_a_product_carries_its_multiprocessor_count_and_an_architecture_does_not():
+    from retarget_cuda.targets import BY_NAME, PRODUCT_MULTIPROCESSORS
+
+    assert set(PRODUCT_MULTIPROCESSORS) <= {a for row in BY_NAME.values() for a in row.aliases}
+    assert targets.parse("h100").extra["multiprocessors"] == 132
+    assert targets.parse("RTX 4090").extra["multiprocessors"] == 128
+    assert "multiprocessors" not in targets.parse("sm_90a").extra
+    assert "multiprocessors" not in targets.parse("hopper").extra

@@ -103,6 +103,15 @@ TABLE: tuple[Arch, ...] = (
     Arch("121", "blackwell", 99 * KB, 100 * KB, True, True, True, MMA_ADA, ("gb10", "dgx-spark")),
 )
 
+# Multiprocessors of products whose count is one number (SXM parts where PCIe differs: h100 SXM5 has 132, PCIe
+# 114). The GPU lowering sizes its parallelism by it, so `cuda:h100` compiles what `cuda:host` does on an H100;
+# an architecture or code name has no count (the lowering assumes 64).
+PRODUCT_MULTIPROCESSORS = {
+    "p100": 56, "v100": 80, "t4": 40, "rtx2080ti": 68, "a100": 108, "a800": 108, "a30": 56, "a10": 72,
+    "a10g": 80, "a40": 84, "rtx3080": 68, "rtx3090": 82, "l4": 58, "l40": 142, "l40s": 142, "rtx4080": 76,
+    "rtx4090": 128, "h100": 132, "h200": 132, "h800": 132, "gh200": 132, "b200": 148, "rtx5090": 170,
+}
+
 HOST_SPELLINGS = ("host", "native")
 DEFAULT_ARCH = "sm_80"  # without a GPU: Ampere's cubin, and its PTX JIT-compiles on anything newer
 BY_NAME: dict[str, Arch] = {n: row for row in TABLE for n in (row.name, row.sm, *row.aliases)}
@@ -201,7 +210,10 @@ def parse(spec: str) -> TargetDesc:
             f"cuda has no architecture '{spec}'",
             hint=suggestion(key, names()) + " (`host` compiles for this machine's GPU)",
         )
-    return describe_row(row, spec)
+    desc = describe_row(row, spec)
+    if key in PRODUCT_MULTIPROCESSORS:
+        desc.extra["multiprocessors"] = PRODUCT_MULTIPROCESSORS[key]
+    return desc
 
 
 def default() -> tuple[TargetDesc, str]:
