@@ -26,6 +26,7 @@ warnings.filterwarnings("ignore")
 def bench(name, args, report):
     import retarget
     import torch
+    from retarget.bench.peers import capture_cuda_graph
     from retarget.bench.timing import Runner, check_output, interleave, per_dispatch
     from retarget.compiler import import_model
     from retarget.kernel import c_renderer
@@ -68,16 +69,7 @@ def bench(name, args, report):
             runners.append(Runner(f"retarget {mode}{variant} dlpack in, numpy out",
                                   lambda fn=fn: fn(xg, output="host"), None, device_time))
     static_x = xg.clone()
-    with torch.no_grad():
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                gpu_model(static_x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = gpu_model(static_x)
+    graph, static_y = capture_cuda_graph(gpu_model, [static_x])
 
     def torch_graph():
         static_x.copy_(xg)

@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore")
 def main() -> int:
     import retarget
     import torch
+    from retarget.bench.peers import capture_cuda_graph
     from retarget.bench.timing import Runner, measure, resident_runner
     from retarget.compiler import import_model
     from retarget.testing import zoo
@@ -55,17 +56,7 @@ def main() -> int:
                 runners.append(runner)
         if torch.cuda.is_available():
             half = copy.deepcopy(model).half().cuda().eval()
-            static_x = inputs[0].half().cuda()
-            with torch.no_grad():
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(3):
-                        half(static_x)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    static_y = half(static_x)
+            graph, static_y = capture_cuda_graph(half, [inputs[0].half().cuda()])
 
             def torch_call(graph=graph):
                 graph.replay()

@@ -173,6 +173,23 @@ def _torch_gpu(compiled: bool) -> Callable[[Workload], Runner]:
     return build
 
 
+def capture_cuda_graph(model, inputs):
+    """`model(*inputs)` (on the GPU) captured into a torch.cuda.CUDAGraph after a warm-up on a side stream, as
+    torch.cuda.graphs asks: (the graph, its output tensor). Replaying it reads `inputs`' memory."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        for _ in range(3):
+            model(*inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        output = model(*inputs)
+    return graph, output
+
+
 def _torch_cuda_graph(work: Workload) -> Runner:
     """torch eager captured once into a CUDA graph (torch.cuda.CUDAGraph) and replayed: the least
     host work torch can do per call, the fair peer for retarget's own CUDA graphs."""
@@ -180,15 +197,7 @@ def _torch_cuda_graph(work: Workload) -> Runner:
 
     model = copy.deepcopy(work.model).to("cuda")
     inputs = [x.to("cuda") for x in work.inputs]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.no_grad():
-        for _ in range(3):  # warm-up on a side stream, as torch.cuda.graphs asks
-            model(*inputs)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        output = model(*inputs)
+    graph, output = capture_cuda_graph(model, inputs)
     captured = (model, inputs)  # the graph reads their memory: it must outlive the runner
 
     def call():
