@@ -1292,14 +1292,14 @@ class _GpuLowering(_Lowering):
         if slices == 1:
             return body + [If(in_range, stores)]
         part = self.fresh("part")
-        combine = [Loop(r, tile, [Loop(s, slices - 1, [
+        merge = [Loop(r, tile, [Loop(s, slices - 1, [
             Store(acc, Var(r), k.Binary(combine, Load(acc, Var(r), acc_dt),
                                         Load(part, Var(r) * self.threads + Var(s) * width + tid, acc_dt)))],
             "unroll", start=1)], "unroll")]
         return body + [Local(part, tile * self.threads, acc_dt, shared=True),
                        Loop(r, tile, [Store(part, Var(r) * self.threads + tid, Load(acc, Var(r), acc_dt))], "unroll"),
                        k.Barrier(),
-                       If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), combine + stores)]
+                       If(k.Binary("and", in_range, Compare("lt", tid, k.const(width))), merge + stores)]
 
     def _reduce(self, op) -> list:
         """A sum, product, max or min with too few outputs to keep the multiprocessors busy (a row norm's
