@@ -69,6 +69,12 @@ ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce"
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
 MIN_PARALLEL_WORK = 1 << 20  # below this many multiply-adds (~20 us of work) one workgroup is faster
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
+WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one group's)
+POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
+CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache (about half an L2) ...
+MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
+MAX_UNROLLED_TAPS = 49  # convolution windows up to 7x7 are unrolled (their border outputs drop the outside taps)
+MAX_BORDER = 8  # rows of output whose window crosses the image's edge, each emitted on its own
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -613,6 +619,13 @@ class _Lowering:
 
     def _conv2d(self, op) -> list:
         x, w = op.operands
+        if all(isinstance(d, int) for d in (*op.result.type.shape[1:], *x.type.shape[1:], *w.type.shape)):
+            if self._pointwise(op):  # a batch known only at run time is fine: it is the outermost loop
+                return self._pointwise_conv(op)
+            direct = self._windowed_conv(op)
+            if direct is not None:
+                return direct
+        x, w = op.operands
         out = op.result.type
         n_, o_, oh, ow = out.shape
         _, c_, h, wd = x.type.shape
@@ -678,6 +691,156 @@ class _Lowering:
         work = n_ * o_ * oh * ow * cg * kh * kw
         body = self.parallel(blocks, work, lambda i: rows_of(i * ob, ob),
                              rows_of(k.const(o_ - tail), tail) if tail else None)
+        return [Loop(nv, n_, body)]
+
+    def _windowed_conv(self, op) -> list | None:
+        """A convolution of static sizes with a small window, as rows of vector tiles (`tile_channels`
+        output channels by `tile_x` pixels) with the window unrolled. Each tap of a tile reads the image
+        plainly where the tile's window stays inside it, which is most tiles: the chunk loop of interior
+        rows. Tiles at a known position (the border rows, whose taps outside the image are left out, and the
+        first and last chunk of each row, whose lanes past the edge read zeros through masked loads) are
+        emitted on their own. The last chunk of a row overlaps the one before it (it recomputes a few
+        outputs) rather than leave a short tail. None where this does not apply (a large window, many border
+        rows): the general loop nest handles those, and convolutions whose sizes other than the batch are
+        known only at run time."""
+        x, w = op.operands
+        out = op.result.type
+        n_, o_, oh, ow = out.shape
+        h, wd = x.type.shape[2:]
+        _, cg, kh, kw = w.type.shape
+        if kh * kw > MAX_UNROLLED_TAPS:
+            return None
+        sh, sw = op.attrs.get("strides", (1, 1))
+        dh, dw = op.attrs.get("dilations", (1, 1))
+        pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
+        per_group = o_ // op.attrs.get("groups", 1)
+        rows = _inside(oh, h, kh, sh, dh, pt)
+        border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
+        if len(border_rows) > MAX_BORDER:
+            return None
+        acc_dt = _accumulator(out.dtype)
+        # channels of one group share the pixels they read; a depthwise conv's channels share nothing, and
+        # one channel per tile leaves registers for its whole window's weights
+        ob = min(WINDOW_ROWS, per_group, o_)
+        pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
+        self.schedule.update(tile_channels=ob, tile_x=max(p[1] for p in pieces), window="unrolled",
+                             border_rows=len(border_rows))
+        nv = self.fresh("n")
+
+        def taps_at(y: int | None, x0: int | None, width: int) -> list[tuple[int, int, bool]]:
+            """(ky, kx, masked) for the taps of a tile at row y and columns x0.. that read the image (None:
+            any interior row, or a chunk of the interior loop); `masked` where only some lanes do."""
+            out_taps = []
+            for ky in range(kh):
+                if y is not None and not 0 <= y * sh + ky * dh - pt < h:
+                    continue
+                for kx in range(kw):
+                    inside = [True] if x0 is None else [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
+                    if any(inside):
+                        out_taps.append((ky, kx, not all(inside)))
+            return out_taps
+
+        def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, chunk: int, taps) -> list:
+            acc, cv, r, j, wv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w"))
+            o = o0 + Var(r)
+            ci = Var(cv) if per_group == o_ else (o // per_group) * cg + Var(cv)
+            cell = Var(r) * chunk + Var(j)
+            self.override[op.result] = _narrow(Load(acc, cell, acc_dt), out.dtype)
+            steps = []
+            for ky, kx, masked in taps:
+                iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
+                pixel = _widen(self.value(x, [Var(nv), ci, iy, _clamp(ix, wd) if masked else ix]), acc_dt)
+                if masked:
+                    pixel = Select(_in_range(ix, wd), pixel, k.const(0, acc_dt))
+                steps.append(Loop(r, nb, [
+                    Assign(wv, _widen(self.value(w, [o, Var(cv), k.const(ky), k.const(kx)]), acc_dt)),
+                    Loop(j, chunk, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
+                                                              k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
+                ], "unroll"))
+            return [
+                Local(acc, nb * chunk, acc_dt),
+                Loop(r, nb, [Loop(j, chunk, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
+                *([Loop(cv, cg, steps)] if steps else []),
+                Loop(r, nb, [Loop(j, chunk, [self.store([Var(nv), o, y, x0 + Var(j)])], REG)], "unroll"),
+            ]
+
+        def row(o0: Expr, nb: int, y: Expr, at: int | None) -> list:
+            body = []
+            for x0, width, count in pieces:
+                if count is None:
+                    body += tile_code(o0, nb, y, k.const(x0), width, taps_at(at, x0, width))
+                else:
+                    c = self.fresh("x")
+                    taps = taps_at(at, None, width)
+                    body.append(Loop(c, count, tile_code(o0, nb, y, Var(c) * width + x0, width, taps)))
+            return body
+
+        def block(o0: Expr, nb: int) -> list:
+            y = self.fresh("y")
+            body = [s for at in border_rows if at < rows[0] for s in row(o0, nb, k.const(at), at)]
+            if rows[1] > rows[0]:
+                body.append(Loop(y, rows[1] - rows[0], row(o0, nb, Var(y), None), start=rows[0]))
+            return body + [s for at in border_rows if at >= rows[1] for s in row(o0, nb, k.const(at), at)]
+
+        blocks, tail = o_ // ob, o_ % ob
+        work = n_ * o_ * oh * ow * cg * kh * kw
+        last = block(k.const(o_ - tail), tail) if tail else None
+        return [Loop(nv, n_, self.parallel(blocks, work, lambda i: block(i * ob, ob), last))]
+
+    def _pointwise_conv(self, op) -> list:
+        """A 1x1 convolution (see `_pointwise`) as the matmul weights (O x C) times image (C x pixels), the
+        pixels one flat run: register tiles of `tile_channels` x `tile_x` outputs, the short last tile in
+        power-of-two vector pieces. Which operand's loop runs outside follows their sizes: the smaller one
+        is re-read once per tile of the other, so it should be the one that stays in cache."""
+        x, w = op.operands
+        out = op.result.type
+        n_, o_, oh, ow = out.shape
+        cg = w.type.shape[1]
+        pixels = oh * ow
+        acc_dt = _accumulator(out.dtype)
+        ob = min(POINTWISE_ROWS, o_)
+        tile = min(self.tile, pixels)
+        # Pixels outside when the image is too large to stay in cache while every channel block re-reads it,
+        # and the outputs are few enough channels that writing a pixel tile of each is few store streams.
+        pixels_outside = cg * pixels * x.type.dtype.itemsize > CACHED_OPERAND_BYTES and o_ <= MAX_STORE_STREAMS
+        self.schedule.update(tile_channels=ob, tile_x=tile, pixels="flat",
+                             outer="pixels" if pixels_outside else "channels")
+        nv = self.fresh("n")
+
+        def tile_code(o0: Expr, nb: int, p0: Expr, nt: int) -> list:
+            acc, cv, r, j, wv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w"))
+            o = o0 + Var(r)
+            cell = Var(r) * nt + Var(j)
+            pixel = _widen(self.value(x, [Var(nv), Var(cv), k.const(0), p0 + Var(j)]), acc_dt)
+            self.override[op.result] = _narrow(Load(acc, cell, acc_dt), out.dtype)
+            return [
+                Local(acc, nb * nt, acc_dt),
+                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
+                Loop(cv, cg, [Loop(r, nb, [
+                    Assign(wv, _widen(self.value(w, [o, Var(cv), k.const(0), k.const(0)]), acc_dt)),
+                    Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
+                                                           k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
+                ], "unroll")]),
+                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, k.const(0), p0 + Var(j)])], REG)], "unroll"),
+            ]
+
+        def channels(p0: Expr, nt: int) -> list:  # every channel block, at one pixel tile
+            c = self.fresh("o")
+            body = [Loop(c, o_ // ob, tile_code(Var(c) * ob, ob, p0, nt))] if o_ >= ob else []
+            return body + (tile_code(k.const(o_ - o_ % ob), o_ % ob, p0, nt) if o_ % ob else [])
+
+        def pixel_tiles(o0: Expr, nb: int) -> list:  # every pixel tile, at one channel block
+            c = self.fresh("x")
+            body = [Loop(c, pixels // tile, tile_code(o0, nb, Var(c) * tile, tile))]
+            return body + (tile_code(o0, nb, k.const(pixels - pixels % tile), pixels % tile) if pixels % tile else [])
+
+        work = n_ * o_ * pixels * cg
+        if pixels_outside:
+            tail = channels(k.const(pixels - pixels % tile), pixels % tile) if pixels % tile else None
+            body = self.parallel(pixels // tile, work, lambda i: channels(i * tile, tile), tail)
+        else:
+            tail = pixel_tiles(k.const(o_ - o_ % ob), o_ % ob) if o_ % ob else None
+            body = self.parallel(o_ // ob, work, lambda i: pixel_tiles(i * ob, ob), tail)
         return [Loop(nv, n_, body)]
 
     def _pointwise(self, op) -> bool:
@@ -748,6 +911,31 @@ class _Lowering:
             return [*init, Loop(ky, kh, [Loop(kx, kw, update)]), self.store(idx)]
 
         return self._over_output(out.shape, element, work=out.num_elements * kh * kw)
+
+
+def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: int) -> list:
+    """How a windowed convolution covers a row of `ow` outputs with chunks of a power-of-two width (at most
+    `tile`), the last overlapping the one before when `ow` is not a multiple: (x0, width, count) pieces in
+    order, count None for one chunk at x0, else a loop of `count` chunks from x0 whose windows stay inside
+    the image along x."""
+    lo, hi = _inside(ow, wd, kw, sw, dw, pl)
+    chunk = 1 << (min(tile, ow).bit_length() - 1)
+    starts = list(range(0, ow - chunk + 1, chunk)) + ([ow - chunk] if ow % chunk else [])
+    looped = [s for s in starts if s % chunk == 0 and s >= lo and s + chunk <= hi]
+    out = []
+    for s in starts:
+        if s not in looped:
+            out.append((s, chunk, None))
+        elif s == looped[0]:
+            out.append((s, chunk, len(looped)))
+    return out
+
+
+def _inside(out: int, size: int, window: int, stride: int, dilation: int, pad: int) -> tuple[int, int]:
+    """[lo, hi): the outputs along one axis whose whole window lies inside the input (lo == hi: none)."""
+    lo = min(out, -(-pad // stride))
+    hi = (size - 1 - (window - 1) * dilation + pad) // stride + 1
+    return lo, max(lo, min(out, hi))
 
 
 def _accumulator(dt: DType) -> DType:

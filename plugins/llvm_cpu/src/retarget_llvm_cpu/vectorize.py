@@ -207,11 +207,16 @@ class VectorLanes:
         addr, elem = self.address(e.buffer, first)
         if stride == 1:
             return self._load(addr, self.vec(elem), mask, fill)
-        wide = ir.VectorType(elem, span)
+        # n * stride elements, the last stride - 1 masked off (they may lie past the buffer): whole registers
+        # legalize into plain loads and one masked load, where `span` elements split into odd pieces
+        width = self.n * stride
+        wide = ir.VectorType(elem, width)
         if mask is not None:
-            picks = [i // stride if i % stride == 0 else self.n for i in range(span)]
+            picks = [i // stride if i % stride == 0 else self.n for i in range(width)]
             mask = self.b.shuffle_vector(mask, ir.Constant(mask.type, 0),
-                                         ir.Constant(ir.VectorType(ir.IntType(32), span), picks))
+                                         ir.Constant(ir.VectorType(ir.IntType(32), width), picks))
+        elif width > span:
+            mask = ir.Constant(ir.VectorType(ir.IntType(1), width), [i < span for i in range(width)])
         raw = self._load(addr, wide, mask, fill)
         return self.b.shuffle_vector(raw, ir.Constant(wide, ir.Undefined),
                                      ir.Constant(ir.VectorType(ir.IntType(32), self.n),
