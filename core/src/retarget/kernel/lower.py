@@ -67,7 +67,9 @@ from .ir import (
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
-MIN_PARALLEL_WORK = 1 << 20  # below this many multiply-adds (~20 us of work) one workgroup is faster
+# Below this many multiply-adds (~1 us of work) one workgroup is faster: the drivers' native programs
+# (llvm-cpu's) start a workgroup in tens of nanoseconds, and hand a stage to another thread in about a microsecond.
+MIN_PARALLEL_WORK = 1 << 16
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
 WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one group's)
 POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
