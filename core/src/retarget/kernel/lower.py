@@ -75,8 +75,7 @@ WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one
 POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
 CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache (about half an L2) ...
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
-MAX_UNROLLED_TAPS = 49  # convolution windows up to 7x7 are unrolled (their border outputs drop the outside taps)
-MAX_BORDER = 8  # rows of output whose window crosses the image's edge, each emitted on its own
+MAX_UNROLLED_TAPS = 25  # convolution windows up to 5x5 are unrolled (larger ones would make kernels huge)
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -697,14 +696,14 @@ class _Lowering:
 
     def _windowed_conv(self, op) -> list | None:
         """A convolution of static sizes with a small window, as rows of vector tiles (`tile_channels`
-        output channels by `tile_x` pixels) with the window unrolled. Each tap of a tile reads the image
-        plainly where the tile's window stays inside it, which is most tiles: the chunk loop of interior
-        rows. Tiles at a known position (the border rows, whose taps outside the image are left out, and the
-        first and last chunk of each row, whose lanes past the edge read zeros through masked loads) are
-        emitted on their own. The last chunk of a row overlaps the one before it (it recomputes a few
-        outputs) rather than leave a short tail. None where this does not apply (a large window, many border
-        rows): the general loop nest handles those, and convolutions whose sizes other than the batch are
-        known only at run time."""
+        output channels by `tile_x` pixels), the window unrolled (a dense conv's window rows looped). Each
+        tap of a tile reads the image plainly where the tile's window stays inside it, which is most tiles:
+        the chunk loop of interior rows. The first and last chunk of each row, whose lanes past the edge read
+        zeros through masked loads, are emitted on their own, and so are the border rows (above and below the
+        interior, one loop), whose taps on a row outside the image read a clamped row and zero it. The last
+        chunk of a row overlaps the one before it (it recomputes a few outputs) rather than leave a short
+        tail, and so does the last block of channels. None for a large window: the general loop nest handles
+        those, and convolutions whose sizes other than the batch are known only at run time."""
         x, w = op.operands
         out = op.result.type
         n_, o_, oh, ow = out.shape
@@ -718,47 +717,58 @@ class _Lowering:
         per_group = o_ // op.attrs.get("groups", 1)
         rows = _inside(oh, h, kh, sh, dh, pt)
         border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
-        if len(border_rows) > MAX_BORDER:
-            return None
         acc_dt = _accumulator(out.dtype)
         # channels of one group share the pixels they read; a depthwise conv's channels share nothing, and
         # one channel per tile leaves registers for its whole window's weights
         ob = min(WINDOW_ROWS, per_group, o_)
         pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
-        self.schedule.update(tile_channels=ob, tile_x=max(p[1] for p in pieces), window="unrolled",
-                             border_rows=len(border_rows))
+        self.schedule.update(tile_channels=ob, tile_x=max(p[1] for p in pieces), border_rows=len(border_rows))
         nv = self.fresh("n")
 
-        def taps_at(y: int | None, x0: int | None, width: int) -> list[tuple[int, int, bool]]:
-            """(ky, kx, masked) for the taps of a tile at row y and columns x0.. that read the image (None:
-            any interior row, or a chunk of the interior loop); `masked` where only some lanes do."""
+        def taps_at(x0: int | None, width: int) -> list[tuple[int, int, bool]]:
+            """(ky, kx, masked) for the taps of a tile at columns x0.. (None: a chunk of the interior loop)
+            that read the image; `masked` where only some of its lanes do."""
             out_taps = []
             for ky in range(kh):
-                if y is not None and not 0 <= y * sh + ky * dh - pt < h:
-                    continue
                 for kx in range(kw):
                     inside = [True] if x0 is None else [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
                     if any(inside):
                         out_taps.append((ky, kx, not all(inside)))
             return out_taps
 
-        def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, chunk: int, taps) -> list:
-            acc, cv, r, j, wv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w"))
+        # rows of the window that some border row finds outside the image: read through a clamped row, then zeroed
+        outside = {ky for ky in range(kh) for y in border_rows if not 0 <= y * sh + ky * dh - pt < h}
+
+        # A dense conv already loops over its input channels; looping over the window's rows too costs little
+        # next to that and keeps its kernel small. A depthwise conv's whole window is unrolled.
+        window_rows_looped = cg > 1 and kh > 1
+        self.schedule["window"] = "rows looped" if window_rows_looped else "unrolled"
+
+        def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, chunk: int, taps, border: bool) -> list:
+            acc, cv, r, j, wv, kyv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w", "ky"))
             o = o0 + Var(r)
             ci = Var(cv) if per_group == o_ else (o // per_group) * cg + Var(cv)
             cell = Var(r) * chunk + Var(j)
             self.override[op.result] = _narrow(Load(acc, cell, acc_dt), out.dtype)
+            if window_rows_looped:  # one tap per column of the window, its row the loop's
+                taps = list({kx: (Var(kyv), kx, masked) for ky, kx, masked in taps}.values())
             steps = []
             for ky, kx, masked in taps:
                 iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
-                pixel = _widen(self.value(x, [Var(nv), ci, iy, _clamp(ix, wd) if masked else ix]), acc_dt)
+                row_masked = border and (window_rows_looped or ky in outside)
+                pixel = _widen(self.value(x, [Var(nv), ci, _clamp(iy, h) if row_masked else iy,
+                                              _clamp(ix, wd) if masked else ix]), acc_dt)
                 if masked:
                     pixel = Select(_in_range(ix, wd), pixel, k.const(0, acc_dt))
+                if row_masked:  # the same for every lane: a select after a plain load
+                    pixel = Select(_in_range(iy, h), pixel, k.const(0, acc_dt))
                 steps.append(Loop(r, nb, [
-                    Assign(wv, _widen(self.value(w, [o, Var(cv), k.const(ky), k.const(kx)]), acc_dt)),
+                    Assign(wv, _widen(self.value(w, [o, Var(cv), _lift_index(ky), k.const(kx)]), acc_dt)),
                     Loop(j, chunk, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
                                                               k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
                 ], "unroll"))
+            if window_rows_looped and steps:
+                steps = [Loop(kyv, kh, steps)]
             return [
                 Local(acc, nb * chunk, acc_dt),
                 Loop(r, nb, [Loop(j, chunk, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
@@ -766,28 +776,33 @@ class _Lowering:
                 Loop(r, nb, [Loop(j, chunk, [self.store([Var(nv), o, y, x0 + Var(j)])], REG)], "unroll"),
             ]
 
-        def row(o0: Expr, nb: int, y: Expr, at: int | None) -> list:
+        def row(o0: Expr, nb: int, y: Expr, border: bool) -> list:
             body = []
             for x0, width, count in pieces:
                 if count is None:
-                    body += tile_code(o0, nb, y, k.const(x0), width, taps_at(at, x0, width))
+                    body += tile_code(o0, nb, y, k.const(x0), width, taps_at(x0, width), border)
                 else:
                     c = self.fresh("x")
-                    taps = taps_at(at, None, width)
-                    body.append(Loop(c, count, tile_code(o0, nb, y, Var(c) * width + x0, width, taps)))
+                    body.append(Loop(c, count, tile_code(o0, nb, y, Var(c) * width + x0, width, taps_at(None, width),
+                                                         border)))
             return body
 
         def block(o0: Expr, nb: int) -> list:
-            y = self.fresh("y")
-            body = [s for at in border_rows if at < rows[0] for s in row(o0, nb, k.const(at), at)]
-            if rows[1] > rows[0]:
-                body.append(Loop(y, rows[1] - rows[0], row(o0, nb, Var(y), None), start=rows[0]))
-            return body + [s for at in border_rows if at >= rows[1] for s in row(o0, nb, k.const(at), at)]
+            y, t = self.fresh("y"), self.fresh("t")
+            lo, hi = rows
+            body = [Loop(y, hi - lo, row(o0, nb, Var(y), False), start=lo)] if hi > lo else []
+            if border_rows:  # the rows above and below the interior, as one loop
+                at = Var(t) if hi == oh else Var(t) + hi if lo == 0 else \
+                    Select(Compare("lt", Var(t), k.const(lo)), Var(t), Var(t) + (hi - lo))
+                body.append(Loop(t, len(border_rows), row(o0, nb, at, True)))
+            return body
 
-        blocks, tail = o_ // ob, o_ % ob
+        # the last block overlaps the one before when ob does not divide the channels (it recomputes a few)
+        # rather than repeat the whole loop nest for a short block
+        blocks = -(-o_ // ob)
         work = n_ * o_ * oh * ow * cg * kh * kw
-        last = block(k.const(o_ - tail), tail) if tail else None
-        return [Loop(nv, n_, self.parallel(blocks, work, lambda i: block(i * ob, ob), last))]
+        first = (lambda i: i * ob) if o_ % ob == 0 else (lambda i: k.minimum(i * ob, o_ - ob))
+        return [Loop(nv, n_, self.parallel(blocks, work, lambda i: block(first(i), ob)))]
 
     def _pointwise_conv(self, op) -> list:
         """A 1x1 convolution (see `_pointwise`) as the matmul weights (O x C) times image (C x pixels), the
@@ -931,6 +946,10 @@ def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: i
         elif s == looped[0]:
             out.append((s, chunk, len(looped)))
     return out
+
+
+def _lift_index(i) -> Expr:
+    return i if isinstance(i, Expr) else k.const(i)
 
 
 def _inside(out: int, size: int, window: int, stride: int, dilation: int, pad: int) -> tuple[int, int]:
