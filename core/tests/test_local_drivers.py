@@ -72,7 +72,7 @@ def test_native_stages_become_programs_that_run_in_order_with_the_other_commands
     cb.barrier()
     cb.dispatch(_executable(log, runner, "c"), 0, binding)
     cb.end()
-    assert [(start, stop) for start, (_, stop) in cb.programs.items()] == [(0, 2), (3, 4)]
+    assert [(start, stop) for start, (_, stop, _) in cb.programs.items()] == [(0, 2), (3, 4)]
     for _ in range(2):
         log.clear()
         device.submit(cb)

@@ -58,7 +58,7 @@ class LocalCommandBuffer:
     ended: bool = False
     # per stage, while every command of it is a native dispatch: (runner, (function, bindings, count)) each
     native: list = field(default_factory=lambda: [[]])
-    programs: dict = field(default_factory=dict)  # first stage -> (native program, end stage), set by `end`
+    programs: dict = field(default_factory=dict)  # first stage -> (native program, end stage, shared), by `end`
     planned: list | None = None  # the `stages` list that `programs` was made for
 
     def _add(self, work, native=None):
@@ -120,7 +120,9 @@ class LocalCommandBuffer:
                 stop += 1
             if stop > start:
                 rows = [[row for _, row in self.native[i]] for i in range(start, stop)]
-                self.programs[start] = (runner.program(rows), stop)
+                # helpers are woken only where some stage has work to share: waking one costs tens of us
+                shared = any(sum(gx * gy * gz for _, _, (gx, gy, gz) in stage) > 1 for stage in rows)
+                self.programs[start] = (runner.program(rows), stop, shared)
             start = max(stop, start + 1)
         self.planned = self.stages
 
@@ -171,9 +173,9 @@ class LocalDevice:
             i = 0
             while i < len(stages):
                 if i in programs:
-                    program, i = programs[i]
+                    program, i, shared = programs[i]
                     epoch = program.start()
-                    if self.team is not None:  # helpers join when they wake; no one waits for them
+                    if self.team is not None and shared:  # helpers join when they wake; no one waits for them
                         self.team.launch(lambda program=program, epoch=epoch: program.work(epoch))
                     program.work(epoch)  # returns when the last stage is done
                     continue

@@ -85,6 +85,12 @@ def test_matmul_with_bias(m, k, n):
     _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (k, n))]), _const(b, (n,))]), (m, k))
 
 
+def test_a_matmul_whose_weights_exceed_the_cache_runs_in_column_slabs():
+    # 300 x 250 floats: slabs of 13 column tiles, two more tiles, 10 columns; two row blocks of 6 and a row
+    _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (300, 250))]), _const(b, (250,))]),
+              (13, 300))
+
+
 def test_batched_matmul_broadcasts_the_weights():
     _run_both(lambda b, a: b.op("rt.matmul", [a, _const(b, (9, 21))]), (3, 5, 9))
 

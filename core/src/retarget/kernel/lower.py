@@ -67,9 +67,10 @@ from .ir import (
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
-# Below this many multiply-adds (~1 us of work) one workgroup is faster: the drivers' native programs
-# (llvm-cpu's) start a workgroup in tens of nanoseconds, and hand a stage to another thread in about a microsecond.
-MIN_PARALLEL_WORK = 1 << 16
+# Below this many multiply-adds (~5 us of work) one workgroup is faster. The drivers' native programs (llvm-cpu's)
+# start a workgroup in tens of nanoseconds and hand a stage to a running helper in about a microsecond, but a
+# program with nothing to share never wakes one (tens of microseconds): a small model stays on one thread.
+MIN_PARALLEL_WORK = 1 << 18
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
 WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one group's)
 POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
@@ -509,7 +510,10 @@ class _Lowering:
         kk = a.type.shape[-1]
         acc_dt = _accumulator(out.dtype)
         bvars, wrap_batch = self.loops(batch, "serial")
-        rows = MATMUL_ROWS if isinstance(m, Sym) else min(MATMUL_ROWS, m)
+        static = not any(isinstance(d, Sym) for d in (m, n, kk))
+        # a matrix of many rows takes the taller tile of pointwise convolutions (12 accumulators)
+        rows = min(POINTWISE_ROWS if static and m >= 2 * POINTWISE_ROWS else MATMUL_ROWS, m) \
+            if not isinstance(m, Sym) else MATMUL_ROWS
         tile = self.tile if isinstance(n, Sym) else min(self.tile, n)
         self.schedule.update(tile_m=rows, tile_n=tile)
 
@@ -555,6 +559,8 @@ class _Lowering:
             r = self.fresh("mr")
             tail = [Loop(r, tail_rows, columns(Var(r) + (m - tail_rows), 1))]
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
+        elif static and row_blocks >= 2 and (n // tile) * tile * kk * b.type.dtype.itemsize > CACHED_OPERAND_BYTES:
+            body = self._matmul_in_slabs(tile_code, m, n, rows, tile, kk * b.type.dtype.itemsize, work)
         elif isinstance(n, Sym) or row_blocks >= 2 or n < 2 * tile:
             tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
@@ -567,6 +573,32 @@ class _Lowering:
             if tail_rows:
                 body += columns(k.const(m - tail_rows), tail_rows)
         return wrap_batch(body)
+
+    def _matmul_in_slabs(self, tile_code, m: int, n: int, rows: int, tile: int, column_bytes: int, work: int) -> list:
+        """A matmul whose B is too large to stay in cache, in slabs of columns that do: every row block goes
+        over one slab before the next slab starts, so each tile reads its B columns from cache, not memory."""
+        per_slab = max(1, CACHED_OPERAND_BYTES // (tile * column_bytes))  # column tiles
+        full, tail_cols = n // tile, n % tile
+        row_blocks, tail_rows = m // rows, m % rows
+        self.schedule["slab_tiles"] = per_slab
+
+        def piece(first: Expr, count: int, width: int) -> list:  # `count` tiles of `width` columns from `first`
+            def tiles(m0: Expr, mr: int) -> list:
+                if count == 1:
+                    return tile_code(m0, mr, first, width)
+                c = self.fresh("c")
+                return [Loop(c, count, tile_code(m0, mr, first + Var(c) * width, width))]
+
+            tail = tiles(k.const(m - tail_rows), tail_rows) if tail_rows else None
+            return self.parallel(row_blocks, work, lambda i: tiles(i * rows, rows), tail)
+
+        slab = self.fresh("slab")
+        body = [Loop(slab, full // per_slab, piece(Var(slab) * (per_slab * tile), per_slab, tile))]
+        if full % per_slab:
+            body += piece(k.const(full - full % per_slab) * tile, full % per_slab, tile)
+        if tail_cols:
+            body += piece(k.const(n - tail_cols), 1, tail_cols)
+        return body
 
     def _register_tiled_matmul(self, op, plan: RegisterTiles) -> list:
         """The SIMT tiled matmul (`_staged_matmul` stages the operands, A k-major): thread (tr, tc) of a
