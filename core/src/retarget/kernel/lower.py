@@ -76,7 +76,8 @@ WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one
 POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
 CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache (about half an L2) ...
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
-MAX_UNROLLED_TAPS = 25  # convolution windows up to 5x5 are unrolled (larger ones would make kernels huge)
+MAX_UNROLLED_TAPS = 25  # convolution windows up to 5x5 are unrolled (larger ones would make kernels huge) ...
+MAX_UNROLLED_WINDOW = 32  # ... and a dense conv's window rows too while window x input channels is this small
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -564,11 +565,14 @@ class _Lowering:
         elif isinstance(n, Sym) or row_blocks >= 2 or n < 2 * tile:
             tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
-        else:  # few rows (a batch-1 linear layer): spread the columns instead
-            c_tail = n % tile
+        else:  # few rows (a batch-1 linear layer): spread the columns instead, in tiles as wide as the
+            # register tile allows: each row of B is read in runs of several cache lines, not one per page
+            wide = min(n, tile * max(1, MATMUL_ROWS // rows))
+            self.schedule["tile_n"] = wide
+            c_tail = n % wide
             body = []
             for start in range(0, m - tail_rows, rows):
-                body += self.parallel(n // tile, work, lambda c, s=start: tile_code(k.const(s), rows, c * tile, tile),
+                body += self.parallel(n // wide, work, lambda c, s=start: tile_code(k.const(s), rows, c * wide, wide),
                                       tile_code(k.const(start), rows, k.const(n - c_tail), c_tail) if c_tail else None)
             if tail_rows:
                 body += columns(k.const(m - tail_rows), tail_rows)
@@ -772,8 +776,9 @@ class _Lowering:
         outside = {ky for ky in range(kh) for y in border_rows if not 0 <= y * sh + ky * dh - pt < h}
 
         # A dense conv already loops over its input channels; looping over the window's rows too costs little
-        # next to that and keeps its kernel small. A depthwise conv's whole window is unrolled.
-        window_rows_looped = cg > 1 and kh > 1
+        # next to that and keeps its kernel small. A depthwise conv's whole window is unrolled, and so is a
+        # conv of few input channels (an RGB stem).
+        window_rows_looped = kh > 1 and cg * kh * kw > MAX_UNROLLED_WINDOW
         self.schedule["window"] = "rows looped" if window_rows_looped else "unrolled"
 
         def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, chunk: int, taps, border: bool) -> list:
