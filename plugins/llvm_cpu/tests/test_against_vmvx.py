@@ -85,8 +85,9 @@ def test_matmul_with_bias(m, k, n):
     _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (k, n))]), _const(b, (n,))]), (m, k))
 
 
-def test_a_matmul_whose_weights_exceed_the_cache_runs_in_column_slabs():
-    # 300 x 250 floats: slabs of 13 column tiles, two more tiles, 10 columns; two row blocks of 6 and a row
+def test_a_matmul_whose_weights_exceed_the_cache_runs_in_column_slabs_and_reduction_blocks():
+    # 300 x 250 floats: slabs of 13 column tiles, two more tiles, 10 columns; two row blocks of 6 and a row;
+    # reduction blocks of 128, 128 and 44 steps, the bias added after the last
     _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (300, 250))]), _const(b, (250,))]),
               (13, 300))
 

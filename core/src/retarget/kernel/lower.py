@@ -73,6 +73,7 @@ MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and cal
 MIN_PARALLEL_WORK = 1 << 18
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
 WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one group's)
+MATMUL_DEPTH_BLOCK = 128  # reduction steps of a large matmul's block: its B block (128 rows of a slab) stays in L1
 POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
 CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache (about half an L2) ...
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
@@ -518,28 +519,35 @@ class _Lowering:
         tile = self.tile if isinstance(n, Sym) else min(self.tile, n)
         self.schedule.update(tile_m=rows, tile_n=tile)
 
-        def tile_code(m0: Expr, mr: int, n0: Expr, nt: int) -> list:
+        def tile_code(m0: Expr, mr: int, n0: Expr, nt: int, depth: tuple | None = None) -> list:
+            """The mr x nt tile at (m0, n0) over the whole reduction, or over `depth` = (k0, steps, first,
+            last): a block of it, which starts from the partial sums in the output unless first, and leaves
+            them there unless last (the output is then the accumulator's type)."""
             acc, kv, r, j = self.fresh("acc"), self.fresh("k"), self.fresh("r"), self.fresh("j")
             a_val = self.fresh("a")
+            k0, steps, first, last = depth or (k.const(0), kk, True, True)
 
             def a_at(row):
-                return self.value(a, _broadcast_index(bvars + [m0 + row, Var(kv)], a.type.shape, out.shape))
+                return self.value(a, _broadcast_index(bvars + [m0 + row, k0 + Var(kv)], a.type.shape, out.shape))
 
             def b_at(col):
-                return self.value(b, _broadcast_index(bvars + [Var(kv), n0 + col], b.type.shape, out.shape))
+                return self.value(b, _broadcast_index(bvars + [k0 + Var(kv), n0 + col], b.type.shape, out.shape))
 
             cell = Var(r) * nt + Var(j)
+            at = linearize(bvars + [m0 + Var(r), n0 + Var(j)], out.shape)
             self.override[op.result] = Cast(Load(acc, cell, acc_dt), out.dtype) if acc_dt != out.dtype \
                 else Load(acc, cell, acc_dt)
+            start = k.const(0, acc_dt) if first else Load("out0", at, acc_dt)
             return [
                 Local(acc, mr * nt, acc_dt),
-                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
-                Loop(kv, kk, [Loop(r, mr, [
+                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, start)], REG)], "unroll"),
+                Loop(kv, steps, [Loop(r, mr, [
                     Assign(a_val, _widen(a_at(Var(r)), acc_dt)),
                     Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
                                                            k.Binary("mul", Var(a_val, acc_dt), _widen(b_at(Var(j)), acc_dt))))],
                          REG)], "unroll")]),
-                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)])], REG)], "unroll"),
+                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)]) if last else
+                                          Store("out0", at, Load(acc, cell, acc_dt))], REG)], "unroll"),
             ]
 
         def columns(m0: Expr, mr: int) -> list:
@@ -561,7 +569,9 @@ class _Lowering:
             tail = [Loop(r, tail_rows, columns(Var(r) + (m - tail_rows), 1))]
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
         elif static and row_blocks >= 2 and (n // tile) * tile * kk * b.type.dtype.itemsize > CACHED_OPERAND_BYTES:
-            body = self._matmul_in_slabs(tile_code, m, n, rows, tile, kk * b.type.dtype.itemsize, work)
+            # partial sums wait in the output between reduction blocks: only where it holds the accumulator's type
+            depth = MATMUL_DEPTH_BLOCK if acc_dt == out.dtype and kk > MATMUL_DEPTH_BLOCK else 0
+            body = self._matmul_in_slabs(tile_code, m, n, rows, tile, kk * b.type.dtype.itemsize, work, kk, depth)
         elif isinstance(n, Sym) or row_blocks >= 2 or n < 2 * tile:
             tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
@@ -578,23 +588,38 @@ class _Lowering:
                 body += columns(k.const(m - tail_rows), tail_rows)
         return wrap_batch(body)
 
-    def _matmul_in_slabs(self, tile_code, m: int, n: int, rows: int, tile: int, column_bytes: int, work: int) -> list:
+    def _matmul_in_slabs(self, tile_code, m: int, n: int, rows: int, tile: int, column_bytes: int, work: int,
+                         kk: int, depth: int) -> list:
         """A matmul whose B is too large to stay in cache, in slabs of columns that do: every row block goes
-        over one slab before the next slab starts, so each tile reads its B columns from cache, not memory."""
+        over one slab before the next slab starts, so each tile reads its B columns from cache, not memory.
+        With `depth`, each slab goes in blocks of that many reduction steps, all row blocks each, so that the
+        block of B in use stays in the first-level cache, and the partial sums wait in the output."""
         per_slab = max(1, CACHED_OPERAND_BYTES // (tile * column_bytes))  # column tiles
         full, tail_cols = n // tile, n % tile
         row_blocks, tail_rows = m // rows, m % rows
         self.schedule["slab_tiles"] = per_slab
+        if depth:
+            self.schedule["depth_block"] = depth
 
         def piece(first: Expr, count: int, width: int) -> list:  # `count` tiles of `width` columns from `first`
-            def tiles(m0: Expr, mr: int) -> list:
-                if count == 1:
-                    return tile_code(m0, mr, first, width)
-                c = self.fresh("c")
-                return [Loop(c, count, tile_code(m0, mr, first + Var(c) * width, width))]
+            def phase(step) -> list:
+                def tiles(m0: Expr, mr: int) -> list:
+                    if count == 1:
+                        return tile_code(m0, mr, first, width, step)
+                    c = self.fresh("c")
+                    return [Loop(c, count, tile_code(m0, mr, first + Var(c) * width, width, step))]
 
-            tail = tiles(k.const(m - tail_rows), tail_rows) if tail_rows else None
-            return self.parallel(row_blocks, work, lambda i: tiles(i * rows, rows), tail)
+                tail = tiles(k.const(m - tail_rows), tail_rows) if tail_rows else None
+                return self.parallel(row_blocks, work, lambda i: tiles(i * rows, rows), tail)
+
+            if not depth:
+                return phase(None)
+            blocks, kb = -(-kk // depth), self.fresh("kb")
+            out = phase((k.const(0), depth, True, False))
+            if blocks > 2:
+                out.append(Loop(kb, blocks - 2, phase((Var(kb) * depth, depth, False, False)), start=1))
+            last = (blocks - 1) * depth
+            return out + phase((k.const(last), kk - last, False, True))
 
         slab = self.fresh("slab")
         body = [Loop(slab, full // per_slab, piece(Var(slab) * (per_slab * tile), per_slab, tile))]
