@@ -72,7 +72,8 @@ def test_grouped_conv_tiles_may_span_two_groups():
               (1, 4, 8, 9))
 
 
-@pytest.mark.parametrize("channels, size", [(16, 65), (24, 7)])  # 16 x 65 x 65 floats: pixels outside channels
+# 16 x 65 x 65 floats: pixels outside channels; 200 channels: the reduction in blocks of 128 and 72
+@pytest.mark.parametrize("channels, size", [(16, 65), (24, 7), (200, 7)])
 def test_pointwise_conv_with_a_residual_add(channels, size):
     def build(b, x, residual):
         return b.op("rt.add", [b.op("rt.conv2d", [x, _const(b, (13, channels, 1, 1))]), residual])

@@ -612,14 +612,7 @@ class _Lowering:
                 tail = tiles(k.const(m - tail_rows), tail_rows) if tail_rows else None
                 return self.parallel(row_blocks, work, lambda i: tiles(i * rows, rows), tail)
 
-            if not depth:
-                return phase(None)
-            blocks, kb = -(-kk // depth), self.fresh("kb")
-            out = phase((k.const(0), depth, True, False))
-            if blocks > 2:
-                out.append(Loop(kb, blocks - 2, phase((Var(kb) * depth, depth, False, False)), start=1))
-            last = (blocks - 1) * depth
-            return out + phase((k.const(last), kk - last, False, True))
+            return self._in_depth_blocks(kk, depth, phase)
 
         slab = self.fresh("slab")
         body = [Loop(slab, full // per_slab, piece(Var(slab) * (per_slab * tile), per_slab, tile))]
@@ -628,6 +621,19 @@ class _Lowering:
         if tail_cols:
             body += piece(k.const(n - tail_cols), 1, tail_cols)
         return body
+
+    def _in_depth_blocks(self, kk: int, depth: int, phase) -> list:
+        """`phase(step)` over a reduction of `kk` steps: once for all of it (step None) without `depth`, else
+        once per block of `depth` steps, step = (first step, steps, first block?, last block?): the first and
+        last blocks on their own, the ones between in a loop."""
+        if not depth:
+            return phase(None)
+        blocks, kb = -(-kk // depth), self.fresh("kb")
+        out = phase((k.const(0), depth, True, False))
+        if blocks > 2:
+            out.append(Loop(kb, blocks - 2, phase((Var(kb) * depth, depth, False, False)), start=1))
+        last = (blocks - 1) * depth
+        return out + phase((k.const(last), kk - last, False, True))
 
     def _register_tiled_matmul(self, op, plan: RegisterTiles) -> list:
         """The SIMT tiled matmul (`_staged_matmul` stages the operands, A k-major): thread (tr, tc) of a
@@ -886,21 +892,25 @@ class _Lowering:
                              outer="pixels" if pixels_outside else "channels")
         nv = self.fresh("n")
 
-        def tile_code(o0: Expr, nb: int, p0: Expr, nt: int) -> list:
+        def tile_code(o0: Expr, nb: int, p0: Expr, nt: int, depth: tuple | None = None) -> list:
             acc, cv, r, j, wv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w"))
+            c0, steps, first, last = depth or (k.const(0), cg, True, True)  # see _in_depth_blocks
             o = o0 + Var(r)
             cell = Var(r) * nt + Var(j)
-            pixel = _widen(self.value(x, [Var(nv), Var(cv), k.const(0), p0 + Var(j)]), acc_dt)
+            pixel = _widen(self.value(x, [Var(nv), c0 + Var(cv), k.const(0), p0 + Var(j)]), acc_dt)
             self.override[op.result] = _narrow(Load(acc, cell, acc_dt), out.dtype)
+            at = linearize([Var(nv), o, k.const(0), p0 + Var(j)], out.shape)
             return [
                 Local(acc, nb * nt, acc_dt),
-                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
-                Loop(cv, cg, [Loop(r, nb, [
-                    Assign(wv, _widen(self.value(w, [o, Var(cv), k.const(0), k.const(0)]), acc_dt)),
+                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt) if first else Load("out0", at, acc_dt))],
+                                  REG)], "unroll"),
+                Loop(cv, steps, [Loop(r, nb, [
+                    Assign(wv, _widen(self.value(w, [o, c0 + Var(cv), k.const(0), k.const(0)]), acc_dt)),
                     Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
                                                            k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
                 ], "unroll")]),
-                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, k.const(0), p0 + Var(j)])], REG)], "unroll"),
+                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, k.const(0), p0 + Var(j)]) if last else
+                                          Store("out0", at, Load(acc, cell, acc_dt))], REG)], "unroll"),
             ]
 
         def channels(p0: Expr, nt: int) -> list:  # every channel block, at one pixel tile
@@ -908,18 +918,28 @@ class _Lowering:
             body = [Loop(c, o_ // ob, tile_code(Var(c) * ob, ob, p0, nt))] if o_ >= ob else []
             return body + (tile_code(k.const(o_ - o_ % ob), o_ % ob, p0, nt) if o_ % ob else [])
 
-        def pixel_tiles(o0: Expr, nb: int) -> list:  # every pixel tile, at one channel block
+        def pixel_tiles(o0: Expr, nb: int, depth) -> list:  # every pixel tile, at one channel block
             c = self.fresh("x")
-            body = [Loop(c, pixels // tile, tile_code(o0, nb, Var(c) * tile, tile))]
-            return body + (tile_code(o0, nb, k.const(pixels - pixels % tile), pixels % tile) if pixels % tile else [])
+            body = [Loop(c, pixels // tile, tile_code(o0, nb, Var(c) * tile, tile, depth))]
+            return body + (tile_code(o0, nb, k.const(pixels - pixels % tile), pixels % tile, depth)
+                           if pixels % tile else [])
 
         work = n_ * o_ * pixels * cg
         if pixels_outside:
             tail = channels(k.const(pixels - pixels % tile), pixels % tile) if pixels % tile else None
             body = self.parallel(pixels // tile, work, lambda i: channels(i * tile, tile), tail)
         else:
-            tail = pixel_tiles(k.const(o_ - o_ % ob), o_ % ob) if o_ % ob else None
-            body = self.parallel(o_ // ob, work, lambda i: pixel_tiles(i * ob, ob), tail)
+            # a deep reduction goes in blocks, each over every channel block: the image's rows of a block
+            # stay in the first-level cache while the weights stream, and partial sums wait in the output
+            depth = MATMUL_DEPTH_BLOCK if acc_dt == out.dtype and cg > MATMUL_DEPTH_BLOCK else 0
+            if depth:
+                self.schedule["depth_block"] = depth
+
+            def phase(step) -> list:
+                tail = pixel_tiles(k.const(o_ - o_ % ob), o_ % ob, step) if o_ % ob else None
+                return self.parallel(o_ // ob, work, lambda i: pixel_tiles(i * ob, ob, step), tail)
+
+            body = self._in_depth_blocks(cg, depth, phase)
         return [Loop(nv, n_, body)]
 
     def _pointwise(self, op) -> bool:
