@@ -59,6 +59,12 @@ def test_depthwise_conv_with_one_filter_per_channel(width, stride):
     _run_both(build, (1, 5, 6, width))
 
 
+def test_a_7x7_stem_conv_loops_over_its_window_rows():
+    """ResNet's form: a dense 7x7 window, stride 2, three border rows in one loop."""
+    _run_both(lambda b, x: b.op("rt.conv2d", [x, _const(b, (8, 3, 7, 7))], {"strides": (2, 2), "pad": (3,) * 4}),
+              (1, 3, 20, 37))
+
+
 def test_conv_outputs_whose_window_sees_only_padding_are_the_epilogue_of_zero():
     def build(b, x):
         y = b.op("rt.conv2d", [x, _const(b, (3, 2, 3, 3))], {"pad": (3, 3, 3, 3)})

@@ -77,8 +77,8 @@ MATMUL_DEPTH_BLOCK = 128  # reduction steps of a large matmul's block: its B blo
 POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
 CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache (about half an L2) ...
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
-MAX_UNROLLED_TAPS = 25  # convolution windows up to 5x5 are unrolled (larger ones would make kernels huge) ...
-MAX_UNROLLED_WINDOW = 32  # ... and a dense conv's window rows too while window x input channels is this small
+MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a row of a dense conv's 7x7 ...
+MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -769,14 +769,18 @@ class _Lowering:
         zeros through masked loads, are emitted on their own, and so are the border rows (above and below the
         interior, one loop), whose taps on a row outside the image read a clamped row and zero it. The last
         chunk of a row overlaps the one before it (it recomputes a few outputs) rather than leave a short
-        tail, and so does the last block of channels. None for a large window: the general loop nest handles
-        those, and convolutions whose sizes other than the batch are known only at run time."""
+        tail, and so does the last block of channels. None for a large window (a depthwise 7x7): the general
+        loop nest handles those, and convolutions whose sizes other than the batch are known only at run time."""
         x, w = op.operands
         out = op.result.type
         n_, o_, oh, ow = out.shape
         h, wd = x.type.shape[2:]
         _, cg, kh, kw = w.type.shape
-        if kh * kw > MAX_UNROLLED_TAPS:
+        # A dense conv already loops over its input channels; looping over the window's rows too costs little
+        # next to that and keeps its kernel small. A depthwise conv's whole window is unrolled, and so is a
+        # conv of few input channels (an RGB stem's 3x3).
+        window_rows_looped = kh > 1 and cg * kh * kw > MAX_UNROLLED_WINDOW
+        if (kw if window_rows_looped else kh * kw) > MAX_UNROLLED_TAPS:
             return None
         sh, sw = op.attrs.get("strides", (1, 1))
         dh, dw = op.attrs.get("dilations", (1, 1))
@@ -806,10 +810,6 @@ class _Lowering:
         # rows of the window that some border row finds outside the image: read through a clamped row, then zeroed
         outside = {ky for ky in range(kh) for y in border_rows if not 0 <= y * sh + ky * dh - pt < h}
 
-        # A dense conv already loops over its input channels; looping over the window's rows too costs little
-        # next to that and keeps its kernel small. A depthwise conv's whole window is unrolled, and so is a
-        # conv of few input channels (an RGB stem).
-        window_rows_looped = kh > 1 and cg * kh * kw > MAX_UNROLLED_WINDOW
         self.schedule["window"] = "rows looped" if window_rows_looped else "unrolled"
 
         def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, chunk: int, taps, border: bool) -> list:
