@@ -56,11 +56,17 @@ def test_stats_are_median_min_max_and_count_in_milliseconds():
     assert Stats.of([]) is None
 
 
-def test_runners_warm_up_then_take_turns_starting_one_later_each_round():
+def test_runners_warm_up_then_take_turns_each_round_in_a_new_order():
     clock, log = FakeClock(), []
     runners = [fake_runner(name, clock, [0.001], log) for name in "abc"]
-    interleave(runners, repeats=3, warmup=1, clock=clock)
-    assert "".join(log) == "abc" + "abc" + "bca" + "cab"
+    interleave(runners, repeats=60, warmup=1, clock=clock)
+    assert "".join(log[:3]) == "abc"
+    rounds = ["".join(log[i:i + 3]) for i in range(3, len(log), 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds) and len(rounds) == 60
+    timed = "".join(rounds)
+    followers = {(x, y) for x, y in zip(timed, timed[1:]) if x != y}
+    assert followers == {(x, y) for x in "abc" for y in "abc" if x != y}  # no runner always follows the same one
+    assert max(timed.count(x + "c") for x in "ab") < 0.8 * timed.count("c")  # nor mostly
 
 
 def test_samples_exclude_warm_ups_and_give_exact_medians():

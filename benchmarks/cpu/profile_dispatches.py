@@ -1,22 +1,23 @@
-"""Time every dispatch of a zoo model on llvm-cpu, single-threaded, and show the slowest.
+"""Time every dispatch of a zoo model on llvm-cpu, and show the slowest.
 
     .venv/bin/python benchmarks/cpu/profile_dispatches.py mobilenet_v2
+    .venv/bin/python benchmarks/cpu/profile_dispatches.py mobilenet_v2 --device local-sync --device local-task
     .venv/bin/python benchmarks/cpu/profile_dispatches.py resnet18 --top 20 --dump /tmp/k
 
-The model is compiled for the host CPU and run on `local-sync` (one thread). Each
-dispatch's workgroups run back to back; its time is the best of `--repeat` runs.
-GFLOP/s counts 2 flops per multiply-add of convolutions and matmuls (other
-dispatches show none). `--dump DIR` writes the top kernels' text, LLVM IR before and
-after optimisation, and assembly (see retarget_llvm_cpu.debug). Set
-RETARGET_CACHE_DIR to a fresh directory after changing code generation, or
-cached objects come back.
+The model is compiled for the host CPU and loaded on each `--device` (default: local-sync,
+one thread). Each dispatch is recorded alone into a command buffer and submitted, the
+dispatches taking turns (`retarget.bench.per_dispatch`); its time is the median of
+`--repeat` submits, so it includes the driver's cost of running its workgroups. The
+whole function's time is shown beside the sum. GFLOP/s counts 2 flops per multiply-add
+of convolutions and matmuls (other dispatches show none). `--dump DIR` writes the top
+kernels' text, LLVM IR before and after optimisation, and assembly (see
+retarget_llvm_cpu.debug). Set RETARGET_CACHE_DIR to a fresh directory after changing
+code generation, or cached objects come back.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import time
 import warnings
 
 
@@ -59,12 +60,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="mobilenet_v2", help="a zoo model name")
     parser.add_argument("--top", type=int, default=15, help="how many dispatches to list")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per dispatch; the best counts")
+    parser.add_argument("--repeat", type=int, default=20, help="submits per dispatch; the median counts")
+    parser.add_argument("--device", action="append", help="local-sync (default) or local-task; repeat for both")
+    parser.add_argument("--stat", choices=("median", "min"), default="median",
+                        help="which statistic of the submits to show (min: the least disturbed by other load)")
     parser.add_argument("--target", default="llvm-cpu:host")
     parser.add_argument("--dump", metavar="DIR", help="write the top kernels' IR and assembly here")
     args = parser.parse_args()
+    devices = args.device or ["local-sync"]
 
     import retarget
+    from retarget.bench import per_dispatch
     from retarget.compiler import import_model
     from retarget.testing import zoo
 
@@ -72,36 +78,32 @@ def main():
     module = import_model(model, example_inputs=inputs)
     functions = dispatch_functions(module)
     art = retarget.compile(module, args.target)
-    loaded = retarget.load(art, "local-sync")
-    loaded.main(*[i.numpy() for i in inputs])  # binds the command buffer
+    arrays = [i.numpy() for i in inputs]
+    reports = {d: per_dispatch(retarget.load(art, d).main, arrays, repeats=args.repeat, inner=1) for d in devices}
 
-    works = [w for stage in loaded.functions["main"].command_buffer.stages for w in stage]
-    entries = art.manifest["executables"][0]["entry_points"]
-    program = [c for c in art.functions["main"]["program"] if c["op"] == "dispatch"]
-    rows, i = [], 0
-    for command in program:
-        n = math.prod(entries[command["entry"]]["workgroup_count"])
-        mine = works[i:i + n]
-        i += n
-        best = math.inf
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            for w in mine:
-                w()
-            best = min(best, time.perf_counter() - t)
-        rows.append((best, command["name"], n))
-
-    total = sum(r[0] for r in rows)
-    print(f"{args.model} on {args.target} ({art.manifest['executables'][0]['arch']}), one thread: "
-          f"{total * 1e3:.2f} ms over {len(rows)} dispatches")
-    print(f"{'ms':>8} {'share':>6} {'GFLOP/s':>8} {'wg':>3}  dispatch")
-    for t, name, n in sorted(rows, reverse=True)[:args.top]:
-        fn = functions.get(name)
+    first = reports[devices[0]]
+    key = f"{args.stat}_ms"
+    print(f"{args.model} on {args.target} ({art.manifest['executables'][0]['arch']}), "
+          f"{len(first['dispatches'])} dispatches, {args.stat} of {args.repeat} submits each")
+    for d, r in reports.items():
+        total = sum(row[key] for row in r["dispatches"])
+        print(f"  {d}: sum of dispatches {total:.2f} ms, whole function {r['whole'][key]:.2f} ms ({args.stat}s)")
+    head = "".join(f"{d + ' ms':>16}{'GFLOP/s':>8}" for d in devices)
+    print(f"{head} {'wg':>3}  dispatch")
+    rows = sorted(range(len(first["dispatches"])), key=lambda i: -first["dispatches"][i][key])
+    for i in rows[:args.top]:
+        row = first["dispatches"][i]
+        fn = functions.get(row["name"])
         f = flops(fn) if fn is not None else 0
-        rate = f"{f / t / 1e9:8.1f}" if f else f"{'':8}"
-        print(f"{t * 1e3:8.3f} {t / total:6.1%} {rate} {n:3}  {name}  {describe(fn) if fn else ''}")
-    all_flops = sum(flops(functions[name]) for _, name, _ in rows if name in functions)
-    print(f"all dispatches: {all_flops / 1e6:.0f} MFLOP at {all_flops / total / 1e9:.1f} GFLOP/s")
+        cells = ""
+        for d in devices:
+            ms = reports[d]["dispatches"][i][key]
+            cells += f"{ms:16.3f}" + (f"{f / ms / 1e6:8.1f}" if f else f"{'':8}")
+        print(f"{cells} {row['workgroups'][0]:3}  {row['name']}  {describe(fn) if fn else ''}")
+    all_flops = sum(flops(functions[r["name"]]) for r in first["dispatches"] if r["name"] in functions)
+    for d, r in reports.items():
+        total = sum(row[key] for row in r["dispatches"])
+        print(f"all dispatches on {d}: {all_flops / 1e6:.0f} MFLOP at {all_flops / total / 1e6:.1f} GFLOP/s")
 
     if args.dump:
         from retarget.compiler import resolve_target
@@ -109,8 +111,8 @@ def main():
         from retarget_llvm_cpu.debug import dump_kernel
 
         _, desc, _ = resolve_target(args.target)
-        for _, name, _ in sorted(rows, reverse=True)[:args.top]:
-            dump_kernel(lower_dispatch(functions[name], desc), desc, args.dump)
+        for i in rows[:args.top]:
+            dump_kernel(lower_dispatch(functions[first["dispatches"][i]["name"]], desc), desc, args.dump)
         print(f"kernel text, LLVM IR and assembly of the top {args.top} in {args.dump}")
 
 

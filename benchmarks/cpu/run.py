@@ -1,11 +1,13 @@
 """The zoo on the CPU, side by side with the peers, in one process and interleaved.
 
     .venv/bin/python benchmarks/cpu/run.py [--models mobilenet_v2 mlp] [--repeats 50] [--json out.json]
+    .venv/bin/python benchmarks/cpu/run.py --models mobilenet_v2 --peers onnxruntime   # without torch eager
 
-For each model: retarget llvm-cpu on local-task and local-sync, ONNX Runtime, PyTorch eager, and
-IREE when `iree-base-compiler`/`iree-base-runtime` are installed. Each runner is warmed up, then the
-runners take turns (round-robin) so that machine noise hits all of them alike. Medians, min and max
-in milliseconds; every result is checked against torch before it is timed.
+For each model: retarget llvm-cpu on local-task and local-sync, ONNX Runtime (its default threads, and one
+thread; spinning off) and PyTorch eager; `retarget benchmark --suite zoo` adds IREE when it is installed.
+Each runner is warmed up, then the runners take turns (`retarget.bench.interleave`: each round in a new
+order) so that machine noise hits all of them alike. Medians, min and max in milliseconds; every result
+is checked against torch before it is timed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 import warnings
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import retarget
+from retarget.bench import Runner, interleave
 from retarget.compiler import import_model
 from retarget.testing import zoo
 from retarget.testing.numerics import relative_error
@@ -30,7 +32,7 @@ from retarget.testing.numerics import relative_error
 warnings.filterwarnings("ignore")
 
 
-def runners(name: str, tmp: Path):
+def runners(name: str, tmp: Path, peers=("onnxruntime", "torch")):
     import torch
 
     model, inputs = zoo.make(name)
@@ -46,6 +48,8 @@ def runners(name: str, tmp: Path):
         fn = retarget.load(artifact, device=device).main
         out[f"retarget llvm-cpu {device}"] = lambda fn=fn: fn(*arrays)
     try:
+        if "onnxruntime" not in peers:
+            raise ImportError
         import onnxruntime as ort
 
         path = tmp / f"{name}.onnx"
@@ -65,37 +69,33 @@ def runners(name: str, tmp: Path):
         with torch.no_grad():
             return model(*inputs).numpy()
 
-    out["torch eager"] = eager
+    if "torch" in peers:
+        out["torch eager"] = eager
     return out, expected, compile_s
 
 
-def measure(name: str, repeats: int, tmp: Path) -> list[dict]:
-    fns, expected, compile_s = runners(name, tmp)
+def measure(name: str, repeats: int, tmp: Path, peers=("onnxruntime", "torch")) -> list[dict]:
+    fns, expected, compile_s = runners(name, tmp, peers)
     errors = {label: relative_error(np.asarray(fn()), expected) for label, fn in fns.items()}
-    times = {label: [] for label in fns}
-    for _ in range(3):  # warm-up
-        for fn in fns.values():
-            fn()
-    for _ in range(repeats):
-        for label, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[label].append((time.perf_counter() - start) * 1e3)
-    return [{"model": name, "runner": label, "median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t),
-             "relative_error": errors[label], "compile_s": compile_s if label.startswith("retarget") else None}
-            for label, t in times.items()]
+    measured = interleave([Runner(label, fn) for label, fn in fns.items()], repeats, warmup=3)
+    return [{"model": name, "runner": m.runner.label, "median_ms": m.wall.median_ms, "min_ms": m.wall.min_ms,
+             "max_ms": m.wall.max_ms, "relative_error": errors[m.runner.label],
+             "compile_s": compile_s if m.runner.label.startswith("retarget") else None} for m in measured]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=["mlp", "mobilenet_v2", "resnet18", "transformer_block"])
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--peers", nargs="*", default=["onnxruntime", "torch"], choices=["onnxruntime", "torch"],
+                        help="which peers run beside retarget (torch eager's OpenMP workers keep spinning on the other "
+                             "cores after each call, which the runner after it feels)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            rows += measure(name, args.repeats, Path(tmp))
+            rows += measure(name, args.repeats, Path(tmp), args.peers)
     print(f"{'model':18s} {'runner':28s} {'median ms':>10s} {'min':>8s} {'max':>8s} {'rel err':>9s}")
     for r in rows:
         print(f"{r['model']:18s} {r['runner']:28s} {r['median_ms']:10.2f} {r['min_ms']:8.2f} {r['max_ms']:8.2f} "

@@ -4,6 +4,10 @@
 Executables come from `ExecutableLoader`s (hook `retarget_executable_loaders`):
 vmvx's, and any CPU target's such as llvm-cpu. Commands between two barriers run
 concurrently on `local-task`, and so do the workgroups of one dispatch.
+
+A loader with a `native_runner` (llvm-cpu's) gets each run of consecutive stages made only of its
+dispatches as one native program (`ExecutableLoader` in protocols.py): every thread of the device
+runs it, without coming back to Python between workgroups or stages.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,17 +49,28 @@ class HostBuffer:
 class LocalExecutable:
     entry_points: list[EntryPoint]
     kernels: list
+    runner: object | None = None  # the loader's `native_runner`, when it has one
 
 
 @dataclass(eq=False)
 class LocalCommandBuffer:
     stages: list[list] = field(default_factory=lambda: [[]])  # each: callables that may run at once
     ended: bool = False
+    # per stage, while every command of it is a native dispatch: (runner, (function, bindings, count)) each
+    native: list = field(default_factory=lambda: [[]])
+    programs: dict = field(default_factory=dict)  # first stage -> (native program, end stage, shared), by `end`
+    planned: list | None = None  # the `stages` list that `programs` was made for
 
-    def _add(self, work):
+    def _add(self, work, native=None):
+        """`native`: the dispatch's (runner, table row) with its first task, () with the others, None when
+        the command has no native form."""
         if self.ended:
             raise RuntimeError("command buffer already ended; record a new one")
         self.stages[-1].append(work)
+        if native is None:
+            self.native[-1] = None
+        elif native and self.native[-1] is not None:
+            self.native[-1].append(native)
 
     def dispatch(self, executable: LocalExecutable, entry: int, bindings, *, scalars=(), workgroup_count=None) -> None:
         """`scalars` and `workgroup_count`: a dynamic entry point's sizes for this dispatch (protocols.py)."""
@@ -64,10 +80,12 @@ class LocalCommandBuffer:
         run = bind(views, tuple(int(v) for v in scalars)) if ep.scalars else bind(views)
         gx, gy, gz = workgroup_count or ep.workgroup_count
         total = gx * gy * gz
+        native = getattr(run, "native", None)
+        native = (executable.runner, (*native, (gx, gy, gz))) if native and executable.runner is not None else None
         tasks = min(total, MAX_TASKS_PER_DISPATCH)
         for t in range(tasks):
             lo, hi = total * t // tasks, total * (t + 1) // tasks
-            self._add(lambda lo=lo, hi=hi: _run_workgroups(run, lo, hi, gx, gy))
+            self._add(lambda lo=lo, hi=hi: _run_workgroups(run, lo, hi, gx, gy), native if t == 0 else ())
 
     def copy(self, src: HostBuffer, src_offset: int, dst: HostBuffer, dst_offset: int, nbytes: int) -> None:
         _check_range(src, src_offset, nbytes, "copying from")
@@ -89,9 +107,24 @@ class LocalCommandBuffer:
     def barrier(self) -> None:
         if self.stages[-1]:
             self.stages.append([])
+            self.native.append([])
 
     def end(self) -> None:
+        """Ends recording; each run of stages made only of one runner's native dispatches becomes a program."""
         self.ended = True
+        start = 0
+        while start < len(self.stages):
+            runner = _runner_of(self.native[start])
+            stop = start
+            while stop < len(self.stages) and runner is not None and _runner_of(self.native[stop]) is runner:
+                stop += 1
+            if stop > start:
+                rows = [[row for _, row in self.native[i]] for i in range(start, stop)]
+                # helpers are woken only where some stage has work to share: waking one costs tens of us
+                shared = any(sum(gx * gy * gz for _, _, (gx, gy, gz) in stage) > 1 for stage in rows)
+                self.programs[start] = (runner.program(rows), stop, shared)
+            start = max(stop, start + 1)
+        self.planned = self.stages
 
 
 class LocalDevice:
@@ -127,14 +160,27 @@ class LocalDevice:
         reason = self.can_load(binary.format, binary.target)
         if reason:
             raise UnknownDeviceError(f"{self.info.uri} cannot run {binary.target.name}: {reason}")
-        return LocalExecutable(list(binary.entry_points), self.loaders[binary.format].load(binary))
+        loader = self.loaders[binary.format]
+        return LocalExecutable(list(binary.entry_points), loader.load(binary), getattr(loader, "native_runner", None))
 
     def command_buffer(self) -> LocalCommandBuffer:
         return LocalCommandBuffer()
 
     def submit(self, command_buffer: LocalCommandBuffer) -> None:
         with self._lock:
-            for stage in command_buffer.stages:
+            stages = command_buffer.stages
+            programs = command_buffer.programs if command_buffer.planned is stages else {}
+            i = 0
+            while i < len(stages):
+                if i in programs:
+                    program, i, shared = programs[i]
+                    epoch = program.start()
+                    if self.team is not None and shared:  # helpers join when they wake; no one waits for them
+                        self.team.launch(lambda program=program, epoch=epoch: program.work(epoch))
+                    program.work(epoch)  # returns when the last stage is done
+                    continue
+                stage = stages[i]
+                i += 1
                 if not stage:
                     continue
                 if self.team is None or len(stage) == 1:
@@ -177,16 +223,26 @@ def _run_all(works) -> None:
         work()
 
 
+def _runner_of(native: list | None):
+    """The one runner of a stage's native dispatches; None for an empty stage or one with other commands."""
+    if not native or any(runner is not native[0][0] for runner, _ in native):
+        return None
+    return native[0][0]
+
+
 class _Team:
     """Helper threads that wait for a share of each stage; the submitting thread takes a share too.
 
     A stage's commands are dealt round-robin over the team. Starting a share is one lock release,
     cheaper than a thread pool's future per task, which matters for kernels of tens of microseconds.
+    `launch` hands every helper the same work and waits for nobody (a native program's helpers leave
+    when its run is over). Each helper's shares queue up, so one handed out while it is still busy
+    with the last is neither lost nor run twice.
     """
 
     def __init__(self, helpers: int):
         self.helpers = helpers
-        self.shares: list = [None] * helpers
+        self.shares = [deque() for _ in range(helpers)]  # (works, whether to signal `done`); None: stop
         self.go = [threading.Semaphore(0) for _ in range(helpers)]
         self.done = threading.Semaphore(0)
         self.errors: list[BaseException] = []
@@ -202,20 +258,29 @@ class _Team:
     def _serve(self, i: int) -> None:
         while True:
             self.go[i].acquire()
-            share = self.shares[i]
+            share = self.shares[i].popleft()
             if share is None:
                 return
+            works, signal = share
             try:
-                _run_all(share)
+                _run_all(works)
             except BaseException as e:  # re-raised in the submitting thread
                 self.errors.append(e)
-            self.done.release()
+            if signal:
+                self.done.release()
+
+    def _hand(self, i: int, share) -> None:
+        self.shares[i].append(share)
+        self.go[i].release()
+
+    def launch(self, work) -> None:
+        for i in range(self.helpers):
+            self._hand(i, ([work], False))
 
     def run(self, stage: list) -> None:
         n = min(self.helpers + 1, len(stage))
         for i in range(1, n):
-            self.shares[i - 1] = stage[i::n]
-            self.go[i - 1].release()
+            self._hand(i - 1, (stage[i::n], True))
         _run_all(stage[0::n])
         for _ in range(1, n):
             self.done.acquire()
@@ -225,8 +290,7 @@ class _Team:
 
     def close(self) -> None:
         for i in range(self.helpers):
-            self.shares[i] = None
-            self.go[i].release()
+            self._hand(i, None)
 
 
 class LocalDriver:

@@ -299,7 +299,18 @@ class ExecutableLoader(Protocol):
     order) and returns `run(workgroup_id)`, which the driver calls for each workgroup,
     possibly from several threads at once. For a dynamic entry point (one with `scalars`)
     the driver calls `bind(views, scalars)`, the views at this dispatch's shapes and
-    `scalars` the symbols' values in the entry point's order."""
+    `scalars` the symbols' values in the entry point's order.
+
+    Optionally, so that a recorded command buffer runs without coming back to Python between
+    workgroups: `run.native` is `(function, bindings)`, the address of a C function
+    `void f(void **bindings, int64_t x, int64_t y, int64_t z)` that runs one workgroup and the
+    address of its binding table; and the loader's `native_runner` has `program(stages)`, which
+    takes stages of `(function, bindings, (gx, gy, gz))` (in order; a stage's dispatches do not
+    depend on each other) and returns a program with `start() -> epoch` and `work(epoch)`. The
+    drivers call `start` once per submit, then `work` from each of their threads: `work` takes
+    workgroups until the run is over, and returns then in the submitting thread (a thread that
+    arrives late, or never, must not stop it). The addresses stay valid while the command buffer
+    lives. A loader without these runs each workgroup through `run`."""
 
     format: str
 

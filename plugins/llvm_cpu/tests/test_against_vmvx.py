@@ -49,9 +49,54 @@ def test_depthwise_and_grouped_convs(channels):
     _run_both(build, (2, channels, 11, 19))
 
 
+@pytest.mark.parametrize("width, stride", [(7, 1), (14, 1), (27, 2), (40, 2)])
+def test_depthwise_conv_with_one_filter_per_channel(width, stride):
+    """MobileNet's form: border rows, masked first and last chunks, a last chunk overlapping the one before."""
+    def build(b, x):
+        y = b.op("rt.conv2d", [x, _const(b, (5, 1, 3, 3))], {"strides": (stride, stride), "pad": (1,) * 4, "groups": 5})
+        return b.op("rt.add", [y, _const(b, (1, 5, 1, 1))])
+
+    _run_both(build, (1, 5, 6, width))
+
+
+def test_a_7x7_stem_conv_loops_over_its_window_rows():
+    """ResNet's form: a dense 7x7 window, stride 2, three border rows in one loop."""
+    _run_both(lambda b, x: b.op("rt.conv2d", [x, _const(b, (8, 3, 7, 7))], {"strides": (2, 2), "pad": (3,) * 4}),
+              (1, 3, 20, 37))
+
+
+def test_conv_outputs_whose_window_sees_only_padding_are_the_epilogue_of_zero():
+    def build(b, x):
+        y = b.op("rt.conv2d", [x, _const(b, (3, 2, 3, 3))], {"pad": (3, 3, 3, 3)})
+        return b.op("rt.add", [y, _const(b, (1, 3, 1, 1))])
+
+    _run_both(build, (1, 2, 4, 5))
+
+
+def test_grouped_conv_tiles_may_span_two_groups():
+    _run_both(lambda b, x: b.op("rt.conv2d", [x, _const(b, (14, 2, 3, 3))], {"pad": (1,) * 4, "groups": 2}),
+              (1, 4, 8, 9))
+
+
+# 16 x 65 x 65 floats: pixels outside channels; 200 channels: the reduction in blocks of 128 and 72
+@pytest.mark.parametrize("channels, size", [(16, 65), (24, 7), (200, 7)])
+def test_pointwise_conv_with_a_residual_add(channels, size):
+    def build(b, x, residual):
+        return b.op("rt.add", [b.op("rt.conv2d", [x, _const(b, (13, channels, 1, 1))]), residual])
+
+    _run_both(build, (1, channels, size, size), (1, 13, size, size))
+
+
 @pytest.mark.parametrize("m, k, n", [(1, 5, 3), (3, 17, 33), (8, 64, 10), (13, 7, 70)])
 def test_matmul_with_bias(m, k, n):
     _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (k, n))]), _const(b, (n,))]), (m, k))
+
+
+def test_a_matmul_whose_weights_exceed_the_cache_runs_in_column_slabs_and_reduction_blocks():
+    # 300 x 250 floats: slabs of 13 column tiles, two more tiles, 10 columns; two row blocks of 6 and a row;
+    # reduction blocks of 128, 128 and 44 steps, the bias added after the last
+    _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (300, 250))]), _const(b, (250,))]),
+              (13, 300))
 
 
 def test_batched_matmul_broadcasts_the_weights():

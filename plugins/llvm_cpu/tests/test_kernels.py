@@ -188,6 +188,36 @@ def test_an_unrolled_loop_and_an_if_run_like_their_serial_form(run_kernel):
     np.testing.assert_array_equal(y, np.where(np.arange(n) % 2 == 0, x, 0))
 
 
+def test_index_arithmetic_repeated_after_its_variable_changes_uses_the_new_value(run_kernel):
+    t, i = k.Var("t"), k.Var("i")
+    at = t * 2 + 1  # the same expression object, emitted again after each change of t
+    body = [k.Assign("t", k.const(0)), k.Store("y", at, k.const(1.0, f32)),
+            k.Assign("t", k.const(1)), k.Store("y", at, k.const(2.0, f32)),
+            k.Loop("i", 2, [k.Assign("t", i + 2), k.Store("y", at, k.Load("x", at, f32))], kind="unroll")]
+    kern = k.Kernel("reuse", [k.Param("x", f32, 8, "read"), k.Param("y", f32, 8, "write")], body)
+    x = rng.standard_normal(8, dtype=np.float32)
+    y = np.zeros(8, np.float32)
+    run_kernel(kern, [x, y])
+    np.testing.assert_array_equal(y, [0, 1, 0, 2, 0, x[5], 0, x[7]])
+
+
+def test_kernels_that_differ_only_in_name_share_one_compiled_body():
+    from retarget_llvm_cpu import codegen, targets
+    from retarget_llvm_cpu.compile import compile_kernels
+    from retarget_llvm_cpu.loader import LlvmCpuLoader
+
+    twins = [k.Kernel(name, [k.Param("x", f32, 16, "read"), k.Param("y", f32, 16, "write")],
+                      [k.Loop("i", 16, [k.Store("y", k.Var("i"), k.Unary("exp", k.Load("x", k.Var("i"), f32)))],
+                              kind="vector")]) for name in ("first", "second")]
+    desc = targets.parse("host")
+    text = codegen.llvm_ir(twins, desc.extra["triple"], desc.features)
+    assert text.count('define internal void @"first.body"') == 1 and "second.body" not in text
+    for bind in LlvmCpuLoader().load(compile_kernels(twins, desc)):  # one object, an entry point each
+        x, y = rng.standard_normal(16, dtype=np.float32), np.zeros(16, np.float32)
+        bind([x, y])((0, 0, 0))
+        np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+
+
 def test_a_cast_to_f16_rounds_even_when_the_value_stays_in_registers(run_kernel):
     x = np.array([1.0001, 3.14159, 1e-6, 70000.0], np.float32)
     y = np.zeros(4, np.float32)

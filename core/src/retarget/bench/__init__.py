@@ -1,6 +1,6 @@
 """Benchmarks: retarget beside its peers, with tables, JSON and plots (`retarget benchmark`).
 
-- `timing`: Runner, warm-ups and round-robin interleaving, Stats (median, min, max, count), the
+- `timing`: Runner, warm-ups and interleaving (each round in a new order), Stats (median, min, max, count), the
   correctness check, and `per_dispatch`, which times each dispatch of a function on its own;
 - `report`: the machine and versions, rows and the comparison with the best peer, the rich table,
   JSON and the PNG bar chart (matplotlib, imported only when a PNG is asked for);

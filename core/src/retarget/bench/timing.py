@@ -13,6 +13,7 @@ whose work finishes inside `submit`) are timed by the host clock only.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from ..dlpack import DeviceArray
 from ..testing.numerics import relative_error
 
 TOLERANCE = 1e-4  # the relative error (see retarget.testing.numerics) that counts as correct
+ROUND_ORDER_SEED = 0  # the order of runners in each timed round is a shuffle from this seed
 
 
 @dataclass
@@ -111,10 +113,13 @@ def interleave(runners: Sequence[Runner], repeats: int, warmup: int = 3, *,
                progress: Callable[[str], None] | None = None) -> list[Measurement]:
     """Warm every runner up `warmup` times, then time `repeats` rounds in which each runner runs once.
 
-    Round r starts with runner r mod n, so no runner always follows the same one. (A sleep between
-    calls, to let the previous runner's spinning threads go idle, was tried on the GPU machine's 16
-    cores: it made torch's CPU medians worse, 0.27 -> 3.3 ms on the MLP.) A runner whose call raises
-    is dropped, with the error recorded in its Measurement; the others go on."""
+    Each round takes the runners in a new order (a seeded shuffle, the same in every run), so that no
+    runner mostly follows the same one: the one after torch eager finds its OpenMP workers still
+    spinning on the other cores, which on a 2-core machine halves a two-thread runner (a rotation of
+    a fixed order left one runner after torch in 4 rounds of 5). (A sleep between calls, to let the
+    previous runner's spinning threads go idle, was tried on the GPU machine's 16 cores: it made
+    torch's CPU medians worse, 0.27 -> 3.3 ms on the MLP.) A runner whose call raises is dropped, with
+    the error recorded in its Measurement; the others go on."""
     measurements = [Measurement(r) for r in runners]
     _interleave(measurements, repeats, warmup, clock, progress)
     return measurements
@@ -139,12 +144,12 @@ def _interleave(measurements: list[Measurement], repeats: int, warmup: int, cloc
         for m in live:
             if m.error is None:
                 run(m, timed=False)
+    order = random.Random(ROUND_ORDER_SEED)
     for r in range(repeats):
         live = [m for m in live if m.error is None]
         if not live:
             break
-        start = r % len(live)
-        for m in live[start:] + live[:start]:
+        for m in order.sample(live, len(live)):
             run(m, timed=True)
         if progress and repeats >= 8 and (r + 1) % (repeats // 4) == 0 and r + 1 < repeats:
             progress(f"round {r + 1}/{repeats}")

@@ -67,8 +67,18 @@ from .ir import (
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
-MIN_PARALLEL_WORK = 1 << 20  # below this many multiply-adds (~20 us of work) one workgroup is faster
+# Below this many multiply-adds (~5 us of work) one workgroup is faster. The drivers' native programs (llvm-cpu's)
+# start a workgroup in tens of nanoseconds and hand a stage to a running helper in about a microsecond, but a
+# program with nothing to share never wakes one (tens of microseconds): a small model stays on one thread.
+MIN_PARALLEL_WORK = 1 << 18
 MATMUL_ROWS = 4  # rows of a matmul tile, and output channels of a conv tile, kept in registers
+WINDOW_ROWS = 6  # output channels of a windowed convolution's tile (at most one group's)
+MATMUL_DEPTH_BLOCK = 128  # reduction steps of a large matmul's block: its B block (128 rows of a slab) stays in L1
+POINTWISE_ROWS = 6  # output channels of a 1x1 convolution's tile: 6 x 2 vectors of pixels is 12 accumulators
+CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache (about half an L2) ...
+MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
+MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a row of a dense conv's 7x7 ...
+MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -502,32 +512,42 @@ class _Lowering:
         kk = a.type.shape[-1]
         acc_dt = _accumulator(out.dtype)
         bvars, wrap_batch = self.loops(batch, "serial")
-        rows = MATMUL_ROWS if isinstance(m, Sym) else min(MATMUL_ROWS, m)
+        static = not any(isinstance(d, Sym) for d in (m, n, kk))
+        # a matrix of many rows takes the taller tile of pointwise convolutions (12 accumulators)
+        rows = min(POINTWISE_ROWS if static and m >= 2 * POINTWISE_ROWS else MATMUL_ROWS, m) \
+            if not isinstance(m, Sym) else MATMUL_ROWS
         tile = self.tile if isinstance(n, Sym) else min(self.tile, n)
         self.schedule.update(tile_m=rows, tile_n=tile)
 
-        def tile_code(m0: Expr, mr: int, n0: Expr, nt: int) -> list:
+        def tile_code(m0: Expr, mr: int, n0: Expr, nt: int, depth: tuple | None = None) -> list:
+            """The mr x nt tile at (m0, n0) over the whole reduction, or over `depth` = (k0, steps, first,
+            last): a block of it, which starts from the partial sums in the output unless first, and leaves
+            them there unless last (the output is then the accumulator's type)."""
             acc, kv, r, j = self.fresh("acc"), self.fresh("k"), self.fresh("r"), self.fresh("j")
             a_val = self.fresh("a")
+            k0, steps, first, last = depth or (k.const(0), kk, True, True)
 
             def a_at(row):
-                return self.value(a, _broadcast_index(bvars + [m0 + row, Var(kv)], a.type.shape, out.shape))
+                return self.value(a, _broadcast_index(bvars + [m0 + row, k0 + Var(kv)], a.type.shape, out.shape))
 
             def b_at(col):
-                return self.value(b, _broadcast_index(bvars + [Var(kv), n0 + col], b.type.shape, out.shape))
+                return self.value(b, _broadcast_index(bvars + [k0 + Var(kv), n0 + col], b.type.shape, out.shape))
 
             cell = Var(r) * nt + Var(j)
+            at = linearize(bvars + [m0 + Var(r), n0 + Var(j)], out.shape)
             self.override[op.result] = Cast(Load(acc, cell, acc_dt), out.dtype) if acc_dt != out.dtype \
                 else Load(acc, cell, acc_dt)
+            start = k.const(0, acc_dt) if first else Load("out0", at, acc_dt)
             return [
                 Local(acc, mr * nt, acc_dt),
-                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
-                Loop(kv, kk, [Loop(r, mr, [
+                Loop(r, mr, [Loop(j, nt, [Store(acc, cell, start)], REG)], "unroll"),
+                Loop(kv, steps, [Loop(r, mr, [
                     Assign(a_val, _widen(a_at(Var(r)), acc_dt)),
                     Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
                                                            k.Binary("mul", Var(a_val, acc_dt), _widen(b_at(Var(j)), acc_dt))))],
                          REG)], "unroll")]),
-                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)])], REG)], "unroll"),
+                Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)]) if last else
+                                          Store("out0", at, Load(acc, cell, acc_dt))], REG)], "unroll"),
             ]
 
         def columns(m0: Expr, mr: int) -> list:
@@ -548,18 +568,72 @@ class _Lowering:
             r = self.fresh("mr")
             tail = [Loop(r, tail_rows, columns(Var(r) + (m - tail_rows), 1))]
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
+        elif static and row_blocks >= 2 and (n // tile) * tile * kk * b.type.dtype.itemsize > CACHED_OPERAND_BYTES:
+            # partial sums wait in the output between reduction blocks: only where it holds the accumulator's type
+            depth = MATMUL_DEPTH_BLOCK if acc_dt == out.dtype and kk > MATMUL_DEPTH_BLOCK else 0
+            body = self._matmul_in_slabs(tile_code, m, n, rows, tile, kk * b.type.dtype.itemsize, work, kk, depth)
         elif isinstance(n, Sym) or row_blocks >= 2 or n < 2 * tile:
             tail = columns(k.const(m - tail_rows), tail_rows) if tail_rows else None
             body = self.parallel(row_blocks, work, lambda i: columns(i * rows, rows), tail)
-        else:  # few rows (a batch-1 linear layer): spread the columns instead
-            c_tail = n % tile
+        else:  # few rows (a batch-1 linear layer): spread the columns instead, in tiles as wide as the
+            # register tile allows: each row of B is read in runs of several cache lines, not one per page
+            wide = min(n, tile * max(1, MATMUL_ROWS // rows))
+            self.schedule["tile_n"] = wide
+            c_tail = n % wide
             body = []
             for start in range(0, m - tail_rows, rows):
-                body += self.parallel(n // tile, work, lambda c, s=start: tile_code(k.const(s), rows, c * tile, tile),
+                body += self.parallel(n // wide, work, lambda c, s=start: tile_code(k.const(s), rows, c * wide, wide),
                                       tile_code(k.const(start), rows, k.const(n - c_tail), c_tail) if c_tail else None)
             if tail_rows:
                 body += columns(k.const(m - tail_rows), tail_rows)
         return wrap_batch(body)
+
+    def _matmul_in_slabs(self, tile_code, m: int, n: int, rows: int, tile: int, column_bytes: int, work: int,
+                         kk: int, depth: int) -> list:
+        """A matmul whose B is too large to stay in cache, in slabs of columns that do: every row block goes
+        over one slab before the next slab starts, so each tile reads its B columns from cache, not memory.
+        With `depth`, each slab goes in blocks of that many reduction steps, all row blocks each, so that the
+        block of B in use stays in the first-level cache, and the partial sums wait in the output."""
+        per_slab = max(1, CACHED_OPERAND_BYTES // (tile * column_bytes))  # column tiles
+        full, tail_cols = n // tile, n % tile
+        row_blocks, tail_rows = m // rows, m % rows
+        self.schedule["slab_tiles"] = per_slab
+        if depth:
+            self.schedule["depth_block"] = depth
+
+        def piece(first: Expr, count: int, width: int) -> list:  # `count` tiles of `width` columns from `first`
+            def phase(step) -> list:
+                def tiles(m0: Expr, mr: int) -> list:
+                    if count == 1:
+                        return tile_code(m0, mr, first, width, step)
+                    c = self.fresh("c")
+                    return [Loop(c, count, tile_code(m0, mr, first + Var(c) * width, width, step))]
+
+                tail = tiles(k.const(m - tail_rows), tail_rows) if tail_rows else None
+                return self.parallel(row_blocks, work, lambda i: tiles(i * rows, rows), tail)
+
+            return self._in_depth_blocks(kk, depth, phase)
+
+        slab = self.fresh("slab")
+        body = [Loop(slab, full // per_slab, piece(Var(slab) * (per_slab * tile), per_slab, tile))]
+        if full % per_slab:
+            body += piece(k.const(full - full % per_slab) * tile, full % per_slab, tile)
+        if tail_cols:
+            body += piece(k.const(n - tail_cols), 1, tail_cols)
+        return body
+
+    def _in_depth_blocks(self, kk: int, depth: int, phase) -> list:
+        """`phase(step)` over a reduction of `kk` steps: once for all of it (step None) without `depth`, else
+        once per block of `depth` steps, step = (first step, steps, first block?, last block?): the first and
+        last blocks on their own, the ones between in a loop."""
+        if not depth:
+            return phase(None)
+        blocks, kb = -(-kk // depth), self.fresh("kb")
+        out = phase((k.const(0), depth, True, False))
+        if blocks > 2:
+            out.append(Loop(kb, blocks - 2, phase((Var(kb) * depth, depth, False, False)), start=1))
+        last = (blocks - 1) * depth
+        return out + phase((k.const(last), kk - last, False, True))
 
     def _register_tiled_matmul(self, op, plan: RegisterTiles) -> list:
         """The SIMT tiled matmul (`_staged_matmul` stages the operands, A k-major): thread (tr, tc) of a
@@ -612,6 +686,13 @@ class _Lowering:
         return self._staged_matmul(op, plan.tiles(), setup, multiply, epilogue)
 
     def _conv2d(self, op) -> list:
+        x, w = op.operands
+        if all(isinstance(d, int) for d in (*op.result.type.shape[1:], *x.type.shape[1:], *w.type.shape)):
+            if self._pointwise(op):  # a batch known only at run time is fine: it is the outermost loop
+                return self._pointwise_conv(op)
+            direct = self._windowed_conv(op)
+            if direct is not None:
+                return direct
         x, w = op.operands
         out = op.result.type
         n_, o_, oh, ow = out.shape
@@ -678,6 +759,187 @@ class _Lowering:
         work = n_ * o_ * oh * ow * cg * kh * kw
         body = self.parallel(blocks, work, lambda i: rows_of(i * ob, ob),
                              rows_of(k.const(o_ - tail), tail) if tail else None)
+        return [Loop(nv, n_, body)]
+
+    def _windowed_conv(self, op) -> list | None:
+        """A convolution of static sizes with a small window, as rows of vector tiles (`tile_channels`
+        output channels by `tile_x` pixels), the window unrolled (a dense conv's window rows looped). Each
+        tap of a tile reads the image plainly where the tile's window stays inside it, which is most tiles:
+        the chunk loop of interior rows. The first and last chunk of each row, whose lanes past the edge read
+        zeros through masked loads, are emitted on their own, and so are the border rows (above and below the
+        interior, one loop), whose taps on a row outside the image read a clamped row and zero it. The last
+        chunk of a row overlaps the one before it (it recomputes a few outputs) rather than leave a short
+        tail, and so does the last block of channels. None for a large window (a depthwise 7x7): the general
+        loop nest handles those, and convolutions whose sizes other than the batch are known only at run time."""
+        x, w = op.operands
+        out = op.result.type
+        n_, o_, oh, ow = out.shape
+        h, wd = x.type.shape[2:]
+        _, cg, kh, kw = w.type.shape
+        # A dense conv already loops over its input channels; looping over the window's rows too costs little
+        # next to that and keeps its kernel small. A depthwise conv's whole window is unrolled, and so is a
+        # conv of few input channels (an RGB stem's 3x3).
+        window_rows_looped = kh > 1 and cg * kh * kw > MAX_UNROLLED_WINDOW
+        if (kw if window_rows_looped else kh * kw) > MAX_UNROLLED_TAPS:
+            return None
+        sh, sw = op.attrs.get("strides", (1, 1))
+        dh, dw = op.attrs.get("dilations", (1, 1))
+        pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
+        per_group = o_ // op.attrs.get("groups", 1)
+        rows = _inside(oh, h, kh, sh, dh, pt)
+        border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
+        acc_dt = _accumulator(out.dtype)
+        # channels of one group share the pixels they read; a depthwise conv's channels share nothing, and
+        # one channel per tile leaves registers for its whole window's weights
+        ob = min(WINDOW_ROWS, per_group, o_)
+        pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
+        self.schedule.update(tile_channels=ob, tile_x=max(p[1] for p in pieces), border_rows=len(border_rows))
+        nv = self.fresh("n")
+
+        def taps_at(x0: int | None, width: int) -> list[tuple[int, int, bool]]:
+            """(ky, kx, masked) for the taps of a tile at columns x0.. (None: a chunk of the interior loop)
+            that read the image; `masked` where only some of its lanes do."""
+            out_taps = []
+            for ky in range(kh):
+                for kx in range(kw):
+                    inside = [True] if x0 is None else [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
+                    if any(inside):
+                        out_taps.append((ky, kx, not all(inside)))
+            return out_taps
+
+        # rows of the window that some border row finds outside the image: read through a clamped row, then zeroed
+        outside = {ky for ky in range(kh) for y in border_rows if not 0 <= y * sh + ky * dh - pt < h}
+
+        self.schedule["window"] = "rows looped" if window_rows_looped else "unrolled"
+
+        def tile_code(o0: Expr, nb: int, y: Expr, x0: Expr, chunk: int, taps, border: bool) -> list:
+            acc, cv, r, j, wv, kyv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w", "ky"))
+            o = o0 + Var(r)
+            ci = Var(cv) if per_group == o_ else (o // per_group) * cg + Var(cv)
+            cell = Var(r) * chunk + Var(j)
+            self.override[op.result] = _narrow(Load(acc, cell, acc_dt), out.dtype)
+            if window_rows_looped:  # one tap per column of the window, its row the loop's
+                taps = list({kx: (Var(kyv), kx, masked) for ky, kx, masked in taps}.values())
+            steps = []
+            for ky, kx, masked in taps:
+                iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
+                row_masked = border and (window_rows_looped or ky in outside)
+                pixel = _widen(self.value(x, [Var(nv), ci, _clamp(iy, h) if row_masked else iy,
+                                              _clamp(ix, wd) if masked else ix]), acc_dt)
+                if masked:
+                    pixel = Select(_in_range(ix, wd), pixel, k.const(0, acc_dt))
+                if row_masked:  # the same for every lane: a select after a plain load
+                    pixel = Select(_in_range(iy, h), pixel, k.const(0, acc_dt))
+                steps.append(Loop(r, nb, [
+                    Assign(wv, _widen(self.value(w, [o, Var(cv), _lift_index(ky), k.const(kx)]), acc_dt)),
+                    Loop(j, chunk, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
+                                                              k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
+                ], "unroll"))
+            if window_rows_looped and steps:
+                steps = [Loop(kyv, kh, steps)]
+            return [
+                Local(acc, nb * chunk, acc_dt),
+                Loop(r, nb, [Loop(j, chunk, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
+                *([Loop(cv, cg, steps)] if steps else []),
+                Loop(r, nb, [Loop(j, chunk, [self.store([Var(nv), o, y, x0 + Var(j)])], REG)], "unroll"),
+            ]
+
+        def row(o0: Expr, nb: int, y: Expr, border: bool) -> list:
+            body = []
+            for x0, width, count in pieces:
+                if count is None:
+                    body += tile_code(o0, nb, y, k.const(x0), width, taps_at(x0, width), border)
+                else:
+                    c = self.fresh("x")
+                    body.append(Loop(c, count, tile_code(o0, nb, y, Var(c) * width + x0, width, taps_at(None, width),
+                                                         border)))
+            return body
+
+        def block(o0: Expr, nb: int) -> list:
+            y, t = self.fresh("y"), self.fresh("t")
+            lo, hi = rows
+            body = [Loop(y, hi - lo, row(o0, nb, Var(y), False), start=lo)] if hi > lo else []
+            if border_rows:  # the rows above and below the interior, as one loop
+                at = Var(t) if hi == oh else Var(t) + hi if lo == 0 else \
+                    Select(Compare("lt", Var(t), k.const(lo)), Var(t), Var(t) + (hi - lo))
+                body.append(Loop(t, len(border_rows), row(o0, nb, at, True)))
+            return body
+
+        # the last block overlaps the one before when ob does not divide the channels (it recomputes a few)
+        # rather than repeat the whole loop nest for a short block
+        blocks = -(-o_ // ob)
+        work = n_ * o_ * oh * ow * cg * kh * kw
+        first = (lambda i: i * ob) if o_ % ob == 0 else (lambda i: k.minimum(i * ob, o_ - ob))
+        return [Loop(nv, n_, self.parallel(blocks, work, lambda i: block(first(i), ob)))]
+
+    def _pointwise_conv(self, op) -> list:
+        """A 1x1 convolution (see `_pointwise`) as the matmul weights (O x C) times image (C x pixels), the
+        pixels one flat run: register tiles of `tile_channels` x `tile_x` outputs, the short last tile in
+        power-of-two vector pieces. Which operand's loop runs outside follows their sizes: the smaller one
+        is re-read once per tile of the other, so it should be the one that stays in cache."""
+        x, w = op.operands
+        out = op.result.type
+        n_, o_, oh, ow = out.shape
+        cg = w.type.shape[1]
+        pixels = oh * ow
+        acc_dt = _accumulator(out.dtype)
+        ob = min(POINTWISE_ROWS, o_)
+        tile = min(self.tile, pixels)
+        # Pixels outside when the image is too large to stay in cache while every channel block re-reads it,
+        # and the outputs are few enough channels that writing a pixel tile of each is few store streams.
+        pixels_outside = cg * pixels * x.type.dtype.itemsize > CACHED_OPERAND_BYTES and o_ <= MAX_STORE_STREAMS
+        self.schedule.update(tile_channels=ob, tile_x=tile, pixels="flat",
+                             outer="pixels" if pixels_outside else "channels")
+        nv = self.fresh("n")
+
+        def tile_code(o0: Expr, nb: int, p0: Expr, nt: int, depth: tuple | None = None) -> list:
+            acc, cv, r, j, wv = (self.fresh(p) for p in ("acc", "c", "r", "j", "w"))
+            c0, steps, first, last = depth or (k.const(0), cg, True, True)  # see _in_depth_blocks
+            o = o0 + Var(r)
+            cell = Var(r) * nt + Var(j)
+            pixel = _widen(self.value(x, [Var(nv), c0 + Var(cv), k.const(0), p0 + Var(j)]), acc_dt)
+            self.override[op.result] = _narrow(Load(acc, cell, acc_dt), out.dtype)
+            at = linearize([Var(nv), o, k.const(0), p0 + Var(j)], out.shape)
+            return [
+                Local(acc, nb * nt, acc_dt),
+                Loop(r, nb, [Loop(j, nt, [Store(acc, cell, k.const(0, acc_dt) if first else Load("out0", at, acc_dt))],
+                                  REG)], "unroll"),
+                Loop(cv, steps, [Loop(r, nb, [
+                    Assign(wv, _widen(self.value(w, [o, c0 + Var(cv), k.const(0), k.const(0)]), acc_dt)),
+                    Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
+                                                           k.Binary("mul", Var(wv, acc_dt), pixel)))], REG),
+                ], "unroll")]),
+                Loop(r, nb, [Loop(j, nt, [self.store([Var(nv), o, k.const(0), p0 + Var(j)]) if last else
+                                          Store("out0", at, Load(acc, cell, acc_dt))], REG)], "unroll"),
+            ]
+
+        def channels(p0: Expr, nt: int) -> list:  # every channel block, at one pixel tile
+            c = self.fresh("o")
+            body = [Loop(c, o_ // ob, tile_code(Var(c) * ob, ob, p0, nt))] if o_ >= ob else []
+            return body + (tile_code(k.const(o_ - o_ % ob), o_ % ob, p0, nt) if o_ % ob else [])
+
+        def pixel_tiles(o0: Expr, nb: int, depth) -> list:  # every pixel tile, at one channel block
+            c = self.fresh("x")
+            body = [Loop(c, pixels // tile, tile_code(o0, nb, Var(c) * tile, tile, depth))]
+            return body + (tile_code(o0, nb, k.const(pixels - pixels % tile), pixels % tile, depth)
+                           if pixels % tile else [])
+
+        work = n_ * o_ * pixels * cg
+        if pixels_outside:
+            tail = channels(k.const(pixels - pixels % tile), pixels % tile) if pixels % tile else None
+            body = self.parallel(pixels // tile, work, lambda i: channels(i * tile, tile), tail)
+        else:
+            # a deep reduction goes in blocks, each over every channel block: the image's rows of a block
+            # stay in the first-level cache while the weights stream, and partial sums wait in the output
+            depth = MATMUL_DEPTH_BLOCK if acc_dt == out.dtype and cg > MATMUL_DEPTH_BLOCK else 0
+            if depth:
+                self.schedule["depth_block"] = depth
+
+            def phase(step) -> list:
+                tail = pixel_tiles(k.const(o_ - o_ % ob), o_ % ob, step) if o_ % ob else None
+                return self.parallel(o_ // ob, work, lambda i: pixel_tiles(i * ob, ob, step), tail)
+
+            body = self._in_depth_blocks(cg, depth, phase)
         return [Loop(nv, n_, body)]
 
     def _pointwise(self, op) -> bool:
@@ -748,6 +1010,35 @@ class _Lowering:
             return [*init, Loop(ky, kh, [Loop(kx, kw, update)]), self.store(idx)]
 
         return self._over_output(out.shape, element, work=out.num_elements * kh * kw)
+
+
+def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: int) -> list:
+    """How a windowed convolution covers a row of `ow` outputs with chunks of a power-of-two width (at most
+    `tile`), the last overlapping the one before when `ow` is not a multiple: (x0, width, count) pieces in
+    order, count None for one chunk at x0, else a loop of `count` chunks from x0 whose windows stay inside
+    the image along x."""
+    lo, hi = _inside(ow, wd, kw, sw, dw, pl)
+    chunk = 1 << (min(tile, ow).bit_length() - 1)
+    starts = list(range(0, ow - chunk + 1, chunk)) + ([ow - chunk] if ow % chunk else [])
+    looped = [s for s in starts if s % chunk == 0 and s >= lo and s + chunk <= hi]
+    out = []
+    for s in starts:
+        if s not in looped:
+            out.append((s, chunk, None))
+        elif s == looped[0]:
+            out.append((s, chunk, len(looped)))
+    return out
+
+
+def _lift_index(i) -> Expr:
+    return i if isinstance(i, Expr) else k.const(i)
+
+
+def _inside(out: int, size: int, window: int, stride: int, dilation: int, pad: int) -> tuple[int, int]:
+    """[lo, hi): the outputs along one axis whose whole window lies inside the input (lo == hi: none)."""
+    lo = min(out, -(-pad // stride))
+    hi = (size - 1 - (window - 1) * dilation + pad) // stride + 1
+    return lo, max(lo, min(out, hi))
 
 
 def _accumulator(dt: DType) -> DType:

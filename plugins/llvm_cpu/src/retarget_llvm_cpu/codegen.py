@@ -7,7 +7,8 @@ binding: `bindings[len(params)]` points to their i64 values, in `Kernel.scalars`
 order; loops whose extents are expressions of them run to a computed bound.
 The exported function only reads the binding table and calls the kernel
 body, whose buffer arguments are `noalias` (the host program never binds a
-dispatch's output over one of its inputs), so LLVM needs no runtime alias checks.
+dispatch's output over one of its inputs), so LLVM needs no runtime alias checks. Kernels that
+differ only in name share one body, compiled once (a model repeats its blocks).
 Scalars and loop variables live in allocas (SROA/mem2reg promote them),
 `Local` arrays are allocas. `unroll` loops are unrolled here, and short innermost
 loops become explicit vector code (`vectorize.py`). f16/bf16 are storage types only: loads extend to f32
@@ -25,7 +26,7 @@ from retarget.ir.dtypes import DType
 from retarget.ir.dtypes import f32 as DTYPE_F32
 from retarget.kernel import ir as k
 
-from .vectorize import VectorLanes, vectorizable
+from .vectorize import VectorLanes, forget, free_vars, loads_from, vectorizable
 
 FAST = ("reassoc", "contract", "nsz")
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -108,9 +109,22 @@ class ModuleBuilder:
         is_x86 = triple.startswith(("x86_64", "i686", "i386"))
         # Targets without a native half conversion get bit-exact helpers instead of a libcall.
         self.native_half = not is_x86 or "f16c" in features
+        self.bodies: dict[str, ir.Function] = {}  # a kernel's text, its name left out -> its body function
 
     def add(self, kernel: k.Kernel) -> ir.Function:
-        return _KernelBuilder(self, kernel).build()
+        """The kernel's entry point. Kernels that differ only in name (a model's repeated blocks) share one
+        body, built and optimised once; a shared body is called, not inlined into each entry point."""
+        text = k.print_kernel(kernel).replace(f"@{kernel.name}(", "@(", 1)
+        body = self.bodies.get(text)
+        if body is None:
+            try:
+                body = self.bodies[text] = _KernelBuilder(self, kernel).build()
+            finally:
+                forget()
+        else:
+            body.attributes.discard("alwaysinline")
+            body.attributes.add("noinline")
+        return _entry_point(self.module, kernel, body)
 
     # -- declarations ---------------------------------------------------------------------------
     def intrinsic(self, name: str, types: list[ir.Type], ret: ir.Type | None = None) -> ir.Function:
@@ -153,6 +167,29 @@ def _arity(name: str) -> int:
     return 3 if name == "llvm.fma" else 2 if name in ("llvm.pow", "llvm.maximum", "llvm.minimum") else 1
 
 
+def _entry_point(module: ir.Module, kernel: k.Kernel, body: ir.Function) -> ir.Function:
+    """`NAME(void **bindings, wg_x, wg_y, wg_z)`: reads the binding table, calls the body."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64]), kernel.name)
+    fn.attributes.add("nounwind")
+    bindings, *wg = fn.args
+    bindings.name = "bindings"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    pointers = []
+    for i, p in enumerate(kernel.params):
+        slot = b.gep(bindings, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
+        pointers.append(b.load(slot, name=p.name, typ=PTR))
+    scalars = []
+    if kernel.scalars:
+        slot = b.gep(bindings, [ir.Constant(I64, len(kernel.params))], inbounds=True, source_etype=PTR)
+        table = b.load(slot, name="scalars", typ=PTR)
+        for j, symbol in enumerate(kernel.scalars):
+            at = b.gep(table, [ir.Constant(I64, j)], inbounds=True, source_etype=I64)
+            scalars.append(b.load(at, name=k.symbol_var(symbol).name, typ=I64))
+    b.call(body, [*pointers, *scalars, *wg])
+    b.ret_void()
+    return fn
+
+
 class _KernelBuilder:
     def __init__(self, mb: ModuleBuilder, kernel: k.Kernel):
         self.mb = mb
@@ -173,6 +210,10 @@ class _KernelBuilder:
         self.vars: dict[str, tuple[ir.Value, ir.Type]] = {}  # scalar name -> (alloca, type)
         self.index_vars: dict[str, ir.Value] = {}
         self.lanes: VectorLanes | None = None  # set while emitting a loop as vector code
+        # values already emitted in this block, for `recall`: key -> (value, block, versions of its variables)
+        self.computed: dict = {}
+        self.versions: dict[str, int] = {}  # bumped whenever a variable may take another value
+        self.read_only = frozenset(p.name for p in kernel.params if p.access == "read")  # never stored to
 
     def build(self) -> ir.Function:
         n = len(self.kernel.params)
@@ -191,29 +232,7 @@ class _KernelBuilder:
         self.stmts(self.kernel.body)
         self.b.ret_void()
         self.alloca_builder.branch(self.start)
-        return self.entry_point()
-
-    def entry_point(self) -> ir.Function:
-        """`NAME(void **bindings, wg_x, wg_y, wg_z)`: reads the binding table, calls the body."""
-        fn = ir.Function(self.mb.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64]), self.kernel.name)
-        fn.attributes.add("nounwind")
-        bindings, *wg = fn.args
-        bindings.name = "bindings"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        pointers = []
-        for i, p in enumerate(self.kernel.params):
-            slot = b.gep(bindings, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
-            pointers.append(b.load(slot, name=p.name, typ=PTR))
-        scalars = []
-        if self.kernel.scalars:
-            slot = b.gep(bindings, [ir.Constant(I64, len(self.kernel.params))], inbounds=True, source_etype=PTR)
-            table = b.load(slot, name="scalars", typ=PTR)
-            for j, symbol in enumerate(self.kernel.scalars):
-                at = b.gep(table, [ir.Constant(I64, j)], inbounds=True, source_etype=I64)
-                scalars.append(b.load(at, name=k.symbol_var(symbol).name, typ=I64))
-        b.call(self.fn, [*pointers, *scalars, *wg])
-        b.ret_void()
-        return fn
+        return self.fn
 
     # -- helpers --------------------------------------------------------------------------------
     @staticmethod
@@ -249,11 +268,13 @@ class _KernelBuilder:
             saved = self.index_vars.get(s.var)
             for i in range(s.start, s.start + s.extent):
                 self.index_vars[s.var] = ir.Constant(I64, i)
+                self.changed(s.var)
                 self.stmts(s.body)
             if saved is None:
                 self.index_vars.pop(s.var, None)
             else:
                 self.index_vars[s.var] = saved
+            self.changed(s.var)
             return
         b = self.b
         iv = self.alloca(I64, s.var)
@@ -270,6 +291,7 @@ class _KernelBuilder:
         b.cbranch(b.icmp_signed("<", i, end), body, exit_)
         b.position_at_end(body)
         self.index_vars[s.var] = i
+        self.changed(s.var)
         self.stmts(s.body)
         b.branch(latch)
         b.position_at_end(latch)
@@ -285,6 +307,7 @@ class _KernelBuilder:
             self.index_vars.pop(s.var, None)
         else:
             self.index_vars[s.var] = saved
+        self.changed(s.var)
 
     def loop_hints(self, s: k.Loop) -> list:
         m = self.mb.module
@@ -294,7 +317,11 @@ class _KernelBuilder:
             return [m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.full")])]
         return []
 
+    def changed(self, var: str) -> None:
+        self.versions[var] = self.versions.get(var, 0) + 1
+
     def stmt_assign(self, s: k.Assign) -> None:
+        self.changed(s.var)
         value = self.expr(s.value)
         slot = self.vars.get(s.var)
         if slot is None or slot[1] != value.type:
@@ -330,7 +357,35 @@ class _KernelBuilder:
     def expr(self, e: k.Expr) -> ir.Value:
         if self.lanes is not None:
             return self.lanes.expr(e)
+        if type(e) is k.Binary and e.dtype == k.INDEX:
+            return self.index_expr(e)
         return getattr(self, "expr_" + type(e).__name__.lower())(e)
+
+    def index_expr(self, e: k.Binary) -> ir.Value:
+        """Index arithmetic, emitted once per block while the variables it reads keep their values: the
+        taps of an unrolled tile repeat most of their address arithmetic (LLVM would merge it anyway, but
+        building and parsing it costs compile time)."""
+        value = self.recall(e)
+        if value is None:
+            value = self.expr_binary(e)
+            if not loads_from(e):
+                self.remember(e, e, value)
+        return value
+
+    def recall(self, key) -> ir.Value | None:
+        """The value remembered for `key` in this block, if the variables it read still hold the same values."""
+        hit = self.computed.get(key)
+        if hit is not None and hit[1] is self.b.block and all(self.versions.get(v, 0) == n for v, n in hit[2]):
+            return hit[0]
+        return None
+
+    def remember(self, key, e: k.Expr, value: ir.Value) -> None:
+        """`value` (of expression `e`, emitted in the current block) for `recall`."""
+        self.computed[key] = (value, self.b.block, tuple((v, self.versions.get(v, 0)) for v in free_vars(e)))
+
+    @staticmethod
+    def expr_type(dt: DType) -> ir.Type:
+        return compute_type(dt)
 
     def expr_const(self, e: k.Const) -> ir.Value:
         ty = compute_type(e.dtype)

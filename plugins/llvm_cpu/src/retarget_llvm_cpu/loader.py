@@ -2,7 +2,9 @@
 
 MCJIT links the object into executable memory (resolving libm calls against this
 process), then each kernel is a ctypes function. ctypes drops the GIL during
-the call, so `local-task` runs the workgroups of one dispatch in parallel.
+the call, so `local-task` runs the workgroups of one dispatch in parallel. Each
+bound dispatch also says where its code and binding table are (`run.native`), so
+that the drivers can run whole command buffers through `runner.py` instead.
 """
 
 from __future__ import annotations
@@ -58,16 +60,24 @@ class LoadedObject:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(binary.data))
             self.engine.finalize_object()
-        self.functions = {}
+        self.functions, self.addresses = {}, {}
         for e in binary.entry_points:
             address = self.engine.get_function_address(e.name)
             if not address:
                 raise RuntimeError(f"{FORMAT}: the object has no kernel named '{e.name}'")
             self.functions[e.name] = KERNEL_TYPE(address)
+            self.addresses[e.name] = address
 
 
 class LlvmCpuLoader:
     format = FORMAT
+
+    @property
+    def native_runner(self):
+        """Runs recorded dispatches of these kernels without returning to Python between them (runner.py)."""
+        from .runner import RUNNER
+
+        return RUNNER
 
     def can_load(self, target: TargetDesc) -> str | None:
         import llvmlite.binding as llvm
@@ -86,10 +96,11 @@ class LlvmCpuLoader:
 
     def load(self, binary: ExecutableBinary):
         obj = LoadedObject(binary)
-        return [_kernel(obj, obj.functions[e.name], len(e.bindings), len(e.scalars)) for e in binary.entry_points]
+        return [_kernel(obj, obj.functions[e.name], len(e.bindings), len(e.scalars), obj.addresses[e.name])
+                for e in binary.entry_points]
 
 
-def _kernel(obj: LoadedObject, fn, n_bindings: int, n_scalars: int = 0):
+def _kernel(obj: LoadedObject, fn, n_bindings: int, n_scalars: int = 0, address: int = 0):
     def bind(views, scalars=()):
         if len(views) != n_bindings:
             raise ValueError(f"kernel takes {n_bindings} bindings, got {len(views)}")
@@ -110,6 +121,7 @@ def _kernel(obj: LoadedObject, fn, n_bindings: int, n_scalars: int = 0):
             fn(args, x, y, z)
 
         run.keep = keep
+        run.native = (address, ctypes.addressof(pointers))  # for the drivers' native programs (protocols.py)
         return run
 
     return bind

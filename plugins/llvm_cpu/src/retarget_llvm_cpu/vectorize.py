@@ -30,12 +30,67 @@ INT_BINARY = ("add", "sub", "mul", "and", "or", "xor", "max", "min", "shr")
 FLOAT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow")
 
 
-def uses(e: k.Expr, var: str) -> bool:
+_FREE: dict[int, tuple] = {}  # id -> (expression, its variables, the buffers it loads from); see `forget`
+_NOTHING = frozenset()
+
+
+def _facts(e: k.Expr) -> tuple[frozenset, frozenset]:
+    hit = _FREE.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1], hit[2]
     if isinstance(e, k.Var):
-        return e.name == var
+        out = frozenset((e.name,)), _NOTHING
+    elif isinstance(e, k.Const):
+        out = _NOTHING, _NOTHING
+    else:
+        parts = [_facts(c) for c in vars(e).values() if isinstance(c, k.Expr)]
+        loaded = frozenset().union(*(p[1] for p in parts))
+        out = frozenset().union(*(p[0] for p in parts)), loaded | {e.buffer} if isinstance(e, k.Load) else loaded
+    _FREE[id(e)] = (e, *out)
+    return out
+
+
+def free_vars(e: k.Expr) -> frozenset:
+    """The variables `e` reads, remembered per expression object: the vector code asks for every node of
+    deep index trees, and recomputing each time is quadratic in their depth."""
+    return _facts(e)[0]
+
+
+def loads_from(e: k.Expr) -> frozenset:
+    """The buffers and arrays `e` loads from (remembered like `free_vars`)."""
+    return _facts(e)[1]
+
+
+_LANE_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "max": max, "min": min,
+             "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+_LANE_COMPARES = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+                  "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+
+
+def lane_values(e: k.Expr, var: str, lanes: list[int]) -> list | None:
+    """The value of integer or boolean `e` at each lane, when it reads only the lane variable `var` (a mask of
+    a tile at a known position); None otherwise."""
+    if isinstance(e, k.Var):
+        return lanes if e.name == var else None
+    if e.dtype.is_float:
+        return None
     if isinstance(e, k.Const):
-        return False
-    return any(uses(c, var) for c in vars(e).values() if isinstance(c, k.Expr))
+        return [e.value] * len(lanes)
+    if isinstance(e, (k.Binary, k.Compare)):
+        fn = (_LANE_OPS if isinstance(e, k.Binary) else _LANE_COMPARES).get(e.op)
+        a = lane_values(e.a, var, lanes) if fn else None
+        b = lane_values(e.b, var, lanes) if a is not None else None
+        return None if b is None else [fn(x, y) for x, y in zip(a, b)]
+    return None
+
+
+def forget() -> None:
+    """Drops what `free_vars` remembered (the code generator calls it after each kernel)."""
+    _FREE.clear()
+
+
+def uses(e: k.Expr, var: str) -> bool:
+    return var in free_vars(e)
 
 
 def affine(e: k.Expr, var: str):
@@ -67,7 +122,7 @@ def _conjuncts(e: k.Expr) -> list[k.Expr]:
 
 def unclamp(index: k.Expr, cond: k.Expr):
     """`index` with every clamp `min(max(i, 0), n - 1)` that `cond` guards by `0 <= i < n` removed
-    (where cond holds, the clamp changes nothing); None if a clamp is unguarded or none is found."""
+    (where cond holds, the clamp changes nothing), the others kept; None if none is removed."""
     guards = {format_key(c) for c in _conjuncts(cond)}
     found = []
 
@@ -81,7 +136,7 @@ def unclamp(index: k.Expr, cond: k.Expr):
             if format_key(lo) in guards and format_key(hi) in guards:
                 found.append(i)
                 return strip(i)
-            raise LookupError
+            return e
         if isinstance(e, (k.Const, k.Var)):
             return e
         if isinstance(e, k.Binary):
@@ -178,13 +233,24 @@ class VectorLanes:
             return self.splat(self.scalar(e))
         if isinstance(e, k.Var):
             return ir.Constant(self.vec(ir.IntType(64)), [self.start + i for i in range(self.n)])
-        if isinstance(e, k.Load):
-            return self.load(e)
-        if isinstance(e, k.Select) and isinstance(e.a, k.Load) and not uses(e.b, self.var):
-            masked = self.masked_load(e)
-            if masked is not None:
-                return masked
-        return getattr(self.kb, "expr_" + type(e).__name__.lower())(e)
+        if free_vars(e) == {self.var} and not loads_from(e):
+            values = lane_values(e, self.var, list(range(self.start, self.start + self.n)))
+            if values is not None:  # known now: a constant vector, e.g. the mask of a tile at a known position
+                return ir.Constant(self.vec(self.kb.expr_type(e.dtype)), [int(v) for v in values])
+        if not isinstance(e, (k.Load, k.Select)):
+            return getattr(self.kb, "expr_" + type(e).__name__.lower())(e)
+        # loads (and masked loads) of buffers nothing writes are emitted once per block and lanes: a tile's
+        # channels read the same pixels
+        key = (e, self.var, self.start, self.n)
+        value = self.kb.recall(key) if loads_from(e) <= self.kb.read_only else None
+        if value is None:
+            value = self.load(e) if isinstance(e, k.Load) else self.masked_load(e) if (
+                isinstance(e.a, k.Load) and not uses(e.b, self.var)) else None
+            if value is None:
+                value = self.kb.expr_select(e)
+            if loads_from(e) <= self.kb.read_only:
+                self.kb.remember(key, e, value)
+        return value
 
     # -- memory -------------------------------------------------------------------------------------
     def address(self, buffer: str, index: k.Expr):
@@ -207,11 +273,16 @@ class VectorLanes:
         addr, elem = self.address(e.buffer, first)
         if stride == 1:
             return self._load(addr, self.vec(elem), mask, fill)
-        wide = ir.VectorType(elem, span)
+        # n * stride elements, the last stride - 1 masked off (they may lie past the buffer): whole registers
+        # legalize into plain loads and one masked load, where `span` elements split into odd pieces
+        width = self.n * stride
+        wide = ir.VectorType(elem, width)
         if mask is not None:
-            picks = [i // stride if i % stride == 0 else self.n for i in range(span)]
+            picks = [i // stride if i % stride == 0 else self.n for i in range(width)]
             mask = self.b.shuffle_vector(mask, ir.Constant(mask.type, 0),
-                                         ir.Constant(ir.VectorType(ir.IntType(32), span), picks))
+                                         ir.Constant(ir.VectorType(ir.IntType(32), width), picks))
+        elif width > span:
+            mask = ir.Constant(ir.VectorType(ir.IntType(1), width), [i < span for i in range(width)])
         raw = self._load(addr, wide, mask, fill)
         return self.b.shuffle_vector(raw, ir.Constant(wide, ir.Undefined),
                                      ir.Constant(ir.VectorType(ir.IntType(32), self.n),
@@ -240,6 +311,8 @@ class VectorLanes:
     def masked_load(self, e: k.Select):
         """select(cond, x[clamp(i)], c) -> masked load of x[i] where cond holds, else c."""
         load: k.Load = e.a
+        if not uses(e.cond, self.var):  # the same for every lane: the clamped load is in bounds, select after it
+            return None
         index = unclamp(load.index, e.cond)
         if index is None or not isinstance(e.b, k.Const):
             return None

@@ -1,6 +1,7 @@
 """An executable loader for the host-memory drivers: they advertise its format, and run a target's
 code of that format on the reference graphs as vmvx does."""
 
+import numpy as np
 import pytest
 
 import retarget
@@ -55,3 +56,21 @@ def test_reference_graphs_run_through_the_loader_and_match_vmvx(loader_format, g
         assert loaded.variant.format == loader_format
         got = loaded.function(kit.only_function(module).name)(*inputs)
         kit.assert_matches(got, reference(*inputs)[0], f"{graph_name} ({desc.name}) on {name}")
+
+
+def test_a_native_program_computes_what_running_each_workgroup_computes(loader, loader_format, graph_name,
+                                                                        reference_graph):
+    """A loader with a `native_runner` (protocols.ExecutableLoader): the local drivers run recorded functions
+    through its programs, and those give exactly what calling `run` for each workgroup gives."""
+    if getattr(loader, "native_runner", None) is None:
+        pytest.skip(f"loader '{loader_format}' has no native_runner")
+    backend, desc = _producer(loader_format)
+    module, inputs, _ = reference_graph
+    artifact = retarget.compile(module, desc)
+    for name in LOCAL_DRIVERS:
+        fn = retarget.load(artifact, device=name).function(kit.only_function(module).name)
+        command_buffer = fn.command_buffer
+        assert command_buffer.programs, f"{name} made no native program of {graph_name}"
+        native = np.array(fn(*inputs))
+        command_buffer.programs = {}  # each workgroup through `run`, from Python
+        np.testing.assert_array_equal(fn(*inputs), native, f"{graph_name} ({desc.name}) on {name}")
