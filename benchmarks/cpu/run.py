@@ -22,7 +22,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
 import retarget
 from retarget.bench import Runner, interleave
 from retarget.compiler import import_model

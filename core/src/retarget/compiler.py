@@ -14,7 +14,6 @@ constants and arena, and per function a host program of segments and transfers.
 from __future__ import annotations
 
 import copy
-
 import platform
 from collections.abc import Callable
 from dataclasses import asdict

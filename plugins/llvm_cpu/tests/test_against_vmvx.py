@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import retarget
 from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from retarget.compiler import resolve_target
 from retarget.ir import Builder, Function, TensorType, Value, dtypes
 from retarget.kernel import ir as k
