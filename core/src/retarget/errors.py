@@ -42,6 +42,15 @@ class UnknownDeviceError(RetargetError):
     """A device or driver that is missing or unavailable."""
 
 
+def no_such_device(driver: str, device_id: str, infos) -> UnknownDeviceError:
+    """The error of a driver's `create` for an id it has no available device for: why the others are not
+    available (their DeviceInfo reasons), and which ids are."""
+    reasons = "; ".join(d.reason for d in infos if not d.available)
+    available = ", ".join(d.id for d in infos if d.available)
+    return UnknownDeviceError(f"{driver} has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
+                              hint=f"its devices: {available or 'none'} (`retarget doctor` says why)")
+
+
 class ModuleFormatError(RetargetError):
     """A .rtm file that is truncated, tampered with, or from a newer format."""
 

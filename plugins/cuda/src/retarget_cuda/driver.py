@@ -36,7 +36,7 @@ import threading
 import weakref
 
 import numpy as np
-from retarget.errors import RetargetError, UnknownDeviceError
+from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
 from . import FORMAT
@@ -193,12 +193,11 @@ class CudaDriver:
         return DeviceInfo(NAME, str(ordinal), name, properties=properties)
 
     def create(self, device_id: str) -> CudaDevice:
-        infos = {d.id: d for d in self.enumerate() if d.available}
+        every = self.enumerate()
+        infos = {d.id: d for d in every if d.available}
         device_id = device_id or "0"
         if device_id not in infos:
-            reasons = "; ".join(d.reason for d in self.enumerate() if not d.available)
-            raise UnknownDeviceError(f"cuda has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
-                                     hint=f"its devices: {', '.join(infos) or 'none'} (`retarget doctor` says why)")
+            raise no_such_device("cuda", device_id, every)
         return CudaDevice(infos[device_id])
 
     def dump(self, device_id: str) -> dict:

@@ -46,8 +46,8 @@ from dataclasses import replace
 
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
-from retarget.kernel import ir as k
 from retarget.ir.symbolic import dims_to_json
+from retarget.kernel import ir as k
 from retarget.protocols import Binding, ExecutableBinary, TargetDesc
 
 from . import FORMAT

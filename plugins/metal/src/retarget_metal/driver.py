@@ -36,7 +36,7 @@ import tempfile
 import threading
 
 import numpy as np
-from retarget.errors import RetargetError, UnknownDeviceError
+from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
 from . import FORMAT
@@ -154,9 +154,7 @@ class MetalDriver:
         available = {d.id: d for d in infos if d.available}
         device_id = device_id or "0"
         if device_id not in available:
-            reasons = "; ".join(d.reason for d in infos if not d.available)
-            raise UnknownDeviceError(f"metal has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
-                                     hint=f"its devices: {', '.join(available) or 'none'} (`retarget doctor` says why)")
+            raise no_such_device("metal", device_id, infos)
         return MetalDevice(available[device_id], _devices()[int(device_id)])
 
     def dump(self, device_id: str) -> dict:

@@ -31,7 +31,7 @@ import re
 import threading
 
 import numpy as np
-from retarget.errors import RetargetError, UnknownDeviceError
+from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
 from . import FORMAT
@@ -173,12 +173,11 @@ class HipDriver:
         return DeviceInfo(NAME, str(ordinal), _text(props.name), properties=properties)
 
     def create(self, device_id: str) -> HipDevice:
-        infos = {d.id: d for d in self.enumerate() if d.available}
+        every = self.enumerate()
+        infos = {d.id: d for d in every if d.available}
         device_id = device_id or "0"
         if device_id not in infos:
-            reasons = "; ".join(d.reason for d in self.enumerate() if not d.available)
-            raise UnknownDeviceError(f"hip has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
-                                     hint=f"its devices: {', '.join(infos) or 'none'} (`retarget doctor` says why)")
+            raise no_such_device("hip", device_id, every)
         return HipDevice(infos[device_id])
 
     def dump(self, device_id: str) -> dict:

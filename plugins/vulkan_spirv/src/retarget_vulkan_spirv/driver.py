@@ -51,7 +51,7 @@ import time
 import weakref
 
 import numpy as np
-from retarget.errors import RetargetError, UnknownDeviceError
+from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
 from . import FORMAT, container
@@ -556,10 +556,7 @@ class VulkanDriver:
                 infos = self.enumerate()
                 available = {d.id: d for d in infos if d.available}
                 if device_id not in available:
-                    reasons = "; ".join(d.reason for d in infos if not d.available)
-                    raise UnknownDeviceError(
-                        f"vulkan has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
-                        hint=f"its devices: {', '.join(available) or 'none'} (`retarget doctor` says why)")
+                    raise no_such_device("vulkan", device_id, infos)
                 self._devices[device_id] = VulkanDevice(_physical_devices()[0][int(device_id)])
             return self._devices[device_id]
 

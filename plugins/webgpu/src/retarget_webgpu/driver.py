@@ -39,7 +39,7 @@ import threading
 import weakref
 
 import numpy as np
-from retarget.errors import RetargetError, UnknownDeviceError
+from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
 from . import FORMAT, native
@@ -163,10 +163,7 @@ class WebGpuDriver:
                 infos = self.enumerate()
                 available = {d.id: d for d in infos if d.available}
                 if device_id not in available:
-                    reasons = "; ".join(d.reason for d in infos if not d.available)
-                    raise UnknownDeviceError(
-                        f"webgpu has no device '{device_id}'" + (f": {reasons}" if reasons else ""),
-                        hint=f"its devices: {', '.join(available) or 'none'} (`retarget doctor` says why)")
+                    raise no_such_device("webgpu", device_id, infos)
                 self._devices[device_id] = WebGpuDevice(available[device_id], _adapters()[int(device_id)])
             return self._devices[device_id]
 
