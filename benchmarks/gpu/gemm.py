@@ -7,7 +7,8 @@ runs with TF32 off in torch (retarget never uses it), f16 on the matrix units wh
         [--repeats 20] [--variants]
 (writes $OUT/gemm-<device>-<dtype>.json if OUT is set). `--variants` also times each size with other
 register-tile plans of the GPU lowering (`retarget.kernel.lower.REGISTER_TILE_PLANS`; none: the split-reduction
-schedule) for f32, and other fragment-matmul plans (`LARGE_FRAGMENT_PLANS`, `FRAGMENT_K_STEPS`) for f16.
+schedule) for f32, and other fragment-matmul plans (`LARGE_FRAGMENT_PLANS`, `FRAGMENT_K_STEPS`) for f16; on a
+cuda target, f16 variants are the wgmma schedule's plans (`retarget_cuda.hopper_gemm`) and the core's wmma one.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def main():
     dt = np.float16 if args.dtype == "f16" else np.float32
     torch.backends.cuda.matmul.allow_tf32 = False
     variants = [("default", {})]
-    if args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans
+    if args.variants and args.dtype == "f16" and args.target.startswith("cuda"):  # Hopper's wgmma schedule
+        variants += [("wgmma 128x128, 6 stages", {"hopper_gemm.PLANS": ((128, 6),)}),
+                     ("wgmma 128x256, 3 stages", {"hopper_gemm.PLANS": ((256, 3),)}),
+                     ("wgmma, tiles in row order", {"hopper_gemm.GROUP_M": 1}),
+                     ("core wmma schedule", {"hopper_gemm.MIN_WAVES": float("inf")})]
+    elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans
         variants += [("tile_k 64, one copy", {"FRAGMENT_K_STEPS": 4}),
                      ("256x128, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((4, 2, 4, 4),)}),
                      ("128x256, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 4, 4, 4),)}),
@@ -60,16 +66,22 @@ def main():
         return statistics.median(seconds) * 1e3
 
     def compiled(module, inputs, patch):
-        import retarget.kernel.lower as lower
+        """Compiled with constants of the GPU lowering (`NAME`) or of the cuda backend's Hopper GEMM
+        (`hopper_gemm.NAME`) set to other values."""
+        import importlib
 
-        saved = {key: getattr(lower, key) for key in patch}
+        def owner(key):
+            place, _, name = key.rpartition(".")
+            return importlib.import_module(f"retarget_cuda.{place}" if place else "retarget.kernel.lower"), name
+
+        saved = {key: getattr(*owner(key)) for key in patch}
         for key, value in patch.items():
-            setattr(lower, key, value)
+            setattr(*owner(key), value)
         try:
             return retarget.compile(module, args.target, example_inputs=inputs)
         finally:
             for key, value in saved.items():
-                setattr(lower, key, value)
+                setattr(*owner(key), value)
 
     class MatmulBiasRelu(torch.nn.Module):
         def forward(self, a, b, bias):

@@ -24,6 +24,12 @@ CUstream_flags = SimpleNamespace(CU_STREAM_DEFAULT=SimpleNamespace(value=0),
                                  CU_STREAM_NON_BLOCKING=SimpleNamespace(value=1))
 CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
 CUevent_flags = SimpleNamespace(CU_EVENT_DEFAULT=SimpleNamespace(value=0))
+CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max dynamic shared")
+# the tensor-map enums: each member's value is its own name, which the fake records
+CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill = (
+    type(name, (), {"__getattr__": staticmethod(lambda member: member)})() for name in
+    ("CUtensorMapDataType", "CUtensorMapInterleave", "CUtensorMapSwizzle", "CUtensorMapL2promotion",
+     "CUtensorMapFloatOOBfill"))
 OK = CUresult.CUDA_SUCCESS
 CAPTURE_LAUNCH_S = 0.0  # how long a launch takes while captured: a test widens the window for other threads
 
@@ -43,6 +49,9 @@ class Cuda:
         self.captured: dict[int, list] = {}  # stream -> what its capture recorded
         self.errors: list[str] = []
         self.lock = threading.Lock()
+        self.launches: list[dict] = []  # each cuLaunchKernel's grid, block and dynamic shared bytes
+        self.attributes: list[tuple] = []  # each cuFuncSetAttribute's (function, attribute, value)
+        self.tensor_maps: list[dict] = []  # each cuTensorMapEncodeTiled's arguments
 
     def _on(self, stream, what: str):
         owner = self.capturing.get(stream)
@@ -115,7 +124,20 @@ class Cuda:
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # noqa: N802
         if self.capturing.get(stream) == threading.get_ident():
             time.sleep(CAPTURE_LAUNCH_S)
+        self.launches.append({"function": function, "grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared,
+                              "params": params})
         return self._on(stream, "launch") or (OK,)
+
+    def cuFuncSetAttribute(self, function, attribute, value):  # noqa: N802
+        self.attributes.append((function, attribute, value))
+        return (OK,)
+
+    def cuTensorMapEncodeTiled(self, dtype, rank, address, dims, strides, box, element_strides, interleave,  # noqa: N802
+                               swizzle, l2, oob):
+        self.tensor_maps.append(dict(dtype=dtype, rank=rank, address=address, dims=list(dims), strides=list(strides),
+                                     box=list(box), swizzle=swizzle))
+        n = len(self.tensor_maps)
+        return (OK, SimpleNamespace(opaque=[n] * 16))  # 128 bytes that say which encode made them
 
     # -- streams, capture, graphs, events ---------------------------------------------------------------------
     def cuStreamCreate(self, flags):  # noqa: N802
@@ -173,6 +195,10 @@ class Cuda:
     CUstream_flags = CUstream_flags
     CUstreamCaptureMode = CUstreamCaptureMode
     CUevent_flags = CUevent_flags
+    CUfunction_attribute = CUfunction_attribute
+    CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle = (
+        CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle)
+    CUtensorMapL2promotion, CUtensorMapFloatOOBfill = CUtensorMapL2promotion, CUtensorMapFloatOOBfill
     CUdeviceptr = staticmethod(CUdeviceptr)
 
     def alive(self) -> dict:

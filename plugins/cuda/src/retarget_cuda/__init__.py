@@ -41,13 +41,18 @@ class CudaTarget:
         return support_table(CUDA)
 
     def compile(self, dispatches, desc):
-        """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> CUDA C -> one cubin."""
+        """One graph function per dispatch -> kernel IR (the core's GPU lowering) -> CUDA C -> one cubin.
+        Large half-precision matmuls on Hopper take this backend's own wgmma schedule (`hopper_gemm`)."""
         from retarget.kernel.lower import lower_dispatch
         from retarget.protocols import Binding
 
+        from . import hopper_gemm
         from .compile import compile_kernels
 
-        kernels = [lower_dispatch(fn, desc) for fn in dispatches]
+        kernels = []
+        for fn in dispatches:
+            plan = hopper_gemm.plan(fn, desc)
+            kernels.append(hopper_gemm.kernel(plan, fn.name, fn) if plan else lower_dispatch(fn, desc))
         bindings = [
             tuple([Binding(a.type, "read") for a in fn.args] + [Binding(r.type, "write") for r in fn.returns])
             for fn in dispatches

@@ -174,14 +174,19 @@ def unpack(data: bytes) -> tuple[dict, dict[str, bytes]]:
 
 
 def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...]] | None = None) -> ExecutableBinary:
-    """Kernel IR -> one CUDA C source -> one executable. `bindings[i]` describes kernel i's params as
-    tensors; without it each param is a flat 1-D tensor."""
+    """Kernel IR (and this backend's own `hopper_gemm.NativeKernel`s, in their places) -> one CUDA C
+    source -> one executable. `bindings[i]` describes kernel i's params as tensors; without it each param
+    is a flat 1-D tensor."""
     try:
         from retarget.kernel.c_renderer import CUDA, render_module
         from retarget.kernel.ir import entry_point, expr_dim, has_fragments
     except ImportError as e:
         raise UnsupportedOpError(f"cuda needs retarget.kernel.c_renderer, which this retarget lacks: {e}",
                                  hint="install a retarget with the C renderer") from e
+    from .hopper_gemm import NativeKernel
+
+    native = {i: kn for i, kn in enumerate(kernels) if isinstance(kn, NativeKernel)}
+    kernels = [kn for kn in kernels if not isinstance(kn, NativeKernel)]
     for kn in kernels:
         threads = kn.workgroup_size[0] * kn.workgroup_size[1] * kn.workgroup_size[2]
         if threads > desc.max_workgroup_size:
@@ -193,19 +198,27 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
         print("retarget: cuda: crt/mma.h is not installed (pip install nvidia-cuda-crt), so f16/bf16 matmuls use "
               "plain multiply-add loops instead of wmma", file=sys.stderr, flush=True)
         dialect = replace(CUDA, fragments=None)
-    source = render_module(kernels, dialect)
+    source = render_module(kernels, dialect) if kernels else ""
     if bindings is None:
         bindings = [tuple(Binding(TensorType((expr_dim(p.size),), p.dtype), p.access) for p in kn.params)
                     for kn in kernels]
+    else:
+        bindings = [b for i, b in enumerate(bindings) if i not in native]
     entries = [entry_point(kn, b) for kn, b in zip(kernels, bindings)]
-    return compile_entries(source, entries, desc)
+    for i, kn in sorted(native.items()):
+        entries.insert(i, kn.entry)
+    source = "\n".join([source, *(kn.source for kn in native.values())])
+    return compile_entries(source, entries, desc, {kn.name: kn.launch.to_json() for kn in native.values()})
 
 
-def compile_entries(source: str, entries: list[EntryPoint], desc: TargetDesc) -> ExecutableBinary:
-    """CUDA C whose `extern "C" __global__` kernels are `entries` -> ExecutableBinary."""
+def compile_entries(source: str, entries: list[EntryPoint], desc: TargetDesc,
+                    launch: dict | None = None) -> ExecutableBinary:
+    """CUDA C whose `extern "C" __global__` kernels are `entries` -> ExecutableBinary. `launch` maps the
+    kernels with needs beyond their buffers to their `hopper_gemm.LaunchInfo` (as JSON)."""
     cubin, ptx = compile_source(source, desc)
+    meta = {"launch": launch} if launch else {}
     data = pack({"cubin": cubin, "ptx": ptx}, sm=desc.extra["sm"], ptx_arch=desc.extra["ptx"],
-                nvrtc=nvrtc_version(), entry_points=[e.name for e in entries])
+                nvrtc=nvrtc_version(), entry_points=[e.name for e in entries], **meta)
     return ExecutableBinary(FORMAT, desc, data, list(entries), listing=source)
 
 

@@ -254,12 +254,13 @@ class CudaBuffer:
 
 
 class CudaExecutable:
-    def __init__(self, device: CudaDevice, entry_points, module, functions, loaded_as: str):
+    def __init__(self, device: CudaDevice, entry_points, module, functions, loaded_as: str, launch=None):
         self.device = device
         self.entry_points = entry_points
         self.module = module
         self.functions = functions  # one CUfunction per entry point, in order
         self.loaded_as = loaded_as  # "cubin" or "ptx"
+        self.launch = launch or [None] * len(entry_points)  # a hopper_gemm.LaunchInfo per entry point, or None
 
     def unload(self) -> None:
         if self.module is not None:
@@ -272,6 +273,39 @@ class CudaExecutable:
             self.unload()
         except Exception:  # at interpreter exit the bindings may already be gone
             pass
+
+
+def kernel_params(words: list[int], blobs: list[bytes]) -> tuple[np.ndarray, list[int]]:
+    """Kernel arguments laid out for cuLaunchKernel: 8 bytes per word, then each blob (a 128-byte tensor
+    map) at a 64-byte boundary; returns the bytes and where each argument starts."""
+    offsets, end = [8 * i for i in range(len(words))], 8 * len(words)
+    for blob in blobs:
+        end = -(-end // 64) * 64
+        offsets.append(end)
+        end += len(blob)
+    raw = np.zeros(end + 64, dtype=np.uint8)  # 64 spare bytes: the start is moved to a 64-byte boundary
+    shift = -raw.ctypes.data % 64
+    values = raw[shift:shift + end]
+    values[:8 * len(words)].view(np.uint64)[:] = np.array(words, dtype=np.uint64)
+    for blob, at in zip(blobs, offsets[len(words):]):
+        values[at:at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+    return values, offsets
+
+
+def tensor_map(m, address: int) -> bytes:
+    """The 128 bytes of the CUtensorMap that `m` (a hopper_gemm.TensorMap) describes at `address`."""
+    from .hopper_gemm import TMA_DTYPES
+
+    if address % 16:
+        raise CudaError(f"a TMA operand must start on a 16-byte boundary; binding {m.binding} is at {address:#x}",
+                        hint="pass a tensor that starts on its allocation (torch: .contiguous().clone())")
+    cu = _cu()
+    tensor_map = check(cu.cuTensorMapEncodeTiled(
+        getattr(cu.CUtensorMapDataType, TMA_DTYPES[m.dtype]), 2, address, list(m.dims), [m.row_bytes],
+        list(m.box), [1, 1], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+    return np.array(tensor_map.opaque, dtype=np.uint64).tobytes()
 
 
 def _check_range(buffer: CudaBuffer, offset: int, nbytes: int, what: str) -> None:
@@ -306,17 +340,21 @@ class CudaCommandBuffer:
         the kernel's `long long` arguments after its buffers)."""
         ep = executable.entry_points[entry]
         ep.check_dispatch(bindings, scalars)
-        # one 8-byte value per kernel argument: the buffers' addresses, then the scalars
-        values = np.array([buf.address + offset for buf, offset, _ in bindings] + [int(v) for v in scalars],
-                          dtype=np.uint64)
-        pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
+        info = executable.launch[entry]
+        addresses = [buf.address + offset for buf, offset, _ in bindings]
+        # one 8-byte value per kernel argument: the buffers' addresses, then the scalars, then any tensor maps
+        words = addresses + [int(v) for v in scalars]
+        maps = [tensor_map(m, addresses[m.binding]) for m in info.tensor_maps] if info else []
+        values, offsets = kernel_params(words, maps)
+        pointers = np.array([values.ctypes.data + o for o in offsets], dtype=np.uint64)
         self.keep.append((values, pointers, [buf for buf, _, _ in bindings]))
         function, params = executable.functions[entry], int(pointers.ctypes.data)
         grid, block = tuple(workgroup_count or ep.workgroup_count), tuple(ep.workgroup_size)
+        shared = info.shared_bytes if info else 0
         cu = _cu()
 
         def launch(stream):
-            check(cu.cuLaunchKernel(function, *grid, *block, 0, stream, params, 0), f"cuLaunchKernel({ep.name})")
+            check(cu.cuLaunchKernel(function, *grid, *block, shared, stream, params, 0), f"cuLaunchKernel({ep.name})")
 
         self._add(launch, f"dispatch {ep.name}")
 
@@ -482,15 +520,24 @@ class CudaDevice:
         if reason:
             raise UnknownDeviceError(f"{self.info.uri} cannot run {binary.target.name}: {reason}",
                                      hint="recompile with --target cuda:host")
-        _, parts = unpack(binary.data)
+        from .hopper_gemm import LaunchInfo
+
+        header, parts = unpack(binary.data)
         use_cubin = _cubin_runs(binary.target.extra["sm"], self.compute_capability)
         image = np.frombuffer(parts["cubin"] if use_cubin else parts["ptx"] + b"\0", dtype=np.uint8)
+        launch = [LaunchInfo.from_json(header["launch"][e.name]) if e.name in header.get("launch", {}) else None
+                  for e in binary.entry_points]
         cu = _cu()
         self._current()
         module = check(cu.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData" + ("" if use_cubin else " (PTX JIT)"))
-        executable = CudaExecutable(self, list(binary.entry_points), module, [], "cubin" if use_cubin else "ptx")
+        executable = CudaExecutable(self, list(binary.entry_points), module, [], "cubin" if use_cubin else "ptx",
+                                    launch)
         executable.functions = [check(cu.cuModuleGetFunction(module, e.name.encode()), f"cuModuleGetFunction({e.name})")
                                 for e in binary.entry_points]
+        for e, function, info in zip(binary.entry_points, executable.functions, launch):
+            if info and info.shared_bytes > 48 * 1024:  # more than the default needs the kernel's opt-in
+                attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                check(cu.cuFuncSetAttribute(function, attribute, info.shared_bytes), f"cuFuncSetAttribute({e.name})")
         return executable
 
     @property
