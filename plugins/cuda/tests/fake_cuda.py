@@ -200,6 +200,7 @@ class Cuda:
         CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle)
     CUtensorMapL2promotion, CUtensorMapFloatOOBfill = CUtensorMapL2promotion, CUtensorMapFloatOOBfill
     CUdeviceptr = staticmethod(CUdeviceptr)
+    cuuint32_t = cuuint64_t = int
 
     def alive(self) -> dict:
         return {kind: len(items) for kind, items in self.live.items()}

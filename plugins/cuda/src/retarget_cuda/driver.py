@@ -300,9 +300,10 @@ def tensor_map(m, address: int) -> bytes:
         raise CudaError(f"a TMA operand must start on a 16-byte boundary; binding {m.binding} is at {address:#x}",
                         hint="pass a tensor that starts on its allocation (torch: .contiguous().clone())")
     cu = _cu()
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     tensor_map = check(cu.cuTensorMapEncodeTiled(
-        getattr(cu.CUtensorMapDataType, TMA_DTYPES[m.dtype]), 2, address, list(m.dims), [m.row_bytes],
-        list(m.box), [1, 1], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapDataType, TMA_DTYPES[m.dtype]), 2, address, [u64(d) for d in m.dims], [u64(m.row_bytes)],
+        [u32(b) for b in m.box], [u32(1), u32(1)], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
     return np.array(tensor_map.opaque, dtype=np.uint64).tobytes()
