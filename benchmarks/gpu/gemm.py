@@ -47,7 +47,8 @@ def main():
                      ("wgmma, tiles in row order", {"hopper_gemm.GROUP_M": 1}),
                      ("core wmma schedule", {"hopper_gemm.MIN_WAVES": float("inf")})]
     elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans
-        variants += [("tile_k 64, one copy", {"FRAGMENT_K_STEPS": 4}),
+        variants += [("staged element by element", {"VECTOR_STAGING": False}),
+                     ("tile_k 64, one copy", {"FRAGMENT_K_STEPS": 4}),
                      ("256x128, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((4, 2, 4, 4),)}),
                      ("128x256, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 4, 4, 4),)}),
                      ("128x128, 4 warps of 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 2, 4, 4),)})]

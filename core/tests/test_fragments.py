@@ -38,6 +38,11 @@ def _big_gpu(*fragments, multiprocessors: int = 1) -> TargetDesc:
     return _gpu(*fragments, threads=1024, shared=48 * 1024, multiprocessors=multiprocessors)
 
 
+def _runs(desc: TargetDesc) -> TargetDesc:
+    """`desc` with 16-byte vector copies (as Vulkan targets have)."""
+    return dataclasses.replace(desc, extra={**desc.extra, "vector_copy_bytes": 16})
+
+
 def _fragment(**changes) -> dict:
     return {**SIMDGROUP, **changes}
 
@@ -408,7 +413,15 @@ CASES = {  # name -> (function, target, tolerance); the whole function is one ke
     "large_one_copy": (lambda: _dispatch(_matmul((300, 96), (96, 260), F16, bias_relu=True)),
                        _gpu(WMMA_F16, threads=1024, shared=40 * 1024, multiprocessors=1), 2e-3),
     "small_interior_and_edges": (lambda: _dispatch(_matmul((64, 48), (48, 40))), _gpu(SIMDGROUP), 1e-5),
+    # staged in runs of 16 bytes (a target with `vector_copy_bytes`): only where every tile is interior
+    "runs_interior": (lambda: _dispatch(_matmul((256, 64), (64, 256), F16)), _runs(_big_gpu(WMMA_F16)), 2e-3),
+    "runs_batched": (lambda: _dispatch(_matmul((2, 128, 96), (2, 96, 128), F16)), _runs(_big_gpu(WMMA_F16)), 2e-3),
+    "runs_bias_relu": (lambda: _dispatch(_matmul((128, 32), (32, 256), F16, bias_relu=True)),
+                       _runs(_big_gpu(WMMA_F16)), 2e-3),
+    "runs_not_at_edges": (lambda: _dispatch(_matmul((300, 96), (96, 260), F16)), _runs(_big_gpu(WMMA_F16)), 2e-3),
 }
+RUNS = {"runs_interior": "8xf16+8xf16", "runs_batched": "8xf16+8xf16", "runs_bias_relu": "8xf16+8xf16",
+        "runs_not_at_edges": None}
 
 # The register-tiled matmul: a target without fragment shapes, one multiprocessor (so a tile or two fill it).
 SIMT = _gpu(multiprocessors=1)
@@ -472,6 +485,17 @@ def test_the_portable_expansion_in_c99_matches_the_reference(c99_kernels, case):
     got = _call(library, kernel, inputs).reshape(expected.shape)
     tolerance = CASES[case][2]
     np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("case", list(RUNS))
+def test_a_target_with_vector_copies_stages_interior_tiles_in_runs_of_16_bytes(c99_kernels, case):
+    kernel, _, _ = c99_kernels[case]
+    copies = [s for s in k.walk_stmts(kernel.body) if isinstance(s, k.VectorCopy)]
+    assert kernel.schedule.get("staging") == RUNS[case]
+    assert all(c.lanes == 8 for c in copies) and bool(copies) == (RUNS[case] is not None)
+    if copies:  # each thread's runs: global -> registers, registers -> the staged tile, for A and for B
+        assert {(c.src.startswith("in"), c.dst.startswith("a_tile") or c.dst.startswith("b_tile")) for c in copies} \
+            == {(True, False), (False, True)}
 
 
 @pytest.mark.parametrize("case", list(REGISTER_CASES))

@@ -217,6 +217,8 @@ def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the
     desc = targets.parse("h100")
     kernel = lower_dispatch(d.function, desc)
     assert (kernel.schedule["tile_m"], kernel.schedule["tile_n"], kernel.schedule["stages"]) == (128, 128, 2)
+    # every tile interior: both operands staged in runs of 8 halves, moved as 16-byte words
+    assert kernel.schedule.get("staging") == (None if bias_relu else "8xf16+8xf16")
     generated = generate(kernel, desc.features)
     assert generated.shared_bytes == matmul_fragments(d.function, desc).shared_bytes <= desc.shared_memory_bytes
     assert generated.required_subgroup_size == 32
@@ -228,6 +230,8 @@ def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the
         at += words[at] >> 16
     if not bias_relu:  # f32 -> f16 (and the cast's round trip) where each of 8 x 8 outputs is stored; none staging
         assert converts <= 3 * 8 * 8
+        names = generated.binary.decode("latin-1")
+        assert "rt_words_0" in names and "rt_words_1" in names  # the inputs' bindings seen as 16-byte words
 
 
 @needs_spirv_val

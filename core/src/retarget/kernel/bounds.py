@@ -63,6 +63,7 @@ from .ir import (
     Store,
     Unary,
     Var,
+    VectorCopy,
     format_expr,
     walk_stmts,
 )
@@ -387,6 +388,11 @@ class _Checker:
             what = "fragment load of" if isinstance(s, FragmentLoad) else "fragment store to"
             self.access(f"{what} a {f.rows}x{f.cols} block (stride {s.stride}) at", s.buffer, s.index,
                         (f.rows - 1) * s.stride + f.cols - 1)
+        elif isinstance(s, VectorCopy):
+            self.loads(s.src_index)
+            self.loads(s.dst_index)
+            self.access(f"vector load of {s.lanes} elements at", s.src, s.src_index, s.lanes - 1)
+            self.access(f"vector store of {s.lanes} elements at", s.dst, s.dst_index, s.lanes - 1)
 
     def forget(self, var: str) -> None:
         """`var` is about to change: drop what guards said about expressions of its old value, and pin the

@@ -38,7 +38,7 @@ from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
 from .index32 import I32, fits, narrow_indices
-from .portable import expand_fragments, serialize_threads
+from .portable import expand_fragments, expand_vector_copies, serialize_threads
 
 F32 = DTYPES["f32"]
 HALVES = ("f16", "bf16")  # stored as such, computed in f32
@@ -588,7 +588,7 @@ class _Renderer:
 
     # -- the kernel -------------------------------------------------------------------------------
     def render(self) -> str:
-        kn, d = self.k, self.d
+        kn, d = expand_vector_copies(self.k), self.d
         if k.has_fragments(kn.body):
             self.native_fragments = self.spells_fragments(kn)
             if self.native_fragments:

@@ -153,4 +153,6 @@ class _Narrow:
             return k.Store(s.buffer, self.expr(s.index), self.wide(s.value, s.value.dtype))
         if isinstance(s, (k.FragmentLoad, k.FragmentStore)):
             return replace(s, index=self.expr(s.index))
+        if isinstance(s, k.VectorCopy):
+            return replace(s, dst_index=self.expr(s.dst_index), src_index=self.expr(s.src_index))
         return s  # Local, Barrier, Fragment, FragmentMma: no expressions

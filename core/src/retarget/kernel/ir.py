@@ -16,6 +16,9 @@ together by a subgroup of `width` threads: threads t*width .. t*width + width-1 
 (linear thread index) form subgroup t, and how the elements are spread over its threads is the
 backend's business. `FragmentLoad` and `FragmentStore` move a fragment from and to a buffer or
 array whose rows are `stride` elements apart (row-major); `FragmentMma` is d = a x b + c.
+`VectorCopy` moves a run of consecutive elements, aligned to its length, between buffers and arrays of
+one type as one wide access where the backend has them (16 bytes: a tiled matmul's staging), else
+element by element (`retarget.kernel.portable.expand_vector_copies`).
 Every thread of a subgroup executes the fragment statements of its subgroup together, with the
 same operands (uniform control flow, as barriers need). Backends spell them natively
 (simdgroup_matrix, wmma, cooperative matrix, MFMA) or take the portable expansion into plain
@@ -264,6 +267,18 @@ class FragmentStore:
 
 
 FRAGMENT_STATEMENTS = (Fragment, FragmentLoad, FragmentMma, FragmentStore)
+
+
+@dataclass
+class VectorCopy:
+    """`dst`[dst_index + l] = `src`[src_index + l] for l < `lanes`: two buffers or arrays of one element type,
+    both indices multiples of `lanes` (so a backend may move the run as one aligned vector)."""
+
+    dst: str
+    dst_index: Expr
+    src: str
+    src_index: Expr
+    lanes: int
 
 
 @dataclass(frozen=True)
@@ -534,6 +549,9 @@ def _format_stmts(stmts, indent: str) -> list[str]:
             lines.append(f"{indent}%{s.d} = fragment.mma %{s.a}, %{s.b}, %{s.c}")
         elif isinstance(s, FragmentStore):
             lines.append(f"{indent}fragment.store %{s.name}, %{s.buffer}[{format_expr(s.index)}] stride {s.stride}")
+        elif isinstance(s, VectorCopy):
+            lines.append(f"{indent}%{s.dst}[{format_expr(s.dst_index)}] = vector.copy<{s.lanes}> "
+                         f"%{s.src}[{format_expr(s.src_index)}]")
         else:
             raise TypeError(s)
     return lines

@@ -63,6 +63,7 @@ from .ir import (
     Select,
     Store,
     Var,
+    VectorCopy,
 )
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
@@ -1081,6 +1082,7 @@ FILL_WORKGROUPS = 2
 # block), the first that fits the target wins.
 FRAGMENT_PLANS = ((4, 2), (2, 2), (1, 2), (1, 1))
 FRAGMENT_K_STEPS = 2  # fragment k-slices per staged step of the reduction
+VECTOR_STAGING = True  # stage in runs of the target's `vector_copy_bytes` where it has them (`_vector_lanes`)
 PAD_BYTES = 16  # rows of the staged tiles are padded by this much, so that a fragment's rows fall in different banks
 DEFAULT_MULTIPROCESSORS = 64  # when the target does not say (a named arch, not `host`)
 
@@ -1301,6 +1303,7 @@ class _Tiles:
     dtype: DType
     threads: int
     a_transposed: bool = False  # A staged k-major (tile_k rows of tile_m), a_stride apart
+    vector: bool = False  # interior tiles may stage in runs of the target's `vector_copy_bytes`
     m0: str = ""
     n0: str = ""
     a_tile: str = ""
@@ -1402,12 +1405,14 @@ class _Staged:
     """One operand of a tiled matmul, staged through registers into a shared tile of `rows` x `cols`
     (rows `stride` elements apart; with `transposed`, stored column by column, columns `stride` apart);
     `k_side` ("row" or "col") is the side the reduction steps along, and the tile's other side starts at
-    `origin`."""
+    `origin`. With `lanes` > 1 (interior tiles only, the operand an input contiguous along the tile's
+    columns), each thread moves runs of `lanes` consecutive elements with `VectorCopy`s instead of single
+    elements."""
 
     def __init__(self, lowering: _GpuLowering, x: Value, rows: int, cols: int, stride: int, tile: str,
-                 k_side: str, origin: Expr, out_shape, bvars: list[Expr], transposed: bool = False):
+                 k_side: str, origin: Expr, out_shape, bvars: list[Expr], transposed: bool = False, lanes: int = 1):
         self.lowering, self.x, self.rows, self.cols, self.stride, self.tile = lowering, x, rows, cols, stride, tile
-        self.transposed = transposed
+        self.transposed, self.lanes = transposed, lanes
         self.k_side, self.origin, self.bvars, self.out_shape = k_side, origin, bvars, out_shape
         self.layout = lowering.strided_operand(x, len(out_shape))
         names = ("r", "base", "kb", "tr", "tc", "so", "e")
@@ -1418,10 +1423,10 @@ class _Staged:
         """The registers and the thread's offsets (and with `unguarded`, its base address, if any)."""
         strides = self.layout[1] if self.layout else None
         along_rows = strides is not None and strides[-2] == 1 and strides[-1] != 1
-        self.spread = _spread(self.rows, self.cols, threads, Var("tid"), along_rows)
-        out = [Local(self.regs, self.spread.count, dt),
+        self.spread = _spread(self.rows, self.cols // self.lanes, threads, Var("tid"), along_rows)
+        out = [Local(self.regs, self.spread.count * self.lanes, dt),
                Assign(self.row_t, self.spread.row),
-               Assign(self.col_t, self.spread.col),
+               Assign(self.col_t, self.spread.col * self.lanes if self.lanes > 1 else self.spread.col),
                Assign(self.shared_at, Var(self.col_t) * self.stride + Var(self.row_t) if self.transposed
                       else Var(self.row_t) * self.stride + Var(self.col_t))]
         if unguarded and strides is not None:
@@ -1462,6 +1467,9 @@ class _Staged:
 
             def element(e):
                 dr, dc = self.spread.offset(e)
+                if self.lanes > 1:  # runs of the row: strides[-1] is 1
+                    at = Var(self.step_base) + (_times(dr, strides[-2]) + _times(dc, self.lanes))
+                    return [VectorCopy(self.regs, _times(e, self.lanes), buffer, at, self.lanes)]
                 at = Var(self.step_base) + (_times(dr, strides[-2]) + _times(dc, strides[-1]))
                 return [Store(self.regs, e, _widen(Load(buffer, at, src), dt))]
         else:
@@ -1480,6 +1488,9 @@ class _Staged:
         """The shared tile (its copy at element `offset`) = the registers."""
         def element(e):
             dr, dc = self.spread.offset(e)
+            if self.lanes > 1:
+                at = offset + Var(self.shared_at) + (_times(dr, self.stride) + _times(dc, self.lanes))
+                return [VectorCopy(self.tile, at, self.regs, _times(e, self.lanes), self.lanes)]
             step = _times(dc, self.stride) + dr if self.transposed else _times(dr, self.stride) + dc
             return [Store(self.tile, offset + Var(self.shared_at) + step, Load(self.regs, e, dt))]
 
@@ -1724,7 +1735,22 @@ class _GpuLowering(_Lowering):
                                            Var(tiles.n0) + Var(sc), Var(sg), Var(lane))
 
         return self._staged_matmul(op, _Tiles(tm, tn, tk, plan.stages, plan.a_stride, plan.b_stride, shape.dtype,
-                                              plan.threads), setup, mma, epilogue)
+                                              plan.threads, vector=True), setup, mma, epilogue)
+
+    def _vector_lanes(self, x: Value, cols: int, stride: int, tiles: _Tiles, rank: int) -> int:
+        """Elements a `VectorCopy` of operand `x` moves when staging its rows of `cols` elements (rows `stride`
+        apart in the tile): the target's `vector_copy_bytes` of them where `x` is an input of the staged type,
+        contiguous along those rows, with every row and tile aligned to such a run; else 1."""
+        vector_bytes = (self.desc.extra.get("vector_copy_bytes") or 0) if VECTOR_STAGING else 0
+        lanes = vector_bytes // tiles.dtype.itemsize
+        layout = self.strided_operand(x, rank)
+        if not tiles.vector or lanes <= 1 or layout is None or layout[2] != tiles.dtype:
+            return 1
+        strides = layout[1]
+        if strides[-1] != 1 or any(not isinstance(s, int) or s % lanes for s in strides[:-1]) \
+                or cols % lanes or stride % lanes:
+            return 1
+        return lanes
 
     def _staged_matmul(self, op, tiles: _Tiles, setup, compute, epilogue) -> list:
         """The skeleton every tiled matmul shares. Each workgroup computes one tile_m x tile_n output tile
@@ -1779,10 +1805,14 @@ class _GpuLowering(_Lowering):
         body += [Assign(v.name, e) for v, e in zip(tiles.bvars, _delinearize(Var(bi), batch))]
         body += setup(tiles)
 
-        staged = [_Staged(self, x, rows, cols, stride, name, k_side, origin, out.shape, tiles.bvars, transposed)
+        runs = not symbolic and interior == tiles_m * tiles_n  # runs only where no tile needs guards
+        staged = [_Staged(self, x, rows, cols, stride, name, k_side, origin, out.shape, tiles.bvars, transposed,
+                          self._vector_lanes(x, cols, stride, tiles, len(out.shape)) if runs and not transposed else 1)
                   for x, rows, cols, stride, name, k_side, origin, transposed in (
                       (a, tm, tk, tiles.a_stride, tiles.a_tile, "col", Var(tiles.m0), tiles.a_transposed),
                       (b, tk, tn, tiles.b_stride, tiles.b_tile, "row", Var(tiles.n0), False))]
+        if any(st.lanes > 1 for st in staged):
+            self.schedule["staging"] = "+".join(f"{st.lanes}x{tiles.dtype}" for st in staged)
         for st in staged:
             body += st.declare(tiles.threads, tiles.dtype, symbolic or interior > 0)
         kt = self.fresh("kt")

@@ -10,6 +10,9 @@ rows of A and the columns of B those need, and does its own m*n*k / width multip
 the buffer directly (shared memory, after the schedule's barrier), so no lane talks to another, and
 the answer is exactly the plain loop's: accumulation in the accumulator's type, k in order.
 
+`expand_vector_copies`: each `VectorCopy` as an unrolled loop of element copies, for a language that
+does not spell wide moves.
+
 `serialize_threads`: a workgroup whose threads meet at barriers, for a language without threads
 (C99, where a workgroup is one call that loops over its threads). The body is cut at its barriers
 into phases; each phase is one loop over all the threads (pocl's work-item loops), so every thread
@@ -43,12 +46,39 @@ from .ir import (
     Loop,
     Store,
     Var,
+    VectorCopy,
     binary,
     const,
     has_fragments,
     minimum,
     walk_stmts,
 )
+
+# -- vector copies --------------------------------------------------------------------------------
+
+
+def expand_vector_copies(kernel: Kernel) -> Kernel:
+    """`kernel` with every `VectorCopy` an unrolled loop of element copies."""
+    if not any(isinstance(s, VectorCopy) for s in walk_stmts(kernel.body)):
+        return kernel
+    types = {p.name: p.dtype for p in kernel.params}
+    types.update({s.name: s.dtype for s in walk_stmts(kernel.body) if isinstance(s, Local)})
+
+    def stmts(body: list) -> list:
+        out = []
+        for s in body:
+            if isinstance(s, VectorCopy):
+                lane = Var("vlane")
+                copy = Store(s.dst, s.dst_index + lane, Load(s.src, s.src_index + lane, types[s.src]))
+                out.append(Loop("vlane", s.lanes, [copy], "unroll"))
+            elif isinstance(s, (Loop, If)):
+                out.append(replace(s, body=stmts(s.body)))
+            else:
+                out.append(s)
+        return out
+
+    return replace(kernel, body=stmts(kernel.body))
+
 
 # -- fragments ------------------------------------------------------------------------------------
 

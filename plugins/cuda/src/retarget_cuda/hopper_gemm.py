@@ -57,7 +57,7 @@ class TensorMap:
                 "box": list(self.box)}
 
     @classmethod
-    def from_json(cls, d: dict) -> "TensorMap":
+    def from_json(cls, d: dict) -> TensorMap:
         return cls(int(d["binding"]), d["dtype"], tuple(d["dims"]), int(d["row_bytes"]), tuple(d["box"]))
 
 
@@ -73,7 +73,7 @@ class LaunchInfo:
         return {"shared_bytes": self.shared_bytes, "tensor_maps": [t.to_json() for t in self.tensor_maps]}
 
     @classmethod
-    def from_json(cls, d: dict) -> "LaunchInfo":
+    def from_json(cls, d: dict) -> LaunchInfo:
         return cls(int(d.get("shared_bytes", 0)), tuple(TensorMap.from_json(t) for t in d.get("tensor_maps", ())))
 
 
@@ -191,7 +191,8 @@ static __device__ __forceinline__ void rt_tma_load(unsigned dst, const rt_tensor
                :: "r"(dst), "l"((unsigned long long)map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 // A wgmma shared-memory descriptor: 128-byte swizzle, offsets in 16-byte units
-static __device__ __forceinline__ unsigned long long rt_wgmma_desc(unsigned address, unsigned leading, unsigned stride) {
+static __device__ __forceinline__ unsigned long long rt_wgmma_desc(unsigned address, unsigned leading,
+                                                                   unsigned stride) {
   return (unsigned long long)((address & 0x3FFFF) >> 4) | ((unsigned long long)(leading >> 4) << 16)
        | ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
 }
@@ -291,7 +292,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1) {name}(
 #pragma unroll
     for (int i = 0; i < {regs}; i += 2) {{
       const int r = row + 8 * ((i / 2) % 2), c = col + 8 * (i / 4);
-      if (r < {p.m} && c < {p.n}) *reinterpret_cast<{pair}*>(out + (long long)r * {p.n} + c) = {convert}(d[i], d[i + 1]);
+      if (r < {p.m} && c < {p.n})
+        *reinterpret_cast<{pair}*>(out + (long long)r * {p.n} + c) = {convert}(d[i], d[i + 1]);
     }}
   }}
 }}

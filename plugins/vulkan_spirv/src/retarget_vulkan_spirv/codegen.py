@@ -170,6 +170,33 @@ class _Codegen:
         self.native_fragments = version >= (1, 4) and k.has_fragments(kernel.body)
         self.fragment_arrays = fragment_arrays if "Float16" in features else set()
         self.half_copies = k.copy_arrays(kernel) if "Float16" in features else set()
+        self.wide_arrays = self._wide_arrays(kernel)
+        self.wide_views: dict[int, int] = {}  # binding slot -> its variable seen as 16-byte words
+        self.t_words = None  # uvec4, declared on first use
+
+    VECTOR_BYTES = 16  # a VectorCopy of this many bytes moves one uvec4
+
+    def _wide_arrays(self, kernel: k.Kernel) -> dict[str, int]:
+        """Local arrays kept as 16-byte words (uvec4), name -> elements per word: those that `VectorCopy`s of 16
+        bytes move and that nothing reads or writes element by element (cooperative matrices load and store
+        them as words, their rows a whole number of words apart)."""
+        locals_ = {s.name: s for s in k.walk_stmts(kernel.body) if isinstance(s, k.Local)}
+        lanes: dict[str, int] = {}
+        for s in k.walk_stmts(kernel.body):
+            if isinstance(s, k.VectorCopy):
+                for name in (s.dst, s.src):
+                    if name in locals_ and locals_[name].dtype.itemsize * s.lanes == self.VECTOR_BYTES:
+                        lanes[name] = s.lanes
+        scalar = {s.buffer for s in k.walk_stmts(kernel.body) if isinstance(s, k.Store)}
+        scalar |= {e.buffer for e in k.walk_exprs(kernel.body) if isinstance(e, k.Load)}
+        for s in k.walk_stmts(kernel.body):
+            if isinstance(s, k.VectorCopy):
+                scalar |= {name for name in (s.dst, s.src) if lanes.get(name, s.lanes) != s.lanes}
+            elif isinstance(s, (k.FragmentLoad, k.FragmentStore)) and s.buffer in lanes:
+                if not self.native_fragments or s.stride % lanes[s.buffer]:
+                    scalar.add(s.buffer)
+        return {name: n for name, n in lanes.items() if name not in scalar
+                and isinstance(locals_[name].size, int) and locals_[name].size % n == 0}
 
     def fail(self, what: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"vulkan-spirv: {what} (kernel {self.k.name})",
@@ -367,6 +394,17 @@ class _Codegen:
 
     def stmt_local(self, s: k.Local) -> None:
         m = self.m
+        if s.name in self.wide_arrays:  # moved and loaded only as 16-byte words
+            array = m.type("TypeArray", self.words(), self.i32(s.size // self.wide_arrays[s.name]))
+            if s.shared:
+                var = m.op("global", "Variable", m.pointer("Workgroup", array), spirv.STORAGE["Workgroup"])
+                self.global_variable(var)
+                self.shared_bytes += s.size * s.dtype.itemsize
+            else:
+                var = self.variable(s.name, array)
+            self.buffers[s.name] = (s.dtype, var, "Workgroup" if s.shared else "Function")
+            m.name(var, s.name)
+            return
         half = s.dtype.name == "f16" and (s.shared and (self.native_fragments or s.name in self.fragment_arrays)
                                           or not s.shared and s.name in self.half_copies)
         if half:
@@ -471,10 +509,17 @@ class _Codegen:
                     else self.const(s.fill, s.element))
             self.emit("Store", var, self.op("CompositeConstruct", type_id, fill))
 
+    def fragment_pointer(self, buffer: str, index: k.Expr, stride: int) -> tuple[int, int]:
+        """(pointer, stride) for a cooperative matrix load or store: in 16-byte words for an array kept as them."""
+        lanes = self.wide_arrays.get(buffer)
+        if lanes:
+            return self.word(buffer, index, lanes), stride // lanes
+        return self.element(buffer, index), stride
+
     def stmt_fragmentload(self, s: k.FragmentLoad) -> None:
         _, type_id, var = self.fragment(s.name)
-        value = self.op("CooperativeMatrixLoadKHR", type_id, self.element(s.buffer, s.index), self.u32(spirv.ROW_MAJOR),
-                        self.u32(s.stride))
+        pointer, stride = self.fragment_pointer(s.buffer, s.index, s.stride)
+        value = self.op("CooperativeMatrixLoadKHR", type_id, pointer, self.u32(spirv.ROW_MAJOR), self.u32(stride))
         self.emit("Store", var, value)
 
     def stmt_fragmentmma(self, s: k.FragmentMma) -> None:
@@ -485,8 +530,9 @@ class _Codegen:
 
     def stmt_fragmentstore(self, s: k.FragmentStore) -> None:
         _, type_id, var = self.fragment(s.name)
-        self.emit("CooperativeMatrixStoreKHR", self.element(s.buffer, s.index), self.op("Load", type_id, var),
-                  self.u32(spirv.ROW_MAJOR), self.u32(s.stride))
+        pointer, stride = self.fragment_pointer(s.buffer, s.index, s.stride)
+        self.emit("CooperativeMatrixStoreKHR", pointer, self.op("Load", type_id, var), self.u32(spirv.ROW_MAJOR),
+                  self.u32(stride))
 
     # -- memory -----------------------------------------------------------------------------------
     def buffer(self, name: str) -> tuple[DType, int, str]:
@@ -498,6 +544,56 @@ class _Codegen:
         """Whether buffer or array `name` holds f16 elements as such (an f16 buffer, or a half array)."""
         dt, _, storage = self.buffer(name)
         return dt.name == "f16" and (storage == "StorageBuffer" or name in self.half_arrays)
+
+    def words(self) -> int:
+        if self.t_words is None:
+            self.t_words = self.m.type("TypeVector", self.t_u32, 4)
+        return self.t_words
+
+    def word_view(self, name: str) -> int:
+        """Parameter `name`'s binding seen as an array of 16-byte words (a second variable of the same binding)."""
+        m, slot = self.m, self.slots[self.param_index[name]]
+        if slot not in self.wide_views:
+            array = m.type("TypeRuntimeArray", self.words(), unique=False)
+            m.decorate(array, "ArrayStride", self.VECTOR_BYTES)
+            block = m.type("TypeStruct", array, unique=False)
+            m.decorate(block, "Block")
+            m.member_decorate(block, 0, "Offset", 0)
+            var = m.op("global", "Variable", m.pointer("StorageBuffer", block), spirv.STORAGE["StorageBuffer"])
+            self.global_variable(var)
+            m.decorate(var, "DescriptorSet", 0)
+            m.decorate(var, "Binding", slot)
+            if all(q.access == "read" for q, s in zip(self.k.params, self.slots) if s == slot):
+                m.decorate(var, "NonWritable")
+            m.name(var, f"rt_words_{slot}")
+            self.wide_views[slot] = var
+        return self.wide_views[slot]
+
+    def word(self, name: str, index: k.Expr, lanes: int) -> int | None:
+        """A pointer to the 16-byte word of buffer or array `name` that starts at element `index` (a multiple of
+        `lanes`, which fill the word), or None where `name` is not kept or seen as words."""
+        dt, var, storage = self.buffer(name)
+        shift = int(math.log2(lanes))
+        if storage == "StorageBuffer":
+            if dt.itemsize * lanes != self.VECTOR_BYTES or 1 << shift != lanes:
+                return None
+            at = self.int_op("IAdd", self.bases[name], self.expr(index))  # bases are 256-byte aligned
+            word = self.op("ShiftRightArithmetic", self.t_i32, at, self.i32(shift))
+            return self.op("AccessChain", self.m.pointer(storage, self.words()), self.word_view(name), self.i32(0),
+                           word)
+        if self.wide_arrays.get(name) != lanes or 1 << shift != lanes:
+            return None
+        word = self.op("ShiftRightArithmetic", self.t_i32, self.expr(index), self.i32(shift))
+        return self.op("AccessChain", self.m.pointer(storage, self.words()), var, word)
+
+    def stmt_vectorcopy(self, s: k.VectorCopy) -> None:
+        src, dst = self.word(s.src, s.src_index, s.lanes), self.word(s.dst, s.dst_index, s.lanes)
+        if src is not None and dst is not None:
+            self.emit("Store", dst, self.op("Load", self.words(), src))
+            return
+        dt = self.buffer(s.src)[0]
+        for lane in range(s.lanes):  # element by element
+            self.stmt_store(k.Store(s.dst, s.dst_index + lane, k.Load(s.src, s.src_index + lane, dt)))
 
     def element(self, name: str, index: k.Expr) -> int:
         """A pointer to element `index` of buffer or local array `name`."""

@@ -346,6 +346,8 @@ def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_vers
             else [],
             "fragments": fragments(cooperative_matrix, caps, features, vulkan_version, subgroup_size,
                                    subgroup_sizes),
+            # the tiled fragment matmul stages runs of 16 bytes, moved as uvec4 words (codegen.py)
+            "vector_copy_bytes": 16,
             "vendor": vendor,
             "device_type": device_type,
             "product": product,
