@@ -7,8 +7,9 @@ runs with TF32 off in torch (retarget never uses it), f16 on the matrix units wh
         [--repeats 20] [--variants]
 (writes $OUT/gemm-<device>-<dtype>.json if OUT is set). `--variants` also times each size with other
 register-tile plans of the GPU lowering (`retarget.kernel.lower.REGISTER_TILE_PLANS`; none: the split-reduction
-schedule) for f32, and other fragment-matmul plans (`LARGE_FRAGMENT_PLANS`, `FRAGMENT_K_STEPS`) for f16; on a
-cuda target, f16 variants are the wgmma schedule's plans (`retarget_cuda.hopper_gemm`) and the core's wmma one.
+schedule) for f32; for f16 on a cuda target, the wgmma schedule's plans (`retarget_cuda.hopper_gemm`) and the
+core's wmma one, elsewhere other fragment-matmul plans (`retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS`) and
+staging element by element.
 """
 
 from __future__ import annotations
@@ -42,16 +43,17 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     variants = [("default", {})]
     if args.variants and args.dtype == "f16" and args.target.startswith("cuda"):  # Hopper's wgmma schedule
-        variants += [("wgmma 128x128, 6 stages", {"hopper_gemm.PLANS": ((128, 6),)}),
-                     ("wgmma 128x256, 3 stages", {"hopper_gemm.PLANS": ((256, 3),)}),
-                     ("wgmma, tiles in row order", {"hopper_gemm.GROUP_M": 1}),
-                     ("core wmma schedule", {"hopper_gemm.MIN_WAVES": float("inf")})]
-    elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans
+        variants += [("wgmma 128x128, 6 stages", {"retarget_cuda.hopper_gemm.PLANS": ((128, 6),)}),
+                     ("wgmma 128x256, 3 stages", {"retarget_cuda.hopper_gemm.PLANS": ((256, 3),)}),
+                     ("wgmma, tiles in row order", {"retarget_cuda.hopper_gemm.GROUP_M": 1}),
+                     ("core wmma schedule", {"retarget_cuda.hopper_gemm.MIN_WAVES": float("inf")})]
+    elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans (NVIDIA's own, for Vulkan)
+        plans = "retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS"
         variants += [("staged element by element", {"VECTOR_STAGING": False}),
-                     ("tile_k 64, one copy", {"FRAGMENT_K_STEPS": 4}),
-                     ("256x128, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((4, 2, 4, 4),)}),
-                     ("128x256, warp 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 4, 4, 4),)}),
-                     ("128x128, 4 warps of 64x64", {"LARGE_FRAGMENT_PLANS": ((2, 2, 4, 4),)})]
+                     ("the core's plans (8 warps of 64x32)", {plans: {}}),
+                     ("128x128, 4 warps of 64x64, tile_k 32", {plans: {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
+                     ("128x256, 8 warps of 64x64, tile_k 32", {plans: {"NVIDIA": [(2, 4, 4, 4, 2)]}}),
+                     ("64x128, 4 warps of 32x64, tile_k 64", {plans: {"NVIDIA": [(2, 2, 2, 4, 4)]}})]
     elif args.variants:
         variants += [("runs of 1", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 8, 1), (16, 16, 4, 4, 16, 1))}),
                      ("tile_k 16", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 16, 4), (16, 16, 4, 4, 16, 4))}),
@@ -67,13 +69,13 @@ def main():
         return statistics.median(seconds) * 1e3
 
     def compiled(module, inputs, patch):
-        """Compiled with constants of the GPU lowering (`NAME`) or of the cuda backend's Hopper GEMM
-        (`hopper_gemm.NAME`) set to other values."""
+        """Compiled with constants of the GPU lowering (`NAME`) or of a plugin's module (`package.module.NAME`)
+        set to other values."""
         import importlib
 
         def owner(key):
             place, _, name = key.rpartition(".")
-            return importlib.import_module(f"retarget_cuda.{place}" if place else "retarget.kernel.lower"), name
+            return importlib.import_module(place or "retarget.kernel.lower"), name
 
         saved = {key: getattr(*owner(key)) for key in patch}
         for key, value in patch.items():

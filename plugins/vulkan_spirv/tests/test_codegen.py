@@ -195,9 +195,9 @@ def test_an_f16_matmul_on_hopper_multiplies_cooperative_matrices_in_pinned_subgr
 @pytest.mark.parametrize("m, n, kk, bias_relu", [(4096, 4096, 4096, False), (2000, 1500, 320, True)])
 def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the_shared_memory(
         tmp_path, m, n, kk, bias_relu):
-    """The large plan (8 subgroups, two staged copies, a small scratch a subgroup; interior and edge tiles):
-    the staged tiles and the staging registers hold f16, so the copies convert nothing, and the workgroup
-    memory fits the target."""
+    """NVIDIA's large plan (4 subgroups of 64x64, steps 64 deep in one staged copy, a small scratch a subgroup;
+    interior and edge tiles): the staged tiles and the staging registers hold f16, so the copies convert
+    nothing, and the workgroup memory fits the target."""
     import numpy as np
     from retarget.ir import Builder, Function, TensorType, Value
     from retarget.kernel.lower import lower_dispatch, matmul_fragments
@@ -216,7 +216,9 @@ def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the
     (d,) = form_dispatches(fn)
     desc = targets.parse("h100")
     kernel = lower_dispatch(d.function, desc)
-    assert (kernel.schedule["tile_m"], kernel.schedule["tile_n"], kernel.schedule["stages"]) == (128, 128, 2)
+    schedule = kernel.schedule
+    assert (schedule["tile_m"], schedule["tile_n"], schedule["tile_k"], schedule["stages"]) == (128, 128, 64, 1)
+    assert (schedule["subgroups"], schedule["subgroup_fragments"]) == ("2x2", "4x4")
     # every tile interior: both operands staged in runs of 8 halves, moved as 16-byte words
     assert kernel.schedule.get("staging") == (None if bias_relu else "8xf16+8xf16")
     generated = generate(kernel, desc.features)
@@ -228,8 +230,8 @@ def test_a_large_f16_matmul_on_hopper_stages_halves_in_128_wide_tiles_within_the
     while at < len(words):
         converts += (words[at] & 0xFFFF) == spirv.OP["FConvert"]
         at += words[at] >> 16
-    if not bias_relu:  # f32 -> f16 (and the cast's round trip) where each of 8 x 8 outputs is stored; none staging
-        assert converts <= 3 * 8 * 8
+    if not bias_relu:  # f32 -> f16 (and the cast's round trip) where each of 16 fragments x 8 outputs is stored;
+        assert converts <= 3 * 16 * 8  # none staging
         names = generated.binary.decode("latin-1")
         assert "rt_words_0" in names and "rt_words_1" in names  # the inputs' bindings seen as 16-byte words
 

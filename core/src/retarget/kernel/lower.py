@@ -1076,6 +1076,8 @@ HELD_EXACTLY_BY = {"f32": ("f32",), "f16": ("f16", "f32"), "bf16": ("bf16", "f32
 # Large tiles, largest first: (subgroup rows, subgroup columns, fragment rows, fragment columns of each subgroup).
 # One is taken when it fits the target and its tiles give every multiprocessor FILL_WORKGROUPS of them; each
 # subgroup then loads 4 + 2 fragments for 8 multiply-accumulates, and each staged element feeds 128 or 64 of them.
+# A target measured to do better with others lists its own in `extra["large_fragment_plans"]`, each with its
+# fragment k-slices per step (a fifth number).
 LARGE_FRAGMENT_PLANS = ((2, 4, 4, 2), (2, 2, 4, 2))
 FILL_WORKGROUPS = 2
 # Else (small matrices, small targets): (subgroups a workgroup, fragments along each side of a subgroup's
@@ -1198,8 +1200,9 @@ def fragment_tiles(shape: FragmentShape, desc: TargetDesc, rows: int, cols: int 
         return None
 
     multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
-    for sg_rows, sg_cols, frag_rows, frag_cols in LARGE_FRAGMENT_PLANS:
-        plan = fits(FragmentTiles(shape, sg_rows, sg_cols, frag_rows, frag_cols, FRAGMENT_K_STEPS))
+    large = desc.extra.get("large_fragment_plans") or [(*p, FRAGMENT_K_STEPS) for p in LARGE_FRAGMENT_PLANS]
+    for sg_rows, sg_cols, frag_rows, frag_cols, k_steps in large:
+        plan = fits(FragmentTiles(shape, sg_rows, sg_cols, frag_rows, frag_cols, k_steps))
         if plan is not None and \
                 batches * -(-rows // plan.tile_m) * -(-cols // plan.tile_n) >= FILL_WORKGROUPS * multiprocessors:
             return plan

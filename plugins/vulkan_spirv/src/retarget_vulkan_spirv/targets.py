@@ -315,6 +315,13 @@ def _powers_of_two(low: int, high: int) -> tuple[int, ...]:
     return tuple(1 << b for b in range(max(low, 1).bit_length() - 1, high.bit_length()) if low <= 1 << b <= high)
 
 
+# The tiled fragment matmul's large plans for a vendor's cooperative matrices, where measured better than the
+# core's (`retarget.kernel.lower.LARGE_FRAGMENT_PLANS`): (subgroup rows, subgroup columns, fragment rows, fragment
+# columns, k-slices per step). NVIDIA (H100, f16 4096^3, benchmarks/gpu/gemm.py --variants): 4 subgroups of
+# 64x64 with 64-deep steps in one staged copy, 313 TFLOP/s, against 204 for the core's 8 subgroups of 64x32.
+LARGE_FRAGMENT_PLANS = {"NVIDIA": [(2, 2, 4, 4, 4), (2, 4, 4, 2, 2), (2, 2, 4, 2, 2)]}
+
+
 def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_version: str, features,
              subgroup_ops, subgroup_size: int | None, subgroup_sizes: tuple[int, ...], reported_limits: dict,
              cooperative_matrix=(), extensions=None, product: str | None = None, note: str = "") -> TargetDesc:
@@ -348,6 +355,8 @@ def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_vers
                                    subgroup_sizes),
             # the tiled fragment matmul stages runs of 16 bytes, moved as uvec4 words (codegen.py)
             "vector_copy_bytes": 16,
+            **({"large_fragment_plans": [list(p) for p in LARGE_FRAGMENT_PLANS[vendor]]}
+               if vendor in LARGE_FRAGMENT_PLANS else {}),
             "vendor": vendor,
             "device_type": device_type,
             "product": product,
