@@ -6,7 +6,8 @@
     python3 benchmarks/gpu/reliability.py summarize OUT      # OUT/reliability.json and OUT/reliability.md
 
 The cases are the zoo (checked against torch on the CPU) and f16 matmuls whose shapes take the tiled
-fragment matmul's interior and edge tiles (wmma on the tensor cores; checked against vmvx). `prepare`
+fragment matmul's interior and edge tiles (wmma on the tensor cores) and the Hopper schedule (wgmma; checked
+against vmvx). `prepare`
 compiles everything outside the sanitizer; `run` only loads a module, calls it once, compares, and drops
 every object before it exits, so that compute-sanitizer's leak check sees what the driver freed.
 RELIABILITY_TARGET and RELIABILITY_DEVICE (default cuda:host and cuda) run the same steps elsewhere,
@@ -28,6 +29,9 @@ import numpy as np
 # f16 matmuls: (name, a shape, b shape) -- interior tiles only, ragged edges, a batch, a skinny one
 MATMULS = (("matmul_f16_512", (512, 512), (512, 512)), ("matmul_f16_ragged", (200, 130), (130, 300)),
            ("matmul_f16_batched", (3, 129, 70), (70, 130)), ("matmul_f16_skinny", (1, 200), (200, 3)))
+# ... and one through the cuda backend's Hopper schedule (wgmma fed by TMA; on sm_90a), made to take a shape too
+# small to fill the GPU: TMA's zero fill past ragged edges (K too) and the guarded stores, under memcheck
+WGMMA_MATMULS = (("matmul_f16_wgmma_ragged", (300, 136), (136, 520)),)
 TOLERANCE = {"zoo": 1e-4, "f16": 2e-2}
 TARGET = os.environ.get("RELIABILITY_TARGET", "cuda:host")
 DEVICE = os.environ.get("RELIABILITY_DEVICE", "cuda")
@@ -51,15 +55,31 @@ def prepare(folder: Path) -> None:
         _save(folder, name, "zoo", artifact, [x.numpy() for x in inputs], expected)
         print(f"prepared {name}", flush=True)
     f16 = dtypes.DTYPES["f16"]
-    for name, a_shape, b_shape in MATMULS:
+    for name, a_shape, b_shape in MATMULS + WGMMA_MATMULS:
         args = [Value(TensorType(a_shape, f16)), Value(TensorType(b_shape, f16))]
         fn = Function("main", args)
         fn.returns = [Builder(fn).op("rt.matmul", args)]
         module = Module({"main": fn})
         inputs = [rng.standard_normal(s).astype(np.float16) for s in (a_shape, b_shape)]
         expected = retarget.load(retarget.compile(module, "vmvx"), device="local-sync").main(*inputs)
-        _save(folder, name, "f16", retarget.compile(module, TARGET), inputs, expected)
+        _save(folder, name, "f16", _compile_any_size(module) if "wgmma" in name else retarget.compile(module, TARGET),
+              inputs, expected)
         print(f"prepared {name}", flush=True)
+
+
+def _compile_any_size(module):
+    """`module` for TARGET with the Hopper schedule taking any size (where the target is cuda on sm_90a)."""
+    import retarget
+
+    try:
+        from retarget_cuda import hopper_gemm
+    except ImportError:
+        return retarget.compile(module, TARGET)
+    saved, hopper_gemm.MIN_WAVES = hopper_gemm.MIN_WAVES, 0
+    try:
+        return retarget.compile(module, TARGET)
+    finally:
+        hopper_gemm.MIN_WAVES = saved
 
 
 def _save(folder: Path, name: str, kind: str, artifact, inputs, expected) -> None:
