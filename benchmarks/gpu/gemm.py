@@ -43,10 +43,15 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     variants = [("default", {})]
     if args.variants and args.dtype == "f16" and args.target.startswith("cuda"):  # Hopper's wgmma schedule
+        wmma = {"retarget_cuda.hopper_gemm.MIN_WAVES": float("inf")}
+        plans = "retarget_cuda.targets.LARGE_FRAGMENT_PLANS"
         variants += [("wgmma 128x128, 6 stages", {"retarget_cuda.hopper_gemm.PLANS": ((128, 6),)}),
                      ("wgmma 128x256, 3 stages", {"retarget_cuda.hopper_gemm.PLANS": ((256, 3),)}),
                      ("wgmma, tiles in row order", {"retarget_cuda.hopper_gemm.GROUP_M": 1}),
-                     ("core wmma schedule", {"retarget_cuda.hopper_gemm.MIN_WAVES": float("inf")})]
+                     ("wmma schedule (the core's, NVIDIA's plans)", wmma),
+                     ("wmma, staged element by element", {**wmma, "VECTOR_STAGING": False}),
+                     ("wmma, the core's own plans (8 warps of 64x32)", {**wmma, plans: []}),
+                     ("wmma, 4 warps of 64x64, tile_k 32", {**wmma, plans: [(2, 2, 4, 4, 2)]})]
     elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans (NVIDIA's own, for Vulkan)
         plans = "retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS"
         variants += [("staged element by element", {"VECTOR_STAGING": False}),

@@ -127,17 +127,24 @@ def test_a_half_matmul_for_sm_80_compiles_with_wmma_fragments(nvrtc, dt):
     assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 80) and "wmma.mma.sync" in parts["ptx"].decode()
 
 
-def test_a_large_half_matmul_for_sm_90a_compiles_in_128x128_tiles_of_8_warps(nvrtc):
+def test_a_large_half_matmul_through_wmma_compiles_in_128x128_tiles_of_4_warps_staged_in_16_byte_moves(nvrtc):
+    """The core's fragment matmul with NVIDIA's plan (the cuda backend's own Hopper schedule aside): 4 warps of
+    64x64, 64-deep steps, A and B staged as uint4 moves (vector loads and stores in the PTX)."""
     from retarget.kernel.lower import lower_dispatch
     from retarget_cuda.compile import compile_kernels
 
     desc = targets.parse("h100")
     kernel = lower_dispatch(_matmul_dispatch((4096, 4096), (4096, 4096), dtypes.DTYPES["f16"]), desc)
-    assert (kernel.schedule["tile_m"], kernel.schedule["tile_n"], kernel.schedule["stages"]) == (128, 128, 2)
-    assert kernel.workgroup_size == (256, 1, 1) and kernel.workgroup_count == (1024, 1, 1)
+    schedule = kernel.schedule
+    assert (schedule["tile_m"], schedule["tile_n"], schedule["tile_k"], schedule["stages"]) == (128, 128, 64, 1)
+    assert schedule["staging"] == "8xf16+8xf16"
+    assert kernel.workgroup_size == (128, 1, 1) and kernel.workgroup_count == (1024, 1, 1)
     binary = compile_kernels([kernel], desc)
     _, parts = unpack(binary.data)
-    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 90) and "wmma.mma.sync" in parts["ptx"].decode()
+    ptx = parts["ptx"].decode()
+    assert cubin_machine_and_sm(parts["cubin"]) == (EM_CUDA, 90) and "wmma.mma.sync" in ptx
+    assert "ld.global.nc.v4.u32" in ptx or "ld.global.v4.u32" in ptx
+    assert "st.shared.v4.u32" in ptx
 
 
 def test_f32_matmuls_and_archs_without_the_shape_keep_the_plain_gpu_matmul():

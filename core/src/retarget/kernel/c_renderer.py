@@ -38,7 +38,7 @@ from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
 from .index32 import I32, fits, narrow_indices
-from .portable import expand_fragments, expand_vector_copies, serialize_threads
+from .portable import expand_fragments, expand_vector_copies, serialize_threads, vector_copy_elements
 
 F32 = DTYPES["f32"]
 HALVES = ("f16", "bf16")  # stored as such, computed in f32
@@ -177,6 +177,10 @@ class Dialect:
     declare_const: str = "const {T} {name} = {value};"  # the workgroup and thread ids
     loop: str = "for ({T} {var} = {start}; {var} < {end}; {var}++)"
     array: str = "{T} {name}[{size}];"  # a private array
+    # A `VectorCopy` of 16 bytes between two element lvalues {dst} and {src} as one move, and the private arrays such
+    # moves touch (aligned for them); "": element by element (`portable.expand_vector_copies`).
+    vector_copy: str = ""
+    vector_array: str = ""
     shared_array: str = "{shared} {T} {name}[{size}];"  # a workgroup array
     shared_global: bool = False  # workgroup arrays are declared at module scope, before the kernel
     global_param: str = ""  # per buffer, at module scope before the kernel (WGSL's bindings); fields of `param`
@@ -243,6 +247,8 @@ CUDA = Dialect(
     preamble="#include <cuda_fp16.h>\n#include <cuda_bf16.h>",
     index32=True,
     shared_array="{shared} __align__(16) {T} {name}[{size}];",  # 16-byte aligned: runs of 4 words load as one
+    vector_copy="*reinterpret_cast<uint4*>(&{dst}) = *reinterpret_cast<const uint4*>(&{src});",
+    vector_array="__align__(16) {T} {name}[{size}];",
     # wmma (sm_70 and newer; bf16 from sm_80): the target advertises only what its arch has.
     fragments=FragmentSpelling(
         shapes=((16, 16, 16, "f16", "f32"), (16, 16, 16, "bf16", "f32")),
@@ -560,6 +566,7 @@ class _Renderer:
         self.stored: set[str] = set()  # arrays in their storage type (those native fragments load and store)
         self.param_storage: dict[str, str] = {}  # buffer parameter -> its declared element type
         self.native_fragments = False
+        self.vector_arrays: set[str] = set()  # private arrays that 16-byte vector copies touch
         self.fragment_decls: dict[str, k.Fragment] = {}
         self.scopes: list[dict[str, str]] = [{}]  # variable -> C type, innermost last
         self.lines: list[str] = []
@@ -588,7 +595,9 @@ class _Renderer:
 
     # -- the kernel -------------------------------------------------------------------------------
     def render(self) -> str:
-        kn, d = expand_vector_copies(self.k), self.d
+        kn, d = self.k if self.d.vector_copy else expand_vector_copies(self.k), self.d
+        self.vector_arrays = {name for s in k.walk_stmts(kn.body) if isinstance(s, k.VectorCopy)
+                              for name in (s.dst, s.src)}
         if k.has_fragments(kn.body):
             self.native_fragments = self.spells_fragments(kn)
             if self.native_fragments:
@@ -731,7 +740,8 @@ class _Renderer:
                       shared=self.d.shared)
         self.buffers[s.name] = (s.dtype, False)
         if not s.shared:
-            self.emit(self.d.array.format(**fields))
+            aligned = s.name in self.vector_arrays and self.d.vector_array
+            self.emit((aligned or self.d.array).format(**fields))
         elif self.d.shared is None:
             raise self.fail("shared (workgroup) arrays are not supported")
         elif self.d.shared_global:
@@ -797,6 +807,17 @@ class _Renderer:
         if name not in self.buffers:
             raise self.fail(f"buffer %{name} is not a parameter or a local array")
         return self.buffers[name]
+
+    def stmt_vectorcopy(self, s: k.VectorCopy) -> None:
+        """One 16-byte move where both sides hold the elements as stored, else element by element."""
+        dt = self.buffer(s.src)[0]
+        if dt.itemsize * s.lanes == 16 and self.buffer(s.dst)[0] == dt and \
+                all(self.stored_as_is(n) and not (self.buffer(n)[1] and self.d.word_halves.get(dt.name))
+                    for n in (s.dst, s.src)):
+            self.emit(self.d.vector_copy.format(dst=self.element(s.dst, self.expr(s.dst_index)),
+                                                src=self.element(s.src, self.expr(s.src_index))))
+        else:
+            self.stmts([vector_copy_elements(s, dt)])
 
     def stored_as_is(self, name: str) -> bool:
         """Whether `name`'s elements are in their storage type (a parameter, or an array kept so)."""

@@ -1079,6 +1079,11 @@ HELD_EXACTLY_BY = {"f32": ("f32",), "f16": ("f16", "f32"), "bf16": ("bf16", "f32
 # A target measured to do better with others lists its own in `extra["large_fragment_plans"]`, each with its
 # fragment k-slices per step (a fifth number).
 LARGE_FRAGMENT_PLANS = ((2, 4, 4, 2), (2, 2, 4, 2))
+# NVIDIA's tensor cores (wmma, KHR cooperative matrices), with 48 KB of shared memory and staging in runs of 16
+# bytes: 4 subgroups of 64x64 with 64-deep steps in one staged copy first (H100, f16 4096^3: 319 TFLOP/s through
+# wmma and 313 through Vulkan, against 266 and 204 for the plans above; benchmarks/NOTES.md). The cuda and
+# vulkan-spirv targets list these as their `large_fragment_plans`.
+NVIDIA_FRAGMENT_PLANS = ((2, 2, 4, 4, 4), (2, 4, 4, 2, 2), (2, 2, 4, 2, 2))
 FILL_WORKGROUPS = 2
 # Else (small matrices, small targets): (subgroups a workgroup, fragments along each side of a subgroup's
 # block), the first that fits the target wins.

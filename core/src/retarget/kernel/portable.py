@@ -57,6 +57,12 @@ from .ir import (
 # -- vector copies --------------------------------------------------------------------------------
 
 
+def vector_copy_elements(s: VectorCopy, dtype) -> Loop:
+    """`VectorCopy` `s` (of elements of `dtype`) as an unrolled loop of element copies."""
+    lane = Var("vlane")
+    return Loop("vlane", s.lanes, [Store(s.dst, s.dst_index + lane, Load(s.src, s.src_index + lane, dtype))], "unroll")
+
+
 def expand_vector_copies(kernel: Kernel) -> Kernel:
     """`kernel` with every `VectorCopy` an unrolled loop of element copies."""
     if not any(isinstance(s, VectorCopy) for s in walk_stmts(kernel.body)):
@@ -68,9 +74,7 @@ def expand_vector_copies(kernel: Kernel) -> Kernel:
         out = []
         for s in body:
             if isinstance(s, VectorCopy):
-                lane = Var("vlane")
-                copy = Store(s.dst, s.dst_index + lane, Load(s.src, s.src_index + lane, types[s.src]))
-                out.append(Loop("vlane", s.lanes, [copy], "unroll"))
+                out.append(vector_copy_elements(s, types[s.src]))
             elif isinstance(s, (Loop, If)):
                 out.append(replace(s, body=stmts(s.body)))
             else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retarget.errors import UnknownTargetError, suggestion
+from retarget.kernel.lower import NVIDIA_FRAGMENT_PLANS
 from retarget.protocols import TargetDesc
 
 from . import FORMAT
@@ -41,6 +42,9 @@ FRAGMENTS = {
     "wmma.m16n16k16.f16": {"m": 16, "n": 16, "k": 16, "a": "f16", "b": "f16", "acc": "f32", "width": 32},
     "wmma.m16n16k16.bf16": {"m": 16, "n": 16, "k": 16, "a": "bf16", "b": "bf16", "acc": "f32", "width": 32},
 }
+# The tiled fragment matmul's large plans (wmma): (subgroup rows, subgroup columns, fragment rows, fragment
+# columns, k-slices per step); empty: the core's own (`retarget.kernel.lower.LARGE_FRAGMENT_PLANS`).
+LARGE_FRAGMENT_PLANS: list = list(NVIDIA_FRAGMENT_PLANS)
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,8 @@ def describe_row(row: Arch, spec: str = "") -> TargetDesc:
             "registers_per_block": 64 * KB,
             "max_grid": [2**31 - 1, 65535, 65535],
             "fragments": [dict(FRAGMENTS[u]) for u in row.matrix_units if u in FRAGMENTS],
+            "vector_copy_bytes": 16,  # the tiled matmuls stage runs of 16 bytes as uint4 moves
+            **({"large_fragment_plans": [list(p) for p in LARGE_FRAGMENT_PLANS]} if LARGE_FRAGMENT_PLANS else {}),
         },
     )
 

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from retarget.errors import UnknownTargetError, closest, suggestion
+from retarget.kernel.lower import NVIDIA_FRAGMENT_PLANS
 from retarget.protocols import DeviceInfo, TargetDesc
 
 from . import FORMAT
@@ -317,9 +318,9 @@ def _powers_of_two(low: int, high: int) -> tuple[int, ...]:
 
 # The tiled fragment matmul's large plans for a vendor's cooperative matrices, where measured better than the
 # core's (`retarget.kernel.lower.LARGE_FRAGMENT_PLANS`): (subgroup rows, subgroup columns, fragment rows, fragment
-# columns, k-slices per step). NVIDIA (H100, f16 4096^3, benchmarks/gpu/gemm.py --variants): 4 subgroups of
-# 64x64 with 64-deep steps in one staged copy, 313 TFLOP/s, against 204 for the core's 8 subgroups of 64x32.
-LARGE_FRAGMENT_PLANS = {"NVIDIA": [(2, 2, 4, 4, 4), (2, 4, 4, 2, 2), (2, 2, 4, 2, 2)]}
+# columns, k-slices per step). NVIDIA: H100, f16 4096^3 (benchmarks/gpu/gemm.py --variants), 313 TFLOP/s against
+# 204 for the core's.
+LARGE_FRAGMENT_PLANS = {"NVIDIA": list(NVIDIA_FRAGMENT_PLANS)}
 
 
 def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_version: str, features,
