@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# A whole confirmation on a GPU machine, in one go (what the 2026-11-24 closing run did):
-#  1. the GPU plugins' tests and the dynamic zoo on this GPU;
-#  2. small convolutions, the lowering's choice beside the schedule before it (small_convs.py);
-#  3. the zoo suite beside torch (run.sh: $OUT/zoo.txt, zoo.json, zoo.png);
-#  4. fp16 mode beside f32 and torch's half model (fp16.py); the transformer block dispatch by dispatch (calls.py);
-#  5. compute-sanitizer's memcheck, leak check included, on every reliability case.
-#   . benchmarks/gpu/preamble.sh; OUT=/tmp/out bash benchmarks/gpu/confirm.sh      (carry .gl and .whl)
+# A whole confirmation on a GPU machine (what the 2026-11-24 closing runs did), in steps that fit the device
+# tool's 10 minutes a call when split in two (STEPS="pytest gemm fp16", then STEPS="zoo sanitizer calls small"):
+#  pytest:    the GPU plugins' tests and the dynamic zoo on this GPU;
+#  gemm:      f16 GEMMs beside cuBLAS on cuda (the Hopper wgmma schedule) and on Vulkan (cooperative matrices);
+#  fp16:      fp16 mode beside f32 and torch's half model (fp16.py);
+#  zoo:       the zoo suite beside torch (run.sh: $OUT/zoo.txt, zoo.json, zoo.png);
+#  sanitizer: compute-sanitizer's memcheck, leak check included, on every reliability case;
+#  calls:     the transformer block dispatch by dispatch (calls.py);
+#  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py).
+#   . benchmarks/gpu/preamble.sh; OUT=/tmp/out STEPS="pytest gemm fp16" bash benchmarks/gpu/confirm.sh   (carry .gl .whl)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-$(mktemp -d)}
-timeout 200 python3 -m pytest -q -p no:cacheprovider plugins/cuda plugins/vulkan_spirv plugins/webgpu \
-  tests/test_zoo_dynamic.py 2>&1 | tail -3 | tee "$OUT/pytest-gpu.txt"
-timeout 120 python3 benchmarks/gpu/small_convs.py --variants none default --repeats 40 2>&1 | tail -34
-RUN_CUDA=0 ZOO_ARGS="--models mlp,mobilenet_v2,resnet18,transformer_block,gemm_1024,gemm_4096 --devices cuda,vulkan,webgpu --peers torch,onnxruntime --repeats 20" \
-  timeout 240 bash benchmarks/gpu/run.sh 2>&1 | tail -4
-timeout 120 python3 benchmarks/gpu/fp16.py --repeats 40 2>&1 | tail -21
-timeout 90 python3 benchmarks/gpu/calls.py --models transformer_block --repeats 20 --per-dispatch 12 2>&1 \
-  | grep -v "relative error" | tail -26
-STEPS=sanitizer TOOLS=memcheck timeout 200 bash benchmarks/gpu/run_reliability.sh 2>&1 | grep -E "==|SUMMARY|RESULT" | tail -30
+STEPS=${STEPS:-pytest gemm fp16 zoo sanitizer calls small}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+if step pytest; then
+  timeout 240 python3 -m pytest -q -p no:cacheprovider plugins/cuda plugins/vulkan_spirv plugins/webgpu \
+    tests/test_zoo_dynamic.py 2>&1 | tail -3 | tee "$OUT/pytest-gpu.txt"
+fi
+if step gemm; then
+  timeout 120 python3 benchmarks/gpu/gemm.py --target cuda:host --device cuda --dtype f16 --sizes 2048 4096 8192 \
+    --repeats 20 2>&1 | grep -E "^(gemm|check)"
+  timeout 120 python3 benchmarks/gpu/gemm.py --target vulkan-spirv:host --device vulkan --dtype f16 \
+    --sizes 2048 4096 --repeats 20 2>&1 | grep -E "^(gemm|check)"
+fi
+step fp16 && timeout 120 python3 benchmarks/gpu/fp16.py --repeats 40 2>&1 | tail -21
+if step zoo; then
+  RUN_CUDA=0 ZOO_ARGS="--models mlp,mobilenet_v2,resnet18,transformer_block,gemm_1024,gemm_4096 --devices cuda,vulkan,webgpu --peers torch,onnxruntime --repeats 20" \
+    timeout 240 bash benchmarks/gpu/run.sh 2>&1 | tail -4
+fi
+if step sanitizer; then
+  STEPS=sanitizer TOOLS=memcheck timeout 220 bash benchmarks/gpu/run_reliability.sh 2>&1 \
+    | grep -E "==|SUMMARY|RESULT" | tail -30
+fi
+if step calls; then
+  timeout 90 python3 benchmarks/gpu/calls.py --models transformer_block --repeats 20 --per-dispatch 12 2>&1 \
+    | grep -v "relative error" | tail -26
+fi
+step small && timeout 120 python3 benchmarks/gpu/small_convs.py --variants none default --repeats 40 2>&1 | tail -34
 echo "confirm.sh: results in $OUT"
