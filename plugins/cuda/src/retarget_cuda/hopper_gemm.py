@@ -29,7 +29,8 @@ from retarget.protocols import Binding, EntryPoint
 TILE_K = 64  # one 128-byte swizzle row of halves
 CONSUMERS = 2  # warpgroups multiplying; each owns 64 rows of the tile
 THREADS = 128 * (1 + CONSUMERS)
-# (tile_n, stages), widest first: a plan is taken when its tiles fill every multiprocessor at least once
+# (tile_n, stages), widest first: a plan is taken when its tiles give every multiprocessor MIN_WAVES of them
+# (fewer: the core's wmma schedule, whose smaller tiles spread further, runs the matmul)
 PLANS = ((256, 4), (128, 6))
 MIN_WAVES = 1.0
 GROUP_M = 8  # tile rows walked together, so that neighbouring blocks share B tiles in L2
