@@ -38,6 +38,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dtype", choices=["f16", "f32"], default="f16")
     parser.add_argument("--variants", action="store_true")
+    parser.add_argument("--bias", action="store_true", help="a linear layer: a @ b + bias (torch: addmm)")
     args = parser.parse_args()
     dt = np.float16 if args.dtype == "f16" else np.float32
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -96,8 +97,12 @@ def main():
             return torch.relu(a @ b + bias)
 
     class Matmul(torch.nn.Module):
+        def __init__(self, bias=None):
+            super().__init__()
+            self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
+
         def forward(self, a, b):
-            return a @ b
+            return a @ b if self.bias is None else a @ b + self.bias
 
     rng = np.random.default_rng(0)
     rows = []
@@ -113,12 +118,16 @@ def main():
         a, b = (rng.standard_normal((size, size)).astype(dt) for _ in range(2))
         cuda = torch.cuda.is_available()
         ta, tb = (torch.from_numpy(x).cuda() if cuda else torch.from_numpy(x) for x in (a, b))
+        bias = rng.standard_normal(size).astype(dt) if args.bias else None
+        tbias = None if bias is None else torch.from_numpy(bias).to(ta.device)
         expected = (ta.double() @ tb.double()).cpu().numpy()
+        if bias is not None:  # as the graph computes it: the product in the output's type, plus the bias
+            expected = expected.astype(dt).astype(np.float64) + bias
         torch_ms = [float("nan")] * 4
         for _ in range(args.repeats + 3 if cuda else 0):
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
-            torch.matmul(ta, tb)
+            torch.matmul(ta, tb) if tbias is None else torch.addmm(tbias, ta, tb)
             end.record()
             torch.cuda.synchronize()
             torch_ms.append(begin.elapsed_time(end))
@@ -126,22 +135,23 @@ def main():
         flop = 2 * size**3
         for variant, env in variants:
             start = time.perf_counter()
-            art = compiled(Matmul(), (torch.from_numpy(a), torch.from_numpy(b)), env)
+            model = Matmul(None if bias is None else torch.from_numpy(bias))
+            art = compiled(model, (torch.from_numpy(a), torch.from_numpy(b)), env)
             compile_s = time.perf_counter() - start
             loaded = retarget.load(art, device=args.device)
             fn = loaded.main
             out = fn(a, b)
             err = relative_error(out.astype(np.float64), expected)
             ours = device_ms(loaded, fn)
-            row = {"size": size, "dtype": args.dtype, "variant": variant, "retarget_ms": ours, "torch_ms": theirs,
+            row = {"size": size, "dtype": args.dtype, "bias": args.bias, "variant": variant, "retarget_ms": ours, "torch_ms": theirs,
                    "retarget_tflops": flop / ours / 1e9, "torch_tflops": flop / theirs / 1e9,
                    "relative_error": float(err), "compile_s": compile_s}
             rows.append(row)
-            print(f"gemm {size}^3 {args.dtype} ({variant}): retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} "
+            print(f"gemm {size}^3 {args.dtype}{' +bias' if args.bias else ''} ({variant}): retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} "
                   f"TFLOP/s), torch {theirs:.3f} ms ({row['torch_tflops']:.1f} TFLOP/s), "
                   f"ratio {theirs / ours:.2f}x, rel err {err:.1e}", flush=True)
     if os.environ.get("OUT"):
-        name = f"gemm-{args.device.partition(':')[0]}-{args.dtype}.json"
+        name = f"gemm-{args.device.partition(':')[0]}-{args.dtype}{'-bias' if args.bias else ''}.json"
         with open(os.path.join(os.environ["OUT"], name), "w") as f:
             json.dump({"target": args.target, "rows": rows}, f, indent=1)
 

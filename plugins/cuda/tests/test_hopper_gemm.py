@@ -14,15 +14,17 @@ from retarget_cuda.driver import CudaError, kernel_params, tensor_map
 rng = np.random.default_rng(0)
 
 
-def matmul_module(m, n, k, dt="f16", bias=False) -> Module:
-    """C = A @ B, with a bias added if `bias`."""
+def matmul_module(m, n, k, dt="f16", bias=None, relu=False) -> Module:
+    """C = A @ B, plus `bias` (an array of n) if given, then a ReLU if `relu`."""
     dtype = dtypes.DTYPES[dt]
     args = [Value(TensorType((m, k), dtype)), Value(TensorType((k, n), dtype))]
     fn = Function("main", args)
     bld = Builder(fn)
     y = bld.op("rt.matmul", args)
-    if bias:
-        y = bld.op("rt.add", [y, bld.constant(np.ones(n, dtype.np_dtype))])
+    if bias is not None:
+        y = bld.op("rt.add", [y, bld.constant(np.asarray(bias, dtype.np_dtype))])
+    if relu:
+        y = bld.op("rt.max", [y, bld.constant(np.zeros((), dtype.np_dtype))])
     fn.returns = [y]
     return Module({"main": fn})
 
@@ -48,11 +50,31 @@ def test_a_large_half_matmul_for_hopper_takes_the_wgmma_schedule_with_its_tensor
     assert tuple(entry["workgroup_count"]) == (16 * 16, 1, 1)
 
 
+def test_a_linear_layer_s_bias_is_added_by_the_wgmma_kernel(nvrtc, monkeypatch):
+    from retarget_cuda import targets
+
+    bias = rng.standard_normal(4096)  # (a bias of one value stays a constant inside the dispatch: the core's)
+    art = retarget.compile(matmul_module(2048, 4096, 1024, bias=bias), "cuda:h100")
+    entry, launch, _ = _kernel(art)
+    assert tuple(entry["workgroup_size"]) == (hopper_gemm.THREADS, 1, 1) and launch is not None
+    captured = []
+    monkeypatch.setattr(hopper_gemm, "plan", lambda fn, desc, real=hopper_gemm.plan: captured.append(fn)
+                        or real(fn, desc))
+    retarget.compile(matmul_module(2048, 4096, 1024, bias=bias), "cuda:h100")
+    (fn,) = captured
+    plan = hopper_gemm.plan(fn, targets.parse("h100"))
+    (at,) = [i for i, x in enumerate(fn.args) if x.type.shape == (4096,)]
+    assert plan.bias_arg == at
+    # the product rounded to f16, then the bias added, as the graph computes it
+    source = hopper_gemm.kernel(plan, "k", fn).source
+    assert f"__half2float(__float2half_rn(d[i + 0])) + __half2float(in{at}[c + 0])" in source
+
+
 @pytest.mark.parametrize("target, module", [
     ("cuda:a100", matmul_module(2048, 4096, 1024)),  # no wgmma before Hopper
     ("cuda:sm_90", matmul_module(2048, 4096, 1024)),  # nor in sm_90's portable code
     ("cuda:h100", matmul_module(2048, 4096, 1024, dt="f32")),  # f32 keeps the core's register tiles
-    ("cuda:h100", matmul_module(2048, 4096, 1024, bias=True)),  # an epilogue keeps the core's schedule
+    ("cuda:h100", matmul_module(2048, 4096, 1024, bias=rng.standard_normal(4096), relu=True)),  # beyond a bias
     ("cuda:h100", matmul_module(256, 256, 256)),  # too few tiles to fill the GPU
     ("cuda:h100", matmul_module(2048, 4096, 1028)),  # rows of A not 16-byte aligned: TMA cannot read them
 ], ids=["ampere", "sm_90", "f32", "epilogue", "small", "unaligned"])
@@ -105,22 +127,27 @@ def hopper(cuda_device):
     return cuda_device
 
 
-@pytest.mark.parametrize("m, n, k, dt", [
-    (1024, 2048, 512, "f16"),
-    (300, 520, 136, "f16"),  # every edge ragged: TMA fills zeros past them, the stores are guarded
-    (512, 512, 512, "bf16"),
-    (384, 640, 4160, "bf16"),  # 65 steps of the reduction: the ring of slots wraps many times
+@pytest.mark.parametrize("m, n, k, dt, bias", [
+    (1024, 2048, 512, "f16", False),
+    (300, 520, 136, "f16", False),  # every edge ragged: TMA fills zeros past them, the stores are guarded
+    (512, 512, 512, "bf16", False),
+    (384, 640, 4160, "bf16", False),  # 65 steps of the reduction: the ring of slots wraps many times
+    (1024, 2048, 512, "f16", True),  # a linear layer's bias
+    (300, 520, 136, "bf16", True),
 ])
 @pytest.mark.parametrize("mode", ["graph", "stream"])
-def test_the_wgmma_schedule_matches_numpy(hopper, monkeypatch, m, n, k, dt, mode):
+def test_the_wgmma_schedule_matches_numpy(hopper, monkeypatch, m, n, k, dt, bias, mode):
     monkeypatch.setattr(hopper_gemm, "MIN_WAVES", 0)  # small shapes take it too
     dtype = dtypes.DTYPES[dt].np_dtype
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
-    art = retarget.compile(matmul_module(m, n, k, dt), "cuda:host")
+    c = rng.standard_normal(n).astype(dtype) if bias else None
+    art = retarget.compile(matmul_module(m, n, k, dt, bias=c), "cuda:host")
     assert _kernel(art)[1] is not None, "the module did not take the wgmma schedule"
     out = retarget.load(art, device="cuda", mode=mode).main(a, b)
     expected = a.astype(np.float32) @ b.astype(np.float32)
+    if bias:  # as the graph computes it: the product in the output's type, plus the bias
+        expected = expected.astype(dtype).astype(np.float32) + c.astype(np.float32)
     scale = np.abs(expected).max()
     np.testing.assert_allclose(out.astype(np.float32), expected, rtol=0, atol=1e-2 * scale)
     assert np.abs(out.astype(np.float32) - expected).mean() < 2e-3 * scale

@@ -16,8 +16,10 @@ TMA zero-fills past the matrices' edges, so any M, N and K run; rows of A and B 
 builds the two tensor maps when it records the dispatch, from `LaunchInfo` (`compile.py` stores it in
 the executable's header).
 
-`plan(fn, desc)` says whether a dispatch takes this schedule: a dispatch that is only the matmul (an
-epilogue keeps the core's schedule), f16 or bf16 operands, and enough tiles to fill the GPU.
+`plan(fn, desc)` says whether a dispatch takes this schedule: a dispatch that is only the matmul, or the
+matmul plus a bias along its rows (a linear layer; any other epilogue keeps the core's schedule), f16 or
+bf16 operands, and enough tiles to fill the GPU. The bias is added as the graph says: to the product
+rounded to the output's type, then rounded again.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ REGISTERS = (40, 232)  # setmaxnreg: the producer gives its registers to the con
 OPERAND_TYPES = {"f16": ("f16", "__half"), "bf16": ("bf16", "__nv_bfloat16")}
 OUTPUT_TYPES = {"f16": ("__half2", "__floats2half2_rn"), "bf16": ("__nv_bfloat162", "__floats2bfloat162_rn"),
                 "f32": ("float2", "make_float2")}
+C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
+TO_FLOAT = {"f16": "__half2float({})", "bf16": "__bfloat162float({})", "f32": "{}"}
+ROUNDED = {"f16": "__half2float(__float2half_rn({}))", "bf16": "__bfloat162float(__float2bfloat16_rn({}))", "f32": "{}"}
 TMA_DTYPES = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
 
 
@@ -89,6 +94,7 @@ class GemmPlan:
     b_arg: int
     tile_n: int
     stages: int
+    bias_arg: int | None = None  # the argument added to each row of the product, if any
     tile_m: int = 64 * CONSUMERS  # 64 rows a consumer
 
     @property
@@ -106,7 +112,8 @@ class GemmPlan:
 
     def schedule(self) -> str:
         return (f"wgmma m64n{self.tile_n}k16 {self.dtype}->f32, TMA, tile {self.tile_m}x{self.tile_n}x{TILE_K}, "
-                f"{self.stages} stages, 1 producer + {CONSUMERS} consumer warpgroups")
+                f"{self.stages} stages, 1 producer + {CONSUMERS} consumer warpgroups"
+                + (", bias" if self.bias_arg is not None else ""))
 
 
 @dataclass
@@ -123,13 +130,24 @@ def plan(fn, desc) -> GemmPlan | None:
     """The plan for dispatch `fn` on `desc`, or None where the core's schedule runs it."""
     if desc.extra.get("sm") != "90a":  # wgmma and setmaxnreg are sm_90a's own: no PTX for newer GPUs has them
         return None
-    if len(fn.ops) != 1 or fn.ops[0].name != "rt.matmul" or len(fn.returns) != 1:
+    ops = fn.ops
+    if not 1 <= len(ops) <= 2 or ops[0].name != "rt.matmul" or len(fn.returns) != 1 \
+            or fn.returns[0] is not ops[-1].result:
         return None
-    matmul = fn.ops[0]
+    matmul = ops[0]
     a, b = matmul.operands
     where = {id(x): i for i, x in reversed(list(enumerate(fn.args)))}  # Values compare by value, not identity
     if id(a) not in where or id(b) not in where or a.type.rank != 2 or b.type.rank != 2:
         return None
+    bias = None
+    if len(ops) == 2:  # a linear layer's bias: matmul + a vector of N (or 1 x N) along its rows, the same type
+        add = ops[1]
+        others = [x for x in add.operands if x is not matmul.result]
+        if add.name != "rt.add" or len(others) != 1 or id(others[0]) not in where \
+                or add.result.type != matmul.result.type or others[0].type.dtype != add.result.type.dtype \
+                or tuple(others[0].type.shape) not in ((b.type.shape[1],), (1, b.type.shape[1])):
+            return None
+        bias = where[id(others[0])]
     dt, out = a.type.dtype.name, matmul.result.type.dtype.name
     if dt not in OPERAND_TYPES or b.type.dtype.name != dt or out not in OUTPUT_TYPES \
             or f"wgmma.m64nNk16.{dt}" not in desc.matrix_units:
@@ -141,7 +159,7 @@ def plan(fn, desc) -> GemmPlan | None:
     multiprocessors = desc.extra.get("multiprocessors") or 132
     shared = desc.extra.get("shared_memory_optin_bytes") or 0
     for tile_n, stages in PLANS:
-        p = GemmPlan(m, n, k, dt, out, where[id(a)], where[id(b)], tile_n, stages)
+        p = GemmPlan(m, n, k, dt, out, where[id(a)], where[id(b)], tile_n, stages, bias)
         tiles_m, tiles_n = p.tiles
         if p.shared_bytes <= shared and tiles_m * tiles_n >= MIN_WAVES * multiprocessors:
             return p
@@ -155,7 +173,8 @@ def kernel(p: GemmPlan, name: str, fn) -> NativeKernel:
     entry = EntryPoint(name, bindings, (THREADS, 1, 1), (tiles_m * tiles_n, 1, 1))
     a_map = TensorMap(p.a_arg, p.dtype, (p.k, p.m), p.k * 2, (TILE_K, p.tile_m))
     b_map = TensorMap(p.b_arg, p.dtype, (p.n, p.k), p.n * 2, (64, TILE_K))  # tile_n / 64 boxes a slot
-    return NativeKernel(name, _source(p, name, len(fn.args)), entry, LaunchInfo(p.shared_bytes, (a_map, b_map)))
+    source = _source(p, name, [x.type.dtype.name for x in fn.args])
+    return NativeKernel(name, source, entry, LaunchInfo(p.shared_bytes, (a_map, b_map)))
 
 
 # -- the CUDA C ---------------------------------------------------------------------------------------------
@@ -215,15 +234,20 @@ def _wgmma(p: GemmPlan) -> str:
             f'    : {outs}\n    : "l"(da), "l"(db), "r"(1));\n}}\n')
 
 
-def _source(p: GemmPlan, name: str, n_args: int) -> str:
-    _, ctype = OPERAND_TYPES[p.dtype]
+def _source(p: GemmPlan, name: str, arg_types: list[str]) -> str:
     pair, convert = OUTPUT_TYPES[p.out]
-    out_c = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}[p.out]
+    out_c = C_TYPES[p.out]
     a_bytes, b_bytes = p.stage_bytes
     tiles_m, tiles_n = p.tiles
     regs = p.tile_n // 2
     mma = f"rt_wgmma_{p.dtype}_n{p.tile_n}"
-    args = [f"const {ctype}* __restrict__ in{i}" for i in range(n_args)]
+    args = [f"const {C_TYPES[t]}* __restrict__ in{i}" for i, t in enumerate(arg_types)]
+    if p.bias_arg is None:
+        values = "d[i], d[i + 1]"
+    else:  # the product rounded to the output's type, plus the bias, as the graph computes it
+        bias = f"in{p.bias_arg}"
+        values = ", ".join(f"{ROUNDED[p.out].format(f'd[i + {j}]')} + {TO_FLOAT[p.out].format(f'{bias}[c + {j}]')}"
+                           for j in (0, 1))
     # B: tile_n / 64 boxes of 64 K-rows x 128 bytes (N-major; the descriptor's leading offset steps from box
     # to box along N, its stride from 8 rows of K to the next); the next k16 is 16 rows (2048 bytes) down
     b_loads = (f"for (int j = 0; j < {p.tile_n // 64}; ++j) "
@@ -294,7 +318,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1) {name}(
     for (int i = 0; i < {regs}; i += 2) {{
       const int r = row + 8 * ((i / 2) % 2), c = col + 8 * (i / 4);
       if (r < {p.m} && c < {p.n})
-        *reinterpret_cast<{pair}*>(out + (long long)r * {p.n} + c) = {convert}(d[i], d[i + 1]);
+        *reinterpret_cast<{pair}*>(out + (long long)r * {p.n} + c) = {convert}({values});
     }}
   }}
 }}
