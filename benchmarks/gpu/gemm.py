@@ -143,11 +143,13 @@ def main():
             out = fn(a, b)
             err = relative_error(out.astype(np.float64), expected)
             ours = device_ms(loaded, fn)
-            row = {"size": size, "dtype": args.dtype, "bias": args.bias, "variant": variant, "retarget_ms": ours, "torch_ms": theirs,
+            row = {"size": size, "dtype": args.dtype, "bias": args.bias, "variant": variant, "retarget_ms": ours,
+                   "torch_ms": theirs,
                    "retarget_tflops": flop / ours / 1e9, "torch_tflops": flop / theirs / 1e9,
                    "relative_error": float(err), "compile_s": compile_s}
             rows.append(row)
-            print(f"gemm {size}^3 {args.dtype}{' +bias' if args.bias else ''} ({variant}): retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} "
+            label = f"{args.dtype}{' +bias' if args.bias else ''} ({variant})"
+            print(f"gemm {size}^3 {label}: retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} "
                   f"TFLOP/s), torch {theirs:.3f} ms ({row['torch_tflops']:.1f} TFLOP/s), "
                   f"ratio {theirs / ours:.2f}x, rel err {err:.1e}", flush=True)
     if os.environ.get("OUT"):
