@@ -5,11 +5,12 @@ stand-in driver), and on an sm_90 GPU that it computes the right numbers."""
 import numpy as np
 import pytest
 import retarget
+from retarget.errors import RetargetError
 from retarget.ir import Builder, Function, Module, Value, dtypes
 from retarget.protocols import TensorType
 from retarget_cuda import hopper_gemm
 from retarget_cuda.compile import unpack
-from retarget_cuda.driver import CudaError, kernel_params, tensor_map
+from retarget_cuda.driver import CudaError, _launch_needs, kernel_params, tensor_map
 
 rng = np.random.default_rng(0)
 
@@ -96,6 +97,22 @@ def test_an_operand_off_a_16_byte_boundary_is_refused_with_the_fix():
     with pytest.raises(CudaError, match="16-byte boundary; binding 1") as e:
         tensor_map(m, 0x1008)
     assert "contiguous" in e.value.hint
+
+
+@pytest.mark.parametrize("launch", [
+    {"shared_bytes": 1024, "tensor_maps": [{"binding": 3, "dtype": "f16", "dims": [64, 64], "row_bytes": 128,
+                                             "box": [64, 64]}]},  # a binding the entry lacks
+    {"shared_bytes": "lots"},
+    {"tensor_maps": [{"binding": 0}]},
+], ids=["binding", "shared", "fields"])
+def test_a_malformed_launch_header_is_refused_by_name(launch):
+    from retarget.protocols import Binding, EntryPoint
+
+    f16 = TensorType((64, 64), dtypes.DTYPES["f16"])
+    entry = EntryPoint("k", (Binding(f16, "read"), Binding(f16, "write")))
+    with pytest.raises(RetargetError, match="launch header for k is malformed"):
+        _launch_needs({"launch": {"k": launch}}, [entry])
+    assert _launch_needs({}, [entry]) == [None]
 
 
 def test_the_driver_opts_in_to_the_shared_memory_and_encodes_tensor_maps_at_the_buffers(cu):

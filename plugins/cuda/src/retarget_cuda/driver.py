@@ -309,6 +309,27 @@ def tensor_map(m, address: int) -> bytes:
     return np.array(tensor_map.opaque, dtype=np.uint64).tobytes()
 
 
+def _launch_needs(header: dict, entry_points) -> list:
+    """Each entry point's `hopper_gemm.LaunchInfo` from the executable's header (None for a kernel with no
+    needs beyond its buffers), checked: a header that names bindings an entry lacks is refused, not run."""
+    from .hopper_gemm import LaunchInfo
+
+    needs = header.get("launch") or {}
+    out = []
+    for e in entry_points:
+        try:
+            info = LaunchInfo.from_json(needs[e.name]) if e.name in needs else None
+            ok = info is None or (0 <= info.shared_bytes <= 1 << 20
+                                  and all(0 <= m.binding < len(e.bindings) for m in info.tensor_maps))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise RetargetError(f"the cuda executable's launch header for {e.name} is malformed",
+                                hint="recompile with --target cuda")
+        out.append(info)
+    return out
+
+
 def _check_range(buffer: CudaBuffer, offset: int, nbytes: int, what: str) -> None:
     if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
         raise ValueError(f"{what} {nbytes} bytes at {offset} overflows a buffer of {buffer.nbytes}")
@@ -521,13 +542,10 @@ class CudaDevice:
         if reason:
             raise UnknownDeviceError(f"{self.info.uri} cannot run {binary.target.name}: {reason}",
                                      hint="recompile with --target cuda:host")
-        from .hopper_gemm import LaunchInfo
-
         header, parts = unpack(binary.data)
         use_cubin = _cubin_runs(binary.target.extra["sm"], self.compute_capability)
         image = np.frombuffer(parts["cubin"] if use_cubin else parts["ptx"] + b"\0", dtype=np.uint8)
-        launch = [LaunchInfo.from_json(header["launch"][e.name]) if e.name in header.get("launch", {}) else None
-                  for e in binary.entry_points]
+        launch = _launch_needs(header, binary.entry_points)
         cu = _cu()
         self._current()
         module = check(cu.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData" + ("" if use_cubin else " (PTX JIT)"))
