@@ -25,11 +25,18 @@ CUstream_flags = SimpleNamespace(CU_STREAM_DEFAULT=SimpleNamespace(value=0),
 CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
 CUevent_flags = SimpleNamespace(CU_EVENT_DEFAULT=SimpleNamespace(value=0))
 CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max dynamic shared")
-# the tensor-map enums: each member's value is its own name, which the fake records
-CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill = (
-    type(name, (), {"__getattr__": staticmethod(lambda member: member)})() for name in
-    ("CUtensorMapDataType", "CUtensorMapInterleave", "CUtensorMapSwizzle", "CUtensorMapL2promotion",
-     "CUtensorMapFloatOOBfill"))
+
+
+class _Names:
+    """An enum whose every member's value is its own name (the fake records it)."""
+
+    def __getattr__(self, member: str) -> str:
+        return member
+
+
+# the tensor-map enums
+CUtensorMapDataType = CUtensorMapInterleave = CUtensorMapSwizzle = _Names()
+CUtensorMapL2promotion = CUtensorMapFloatOOBfill = _Names()
 OK = CUresult.CUDA_SUCCESS
 CAPTURE_LAUNCH_S = 0.0  # how long a launch takes while captured: a test widens the window for other threads
 

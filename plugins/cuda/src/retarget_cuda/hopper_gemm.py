@@ -38,7 +38,7 @@ MIN_WAVES = 1.0
 GROUP_M = 8  # tile rows walked together, so that neighbouring blocks share B tiles in L2
 REGISTERS = (40, 232)  # setmaxnreg: the producer gives its registers to the consumers
 
-OPERAND_TYPES = {"f16": ("f16", "__half"), "bf16": ("bf16", "__nv_bfloat16")}
+OPERAND_TYPES = ("f16", "bf16")  # as PTX spells them too
 OUTPUT_TYPES = {"f16": ("__half2", "__floats2half2_rn"), "bf16": ("__nv_bfloat162", "__floats2bfloat162_rn"),
                 "f32": ("float2", "make_float2")}
 C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f32": "float"}
@@ -225,11 +225,10 @@ def _wgmma(p: GemmPlan) -> str:
     regs = p.tile_n // 2
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     places = ", ".join(f"%{i}" for i in range(regs))
-    ptx_type = OPERAND_TYPES[p.dtype][0]
     return (f"static __device__ __forceinline__ void rt_wgmma_{p.dtype}_n{p.tile_n}"
             f"(float* d, unsigned long long da, unsigned long long db) {{\n"
             f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-            f'    "wgmma.mma_async.sync.aligned.m64n{p.tile_n}k16.f32.{ptx_type}.{ptx_type} "\n'
+            f'    "wgmma.mma_async.sync.aligned.m64n{p.tile_n}k16.f32.{p.dtype}.{p.dtype} "\n'
             f'    "{{{places}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1; }}"\n'
             f'    : {outs}\n    : "l"(da), "l"(db), "r"(1));\n}}\n')
 

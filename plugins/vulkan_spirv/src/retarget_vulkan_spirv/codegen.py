@@ -303,26 +303,33 @@ class _Codegen:
         m.name(main, kn.name)
         return m.assemble()
 
+    def binding_variable(self, slot: int, element: int, stride: int, name: str) -> int:
+        """A variable for binding `slot` (descriptor set 0): a runtime array of `element`s `stride` bytes apart,
+        NonWritable when every param sharing the slot is read-only."""
+        m = self.m
+        array = m.type("TypeRuntimeArray", element, unique=False)
+        m.decorate(array, "ArrayStride", stride)
+        block = m.type("TypeStruct", array, unique=False)
+        m.decorate(block, "Block")
+        m.member_decorate(block, 0, "Offset", 0)
+        var = m.op("global", "Variable", m.pointer("StorageBuffer", block), spirv.STORAGE["StorageBuffer"])
+        self.global_variable(var)
+        m.decorate(var, "DescriptorSet", 0)
+        m.decorate(var, "Binding", slot)
+        if all(q.access == "read" for q, s in zip(self.k.params, self.slots) if s == slot):
+            m.decorate(var, "NonWritable")
+        m.name(var, name)
+        return var
+
     def declare_params(self) -> None:
         m = self.m
         variables: dict[int, int] = {}
         for i, (p, slot) in enumerate(zip(self.k.params, self.slots)):
             if slot not in variables:
-                element = self.storage_type(p.dtype)
-                array = m.type("TypeRuntimeArray", element, unique=False)
-                m.decorate(array, "ArrayStride", p.dtype.itemsize if p.dtype.name != "i1" else 1)
-                block = m.type("TypeStruct", array, unique=False)
-                m.decorate(block, "Block")
-                m.member_decorate(block, 0, "Offset", 0)
-                var = m.op("global", "Variable", m.pointer("StorageBuffer", block), spirv.STORAGE["StorageBuffer"])
-                self.global_variable(var)
-                m.decorate(var, "DescriptorSet", 0)
-                m.decorate(var, "Binding", slot)
-                sharing = [q for q, s in zip(self.k.params, self.slots) if s == slot]
-                if all(q.access == "read" for q in sharing):
-                    m.decorate(var, "NonWritable")
-                m.name(var, p.name if len(sharing) == 1 else f"rt_mem_{p.dtype.name}")
-                variables[slot] = var
+                sharing = sum(s == slot for s in self.slots)
+                variables[slot] = self.binding_variable(
+                    slot, self.storage_type(p.dtype), p.dtype.itemsize if p.dtype.name != "i1" else 1,
+                    p.name if sharing == 1 else f"rt_mem_{p.dtype.name}")
             self.buffers[p.name] = (p.dtype, variables[slot], "StorageBuffer")
             self.param_index[p.name] = i
         words = len(self.k.params) + len(self.k.scalars)
@@ -552,21 +559,9 @@ class _Codegen:
 
     def word_view(self, name: str) -> int:
         """Parameter `name`'s binding seen as an array of 16-byte words (a second variable of the same binding)."""
-        m, slot = self.m, self.slots[self.param_index[name]]
+        slot = self.slots[self.param_index[name]]
         if slot not in self.wide_views:
-            array = m.type("TypeRuntimeArray", self.words(), unique=False)
-            m.decorate(array, "ArrayStride", self.VECTOR_BYTES)
-            block = m.type("TypeStruct", array, unique=False)
-            m.decorate(block, "Block")
-            m.member_decorate(block, 0, "Offset", 0)
-            var = m.op("global", "Variable", m.pointer("StorageBuffer", block), spirv.STORAGE["StorageBuffer"])
-            self.global_variable(var)
-            m.decorate(var, "DescriptorSet", 0)
-            m.decorate(var, "Binding", slot)
-            if all(q.access == "read" for q, s in zip(self.k.params, self.slots) if s == slot):
-                m.decorate(var, "NonWritable")
-            m.name(var, f"rt_words_{slot}")
-            self.wide_views[slot] = var
+            self.wide_views[slot] = self.binding_variable(slot, self.words(), self.VECTOR_BYTES, f"rt_words_{slot}")
         return self.wide_views[slot]
 
     def word(self, name: str, index: k.Expr, lanes: int) -> int | None:
