@@ -8,8 +8,8 @@ runs with TF32 off in torch (retarget never uses it), f16 on the matrix units wh
 (writes $OUT/gemm-<device>-<dtype>.json if OUT is set). `--variants` also times each size with other
 register-tile plans of the GPU lowering (`retarget.kernel.lower.REGISTER_TILE_PLANS`; none: the split-reduction
 schedule) for f32; for f16 on a cuda target, the wgmma schedule's plans (`retarget_cuda.hopper_gemm`) and the
-core's wmma one, elsewhere other fragment-matmul plans (`retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS`) and
-staging element by element.
+core's wmma one, elsewhere the workgroup-scope matrices' tiles (`retarget.kernel.lower.WORKGROUP_TILES`) and the
+subgroup schedule (NVIDIA's plan, and staged element by element).
 """
 
 from __future__ import annotations
@@ -53,13 +53,15 @@ def main():
                      ("wmma, staged element by element", {**wmma, "VECTOR_STAGING": False}),
                      ("wmma, the core's own plans (8 warps of 64x32)", {**wmma, plans: []}),
                      ("wmma, 4 warps of 64x64, tile_k 32", {**wmma, plans: [(2, 2, 4, 4, 2)]})]
-    elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans (NVIDIA's own, for Vulkan)
-        plans = "retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS"
-        variants += [("staged element by element", {"VECTOR_STAGING": False}),
-                     ("the core's plans (8 warps of 64x32)", {plans: {}}),
-                     ("128x128, 4 warps of 64x64, tile_k 32", {plans: {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
-                     ("128x256, 8 warps of 64x64, tile_k 32", {plans: {"NVIDIA": [(2, 4, 4, 4, 2)]}}),
-                     ("64x128, 4 warps of 32x64, tile_k 64", {plans: {"NVIDIA": [(2, 2, 2, 4, 4)]}})]
+    elif args.variants and args.dtype == "f16":  # workgroup-scope matrices' tiles, then the subgroup schedule
+        variants += [(f"workgroup {tm}x{tn}x{tk}, {threads} threads{', no prefetch' if not prefetch else ''}",
+                      {"WORKGROUP_TILES": ((tm, tn, tk, threads),), "WORKGROUP_PREFETCH": prefetch})
+                     for tm, tn, tk, threads, prefetch in (
+                         (128, 256, 64, 256, False), (128, 256, 64, 256, True), (128, 128, 64, 128, True),
+                         (256, 128, 64, 256, True), (128, 256, 128, 256, True), (128, 128, 128, 128, True),
+                         (128, 128, 128, 128, False), (64, 256, 64, 128, True), (128, 128, 32, 128, True))]
+        variants += [("subgroups (NVIDIA's plan: 4 of 64x64, tile_k 64)", {"WORKGROUP_TILES": ()}),
+                     ("subgroups, staged element by element", {"WORKGROUP_TILES": (), "VECTOR_STAGING": False})]
     elif args.variants:
         variants += [("runs of 1", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 8, 1), (16, 16, 4, 4, 16, 1))}),
                      ("tile_k 16", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 16, 4), (16, 16, 4, 4, 16, 4))}),
@@ -91,6 +93,17 @@ def main():
         finally:
             for key, value in saved.items():
                 setattr(*owner(key), value)
+
+    def kernels(art) -> list[str]:
+        """Each SPIR-V kernel's workgroup size and extensions (which schedule a variant took); [] elsewhere."""
+        out = []
+        for exe in art.manifest["executables"]:
+            if exe["backend"] == "vulkan-spirv":
+                from retarget_vulkan_spirv import container
+
+                out += [f"{kn['name']} {'x'.join(map(str, kn['workgroup_size']))} {'+'.join(kn.get('extensions', []))}"
+                        for kn in container.unpack(bytes(art.entries[exe["path"]]))]
+        return out
 
     class MatmulBiasRelu(torch.nn.Module):
         def forward(self, a, b, bias):
@@ -144,6 +157,7 @@ def main():
             err = relative_error(out.astype(np.float64), expected)
             ours = device_ms(loaded, fn)
             row = {"size": size, "dtype": args.dtype, "bias": args.bias, "variant": variant, "retarget_ms": ours,
+                   "kernels": kernels(art),
                    "torch_ms": theirs,
                    "retarget_tflops": flop / ours / 1e9, "torch_tflops": flop / theirs / 1e9,
                    "relative_error": float(err), "compile_s": compile_s}
@@ -151,7 +165,7 @@ def main():
             label = f"{args.dtype}{' +bias' if args.bias else ''} ({variant})"
             print(f"gemm {size}^3 {label}: retarget {ours:.3f} ms ({row['retarget_tflops']:.1f} "
                   f"TFLOP/s), torch {theirs:.3f} ms ({row['torch_tflops']:.1f} TFLOP/s), "
-                  f"ratio {theirs / ours:.2f}x, rel err {err:.1e}", flush=True)
+                  f"ratio {theirs / ours:.2f}x, rel err {err:.1e} {row['kernels']}", flush=True)
     if os.environ.get("OUT"):
         name = f"gemm-{args.device.partition(':')[0]}-{args.dtype}{'-bias' if args.bias else ''}.json"
         with open(os.path.join(os.environ["OUT"], name), "w") as f:

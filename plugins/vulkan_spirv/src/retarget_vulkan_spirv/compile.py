@@ -58,6 +58,7 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         "required_subgroup_size": generated.required_subgroup_size,
         "shared_bytes": generated.shared_bytes,
         "capabilities": list(generated.capabilities),
+        "extensions": list(generated.extensions),
     }
 
 

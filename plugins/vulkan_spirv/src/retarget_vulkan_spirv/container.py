@@ -11,7 +11,8 @@
                   "push_constant_bytes": int,       # 4 * (len(params) + len(scalars))
                   "required_subgroup_size": int | null,
                   "shared_bytes": int,
-                  "capabilities": [str, ...]}]}     # the module's OpCapability names
+                  "capabilities": [str, ...],       # the module's OpCapability names
+                  "extensions": [str, ...]}]}       # and its OpExtension names (absent before they were listed)
 
 Binding model: descriptor set 0, binding `slots[i]` holds param i, a storage buffer. The push
 constants are one u32 per param: the element index where param i starts inside its binding;

@@ -40,10 +40,17 @@ vulkan-validationlayers) and a VK_EXT_debug_utils messenger. Its warnings and er
 to stderr and kept in `VULKAN.validation_messages` as {"severity", "id", "message"} dicts. A layer
 older than 1.3.255 does not know VK_KHR_cooperative_matrix, so under it a device is described and
 opened without that extension (one line on stderr says so).
+
+Statistics: with RETARGET_VULKAN_PIPELINE_STATISTICS=1 (read when a device is opened) and a driver with
+VK_KHR_pipeline_executable_properties, each pipeline's statistics as its compiler names them (registers,
+spills, shared memory...) go to stderr as it is made; with a folder as the value, each kernel's statistics
+(`<kernel>.json`) and the driver's internal representations (`<kernel>.<n>.txt`, its assembly where it
+gives one) are written there instead. For tuning a schedule; timings are unchanged.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -54,7 +61,7 @@ import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
-from . import FORMAT, container
+from . import FORMAT, container, matrix2, spirv
 
 NAME = "vulkan"
 INSTALL = "apt-get install mesa-vulkan-drivers libvulkan1"
@@ -107,6 +114,8 @@ def version_text(version: int) -> str:
 
 
 V1_1, V1_2, V1_3 = make_version(1, 1), make_version(1, 2), make_version(1, 3)
+STATISTICS_ENV, STATISTICS_EXTENSION = "RETARGET_VULKAN_PIPELINE_STATISTICS", "VK_KHR_pipeline_executable_properties"
+CAPTURE_STATISTICS, CAPTURE_INTERNALS = 0x40, 0x80  # VkPipelineCreateFlagBits
 COOPERATIVE_MATRIX_LAYER = make_version(1, 3, 255)  # the first validation layer that knows VK_KHR_cooperative_matrix
 
 
@@ -299,6 +308,10 @@ def _create_instance() -> tuple[_Instance | None, str]:
     ffi, lib = vk.ffi, vk.lib
     STRUCTURE_TYPES.update({
         "VkCooperativeMatrixPropertiesKHR": vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR,
+        "VkPipelineExecutablePropertiesKHR": vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR,
+        "VkPipelineExecutableStatisticKHR": vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR,
+        "VkPipelineExecutableInternalRepresentationKHR":
+            vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR,
     })
     # Mesa's drivers that are not conformant (older lavapipe) print a warning on every start.
     os.environ.setdefault("MESA_VK_IGNORE_CONFORMANCE_WARNING", "1")
@@ -428,14 +441,23 @@ class _PhysicalDevice:
             driver = _new("VkPhysicalDeviceDriverProperties", "PHYSICAL_DEVICE_DRIVER_PROPERTIES")
             links.append(driver)
         _chain(head, links)
+        matrix2_props = matrix2_features = None
+        if matrix2.EXTENSION in has:  # its structs are not the package's: linked by address (matrix2.py)
+            matrix2_props = matrix2.properties()
+            links[-1].pNext = matrix2.link(ffi, matrix2_props)
         lib.vkGetPhysicalDeviceProperties2(self.handle, head)
         props = head.properties
 
         features_head, feature_links = _feature_chain(self.api, has)
+        if matrix2_props is not None:
+            matrix2_features = matrix2.features()
+            (feature_links[-1][0] if feature_links else features_head).pNext = matrix2.link(ffi, matrix2_features)
         lib.vkGetPhysicalDeviceFeatures2(self.handle, features_head)
         features = {name: bool(value) for name, value in _fields(features_head.features).items()}
         for struct, _ in feature_links:
             features.update({name: bool(value) for name, value in _fields(struct).items()})
+        if matrix2_features is not None:
+            features.update(matrix2.feature_values(matrix2_features))
         self.features = features
 
         memory = ffi.new("VkPhysicalDeviceMemoryProperties*")
@@ -449,6 +471,13 @@ class _PhysicalDevice:
         self.queue_families = [(int(f.queueFlags), int(f.queueCount), int(f.timestampValidBits)) for f in families]
 
         self.cooperative_matrix = self._cooperative_matrix_shapes() if features.get("cooperativeMatrix") else []
+        self.workgroup_matrices = {}
+        if features.get("cooperativeMatrix") and all(features.get(name) for name in matrix2.USED_FEATURES):
+            address = lib.vkGetInstanceProcAddr(self.instance.handle, matrix2.QUERY.encode())
+            shapes = [] if address == ffi.NULL else matrix2.flexible_dimensions(ffi, address, self.handle,
+                                                                                COMPONENT_TYPES, SCOPES)
+            if shapes:
+                self.workgroup_matrices = {**matrix2.limits(matrix2_props), "shapes": shapes}
         limits = props.limits
         subgroup_size = int(subgroup.subgroupSize)
         size_range = ([int(size_control.minSubgroupSize), int(size_control.maxSubgroupSize)]
@@ -471,6 +500,7 @@ class _PhysicalDevice:
             "features": {name: features.get(name, False) for name in FEATURES},
             "extensions": list(self.extensions),
             "cooperative_matrix": self.cooperative_matrix,
+            **({"cooperative_matrix_workgroup": self.workgroup_matrices} if self.workgroup_matrices else {}),
             "memory_heaps": heaps,
             "queues": [{"flags": [n for n, bit in zip(QUEUE_FLAGS, QUEUE_FLAG_BITS) if flags & bit], "count": count}
                        for flags, count, _ in self.queue_families],
@@ -1020,7 +1050,21 @@ class VulkanDevice:
             for struct, _ in links:
                 if name in dict(ffi.typeof(struct[0]).fields):
                     setattr(struct[0], name, 1)
-        extensions = sorted({ext for _, ext in links if ext})
+        extensions = {ext for _, ext in links if ext}
+        tail = (links[-1][0] if links else features_head)
+        self.statistics = os.environ.get(STATISTICS_ENV) if STATISTICS_EXTENSION in physical.extensions else None
+        if self.statistics:  # the driver's own statistics of each pipeline (see the module docstring)
+            executables = _new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
+                               "PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR", pipelineExecutableInfo=1)
+            tail.pNext, tail = executables, executables
+            extensions.add(STATISTICS_EXTENSION)
+        matrix2_features = None
+        if physical.workgroup_matrices:  # workgroup-scope matrices (matrix2.py)
+            matrix2_features = matrix2.features(enable=matrix2.USED_FEATURES)
+            tail.pNext = matrix2.link(ffi, matrix2_features)
+            extensions.add(matrix2.EXTENSION)
+        self.workgroup_matrices = matrix2_features is not None
+        extensions = sorted(extensions)
         self.enabled_extensions = extensions
         self.subgroup_size_control = bool(physical.features.get("subgroupSizeControl")
                                           and physical.required_size_stages & vk.VK_SHADER_STAGE_COMPUTE_BIT)
@@ -1186,6 +1230,16 @@ class VulkanDevice:
         if int(kernel["push_constant_bytes"]) > limits["maxPushConstantsSize"]:
             reasons.append(f"{name}: {kernel['push_constant_bytes']} bytes of push constants exceed "
                            f"maxPushConstantsSize {limits['maxPushConstantsSize']}")
+        if spirv.WORKGROUP_MATRIX_EXTENSION in kernel.get("extensions", ()):
+            shapes = (self.info.properties.get("cooperative_matrix_workgroup") or {}).get("shapes", ())
+            if not self.workgroup_matrices:
+                reasons.append(f"{name}: it multiplies cooperative matrices of workgroup scope, and "
+                               f"{self.info.name} does not offer them ({matrix2.EXTENSION} with "
+                               f"{' and '.join(matrix2.USED_FEATURES)})")
+            elif int(np.prod(wg)) not in {s["workgroup_invocations"] for s in shapes}:
+                reasons.append(f"{name}: its workgroup-scope matrices need {int(np.prod(wg))} invocations a "
+                               f"workgroup; {self.info.name} takes "
+                               f"{sorted({s['workgroup_invocations'] for s in shapes})}")
         if binding_count(kernel) > limits["maxPerStageDescriptorStorageBuffers"]:
             reasons.append(f"{name}: {binding_count(kernel)} buffers exceed maxPerStageDescriptorStorageBuffers "
                            f"{limits['maxPerStageDescriptorStorageBuffers']}")
@@ -1266,13 +1320,58 @@ class VulkanDevice:
                 if self.full_subgroups and int(kernel["workgroup_size"][0]) % int(required) == 0:
                     stage["flags"] = REQUIRE_FULL_SUBGROUPS
             info = _new("VkComputePipelineCreateInfo", "COMPUTE_PIPELINE_CREATE_INFO", stage=stage, layout=layout)
+            if self.statistics:
+                info.flags = CAPTURE_STATISTICS | (CAPTURE_INTERNALS if self.statistics != "1" else 0)
             pipeline = ffi.new("VkPipeline*")
             check(lib.vkCreateComputePipelines(self.handle, self.pipeline_cache, 1, info, ffi.NULL, pipeline),
                   f"vkCreateComputePipelines({name})")
             self.count("pipelines", 1)
         finally:
             lib.vkDestroyShaderModule(self.handle, module[0], ffi.NULL)  # the pipeline has what it needs
+        if self.statistics:
+            self._report_statistics(pipeline[0], name)
         return pipeline[0]
+
+    def _report_statistics(self, pipeline, name: str) -> None:
+        """The driver's statistics of `pipeline` (and, with a folder, its internal representations there)."""
+        vk = _vk()
+        ffi, lib = vk.ffi, vk.lib
+
+        def device_proc(fn: str):
+            return ffi.cast("PFN_" + fn, lib.vkGetDeviceProcAddr(self.handle, fn.encode()))
+
+        stats, texts = {}, []
+        executables = _enumerated(device_proc("vkGetPipelineExecutablePropertiesKHR"),
+                                  "VkPipelineExecutablePropertiesKHR", self.handle,
+                                  _new("VkPipelineInfoKHR", "PIPELINE_INFO_KHR", pipeline=pipeline))
+        for index in range(len(executables)):
+            which = _new("VkPipelineExecutableInfoKHR", "PIPELINE_EXECUTABLE_INFO_KHR", pipeline=pipeline,
+                         executableIndex=index)
+            for stat in _enumerated(device_proc("vkGetPipelineExecutableStatisticsKHR"),
+                                    "VkPipelineExecutableStatisticKHR", self.handle, which):
+                field = {0: "b32", 1: "i64", 2: "u64", 3: "f64"}[int(stat.format)]
+                stats[ffi.string(stat.name).decode()] = getattr(stat.value, field)
+            if self.statistics != "1":
+                internals = device_proc("vkGetPipelineExecutableInternalRepresentationsKHR")
+                listed = _enumerated(internals, "VkPipelineExecutableInternalRepresentationKHR", self.handle, which)
+                keep = [ffi.new("char[]", max(int(r.dataSize), 1)) for r in listed]
+                for r, data in zip(listed, keep):
+                    r.pData = data
+                count = ffi.new("uint32_t*", len(listed))
+                items = ffi.new("VkPipelineExecutableInternalRepresentationKHR[]", listed)
+                internals(self.handle, which, count, items)
+                texts += [ffi.string(ffi.cast("char*", r.pData)).decode(errors="replace") if r.isText
+                          else bytes(ffi.buffer(r.pData, r.dataSize)).hex() for r in items]
+        if self.statistics == "1":
+            print(f"retarget: vulkan pipeline {name}: " + ", ".join(f"{k} {v}" for k, v in stats.items()),
+                  file=sys.stderr)
+            return
+        os.makedirs(self.statistics, exist_ok=True)
+        with open(os.path.join(self.statistics, f"{name}.json"), "w") as f:
+            json.dump(stats, f, indent=1)
+        for i, text in enumerate(texts):
+            with open(os.path.join(self.statistics, f"{name}.{i}.txt"), "w") as f:
+                f.write(text)
 
     # -- memory -----------------------------------------------------------------------------
 

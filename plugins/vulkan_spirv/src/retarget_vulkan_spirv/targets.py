@@ -325,7 +325,8 @@ LARGE_FRAGMENT_PLANS = {"NVIDIA": list(NVIDIA_FRAGMENT_PLANS)}
 
 def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_version: str, features,
              subgroup_ops, subgroup_size: int | None, subgroup_sizes: tuple[int, ...], reported_limits: dict,
-             cooperative_matrix=(), extensions=None, product: str | None = None, note: str = "") -> TargetDesc:
+             cooperative_matrix=(), extensions=None, product: str | None = None, note: str = "",
+             workgroup_matrices=None) -> TargetDesc:
     """A TargetDesc from a device-shaped record (a table row, or a live device's properties)."""
     lim = {key: reported_limits.get(key, SPEC_MINIMUM_LIMITS[key]) for key in LIMIT_KEYS}
     lim = {key: list(value) if isinstance(value, (list, tuple)) else int(value) for key, value in lim.items()}
@@ -354,6 +355,7 @@ def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_vers
             else [],
             "fragments": fragments(cooperative_matrix, caps, features, vulkan_version, subgroup_size,
                                    subgroup_sizes),
+            "workgroup_fragments": workgroup_fragments(workgroup_matrices, caps, features, vulkan_version),
             # the tiled fragment matmul stages runs of 16 bytes, moved as uvec4 words (codegen.py)
             "vector_copy_bytes": 16,
             **({"large_fragment_plans": [list(p) for p in LARGE_FRAGMENT_PLANS[vendor]]}
@@ -383,6 +385,23 @@ def fragments(shapes, caps, features, vulkan_version: str, subgroup_size: int | 
             and s.get("scope", "subgroup") == "subgroup"]
 
 
+def workgroup_fragments(matrices, caps, features, vulkan_version: str) -> list[dict]:
+    """The workgroup-scope fragments the core's lowering may use (`retarget.kernel.lower.WorkgroupTiles`), from a
+    live device's `cooperative_matrix_workgroup` (VK_NV_cooperative_matrix2: flexible sizes, each side a multiple
+    of a granularity, for workgroups of a set size): f16 A and B into f32, as codegen spells them. Named
+    architectures list none: whether a driver offers them is the driver's to say, so only `host` has them."""
+    if not matrices or "CooperativeMatrixKHR" not in caps or "Float16" not in caps:
+        return []
+    if "vulkanMemoryModel" not in features and _version(vulkan_version) < (1, 3):
+        return []
+    largest = min(int(matrices.get("max_dimension") or 0), 1 << 16)
+    return [{"m": s["M"], "n": s["N"], "k": s["K"], "a": "f16", "b": "f16", "acc": "f32",
+             "threads": s["workgroup_invocations"], "max_dimension": largest}
+            for s in matrices.get("shapes", ()) if s.get("scope") == "workgroup"
+            and (s["a"], s["b"], s["c"], s["result"]) == ("f16", "f16", "f32", "f32") and not s.get("saturating")
+            and int(s["workgroup_invocations"]) <= int(matrices.get("max_workgroup_size") or 0)]
+
+
 def describe_row(row: Arch, spec: str = "", product: str | None = None) -> TargetDesc:
     return describe(row.name, spec=spec, vendor=row.vendor, device_type=row.device_type,
                     vulkan_version=row.vulkan_version, features=row.features, subgroup_ops=row.subgroup_ops,
@@ -407,7 +426,7 @@ def describe_device(info: DeviceInfo) -> TargetDesc:
                     subgroup_ops=props.get("subgroup_operations", ()), subgroup_size=default_size,
                     subgroup_sizes=sizes, reported_limits=props.get("limits", {}),
                     cooperative_matrix=props.get("cooperative_matrix", ()), extensions=wanted,
-                    note=f"the device {info.name}")
+                    note=f"the device {info.name}", workgroup_matrices=props.get("cooperative_matrix_workgroup"))
 
 
 # -- what code built for a TargetDesc needs from a device -------------------------------------
