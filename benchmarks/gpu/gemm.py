@@ -8,8 +8,8 @@ runs with TF32 off in torch (retarget never uses it), f16 on the matrix units wh
 (writes $OUT/gemm-<device>-<dtype>.json if OUT is set). `--variants` also times each size with other
 register-tile plans of the GPU lowering (`retarget.kernel.lower.REGISTER_TILE_PLANS`; none: the split-reduction
 schedule) for f32; for f16 on a cuda target, the wgmma schedule's plans (`retarget_cuda.hopper_gemm`) and the
-core's wmma one, elsewhere the workgroup-scope matrices' tiles (`retarget.kernel.lower.WORKGROUP_TILES`) and the
-subgroup schedule (NVIDIA's plan, and staged element by element).
+core's wmma one, elsewhere the loops as the core spells them (`retarget_vulkan_spirv.targets.LOOP_SPELLING`), other
+fragment-matmul plans (`LARGE_FRAGMENT_PLANS`) and staging element by element.
 """
 
 from __future__ import annotations
@@ -53,15 +53,13 @@ def main():
                      ("wmma, staged element by element", {**wmma, "VECTOR_STAGING": False}),
                      ("wmma, the core's own plans (8 warps of 64x32)", {**wmma, plans: []}),
                      ("wmma, 4 warps of 64x64, tile_k 32", {**wmma, plans: [(2, 2, 4, 4, 2)]})]
-    elif args.variants and args.dtype == "f16":  # workgroup-scope matrices' tiles, then the subgroup schedule
-        variants += [(f"workgroup {tm}x{tn}x{tk}, {threads} threads{', no prefetch' if not prefetch else ''}",
-                      {"WORKGROUP_TILES": ((tm, tn, tk, threads),), "WORKGROUP_PREFETCH": prefetch})
-                     for tm, tn, tk, threads, prefetch in (
-                         (128, 256, 64, 256, False), (128, 256, 64, 256, True), (128, 128, 64, 128, True),
-                         (256, 128, 64, 256, True), (128, 256, 128, 256, True), (128, 128, 128, 128, True),
-                         (128, 128, 128, 128, False), (64, 256, 64, 128, True), (128, 128, 32, 128, True))]
-        variants += [("subgroups (NVIDIA's plan: 4 of 64x64, tile_k 64)", {"WORKGROUP_TILES": ()}),
-                     ("subgroups, staged element by element", {"WORKGROUP_TILES": (), "VECTOR_STAGING": False})]
+    elif args.variants and args.dtype == "f16":  # the tiled fragment matmul's plans and loops (NVIDIA's, for Vulkan)
+        plans = "retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS"
+        loops = "retarget_vulkan_spirv.targets.LOOP_SPELLING"
+        variants += [("loops as the core spells them (last step inside, k-slices unrolled)", {loops: {}}),
+                     ("staged element by element", {"VECTOR_STAGING": False}),
+                     ("the core's plans (8 warps of 64x32)", {plans: {}}),
+                     ("128x128, 4 warps of 64x64, tile_k 32, 2 copies", {plans: {"NVIDIA": [(2, 2, 4, 4, 2)]}})]
     elif args.variants:
         variants += [("runs of 1", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 8, 1), (16, 16, 4, 4, 16, 1))}),
                      ("tile_k 16", {"REGISTER_TILE_PLANS": ((16, 16, 8, 8, 16, 4), (16, 16, 4, 4, 16, 4))}),

@@ -43,6 +43,11 @@ def _runs(desc: TargetDesc) -> TargetDesc:
     return dataclasses.replace(desc, extra={**desc.extra, "vector_copy_bytes": 16})
 
 
+def _loops(desc: TargetDesc) -> TargetDesc:
+    """`desc` with NVIDIA's Vulkan loop spelling: the last step peeled off, the k-slices in a loop."""
+    return dataclasses.replace(desc, extra={**desc.extra, "peel_last_step": True, "fragment_k_loop": "serial"})
+
+
 def _fragment(**changes) -> dict:
     return {**SIMDGROUP, **changes}
 
@@ -419,6 +424,11 @@ CASES = {  # name -> (function, target, tolerance); the whole function is one ke
     "runs_bias_relu": (lambda: _dispatch(_matmul((128, 32), (32, 256), F16, bias_relu=True)),
                        _runs(_big_gpu(WMMA_F16)), 2e-3),
     "runs_not_at_edges": (lambda: _dispatch(_matmul((300, 96), (96, 260), F16)), _runs(_big_gpu(WMMA_F16)), 2e-3),
+    # the last step peeled off the loop and the k-slices in a loop (`extra["peel_last_step"]`, "fragment_k_loop")
+    "peeled_interior": (lambda: _dispatch(_matmul((256, 128), (128, 256), F16)), _loops(_runs(_big_gpu(WMMA_F16))),
+                        2e-3),
+    "peeled_edges_ragged_k": (lambda: _dispatch(_matmul((300, 100), (100, 260), F16, bias_relu=True)),
+                              _loops(_big_gpu(WMMA_F16)), 2e-3),
 }
 RUNS = {"runs_interior": "8xf16+8xf16", "runs_batched": "8xf16+8xf16", "runs_bias_relu": "8xf16+8xf16",
         "runs_not_at_edges": None}
@@ -437,6 +447,7 @@ REGISTER_CASES = {  # name -> (function, target, tolerance, the register tile it
     "rt_small_plan": (lambda: _dispatch(_matmul((40, 24), (24, 70))), SIMT, 1e-5, "4x4"),
     "rt_one_copy": (lambda: _dispatch(_matmul((130, 40), (40, 140))), _gpu(shared=12 * 1024, multiprocessors=1),
                     1e-5, "8x8"),
+    "rt_peeled": (lambda: _dispatch(_matmul((150, 70), (70, 200))), _loops(SIMT), 1e-5, "8x8"),
 }
 
 
@@ -537,3 +548,24 @@ def test_a_warp_reads_the_staged_tiles_in_runs_of_four_consecutive_words():
             assert run == list(range(run[0], run[0] + 4)), prefix
             words += run
         assert words == list(range(words[0], words[0] + 64)), prefix
+
+
+def _step_loop(kernel: k.Kernel) -> k.Loop:
+    """The loop over the reduction's steps: the one whose body holds barriers."""
+    (loop,) = [s for s in _statements(kernel, k.Loop) if any(isinstance(b, k.Barrier) for b in s.body)]
+    return loop
+
+
+@pytest.mark.parametrize("case", ["peeled_interior", "peeled_edges_ragged_k", "rt_peeled"])
+def test_a_target_may_peel_the_last_step_off_the_loop_and_keep_the_k_slices_in_a_loop(c99_kernels, case):
+    kernel, fn, _ = c99_kernels[case]
+    make, desc, *_ = (CASES | REGISTER_CASES)[case]
+    core = {key: value for key, value in desc.extra.items() if key not in ("peel_last_step", "fragment_k_loop")}
+    plain = lower_dispatch(make(), dataclasses.replace(desc, extra=core))
+    peeled, looped = _step_loop(kernel), _step_loop(plain)
+    assert peeled.extent == looped.extent - 1 >= 1
+    assert any(isinstance(s, k.If) for s in looped.body) and not any(isinstance(s, k.If) for s in peeled.body)
+    k_loops = [s for s in _statements(kernel, k.Loop) if any(isinstance(m, k.FragmentMma) for m in s.body)]
+    plain_k_loops = [s for s in _statements(plain, k.Loop) if any(isinstance(m, k.FragmentMma) for m in s.body)]
+    assert {s.kind for s in k_loops} == ({"serial"} if case != "rt_peeled" else set())
+    assert {s.kind for s in plain_k_loops} == ({"unroll"} if case != "rt_peeled" else set())

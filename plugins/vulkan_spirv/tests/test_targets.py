@@ -502,3 +502,12 @@ def test_the_plugin_contributes_the_target():
     assert "vulkan-spirv" in manager().by_name("retarget_targets")
     _, desc, note = resolve_target("vulkan-spirv:mali-g78")
     assert desc.arch == "valhall" and note is None
+
+
+def test_nvidia_rows_carry_the_plans_and_the_loop_spelling_measured_on_nvidias_driver():
+    from retarget.kernel.lower import NVIDIA_FRAGMENT_PLANS
+
+    nvidia, amd = targets.parse("h100"), targets.parse("rdna3")
+    assert nvidia.extra["large_fragment_plans"] == [list(p) for p in NVIDIA_FRAGMENT_PLANS]
+    assert nvidia.extra["peel_last_step"] is True and nvidia.extra["fragment_k_loop"] == "serial"
+    assert not {"large_fragment_plans", "peel_last_step", "fragment_k_loop"} & set(amd.extra)

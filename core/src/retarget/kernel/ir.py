@@ -15,10 +15,7 @@ of an m x n x k multiply-accumulate (its `role`: "a" is m x k, "b" k x n, "acc" 
 together by a subgroup of `width` threads: threads t*width .. t*width + width-1 of the workgroup
 (linear thread index) form subgroup t, and how the elements are spread over its threads is the
 backend's business. `FragmentLoad` and `FragmentStore` move a fragment from and to a buffer or
-array whose rows are `stride` elements apart (row-major), converting where the element types differ;
-`FragmentMma` is d = a x b + c. A fragment of `scope` "workgroup" is held by the whole workgroup
-(`width` is then its thread count): one large tile, whose staging is the backend's business
-(VK_NV_cooperative_matrix2 stages it through workgroup memory itself).
+array whose rows are `stride` elements apart (row-major); `FragmentMma` is d = a x b + c.
 `VectorCopy` moves a run of consecutive elements, aligned to its length, between buffers and arrays of
 one type as one wide access where the backend has them (16 bytes: a tiled matmul's staging), else
 element by element (`retarget.kernel.portable.expand_vector_copies`).
@@ -212,9 +209,8 @@ FRAGMENT_ROLES = ("a", "b", "acc")
 class Fragment:
     """Declares fragment `name`: the `role` operand ("a", "b" or "acc") of an `m` x `n` x `k`
     multiply-accumulate whose A and B elements are `dtype` and whose accumulator is `acc`, held by a
-    subgroup of `width` threads (with `scope` "workgroup", by the whole workgroup of `width` threads).
-    "a" and "b" fragments hold `dtype`, "acc" fragments `acc`. With `fill`, every element starts as
-    that value."""
+    subgroup of `width` threads. "a" and "b" fragments hold `dtype`, "acc" fragments `acc`. With
+    `fill`, every element starts as that value."""
 
     name: str
     role: str
@@ -225,7 +221,6 @@ class Fragment:
     acc: DType
     width: int = 32
     fill: float | None = None
-    scope: str = "subgroup"  # or "workgroup"
 
     @property
     def element(self) -> DType:
@@ -263,8 +258,7 @@ class FragmentMma:
 
 @dataclass
 class FragmentStore:
-    """The block of `buffer` at element `index` (rows `stride` apart) = accumulator fragment `name`, converted
-    to the buffer's element type."""
+    """The block of `buffer` at element `index` (rows `stride` apart) = accumulator fragment `name`."""
 
     name: str
     buffer: str
@@ -444,18 +438,6 @@ def maximum(a: Expr, b) -> Expr:
     return Binary("max", a, _lift(b, a))
 
 
-def multiple_of(e: Expr, n: int) -> bool:
-    """Whether index `e` is a multiple of `n` by its form alone (constants, and sums and products of them
-    with anything): what a backend needs to move a run of `n` elements as one aligned access."""
-    if isinstance(e, Const):
-        return isinstance(e.value, int) and e.value % n == 0
-    if isinstance(e, Binary) and e.op in ("add", "sub"):
-        return multiple_of(e.a, n) and multiple_of(e.b, n)
-    if isinstance(e, Binary) and e.op == "mul":
-        return multiple_of(e.a, n) or multiple_of(e.b, n)
-    return n == 1
-
-
 def walk_stmts(stmts):
     """Every statement in `stmts`, loop and if bodies included, outermost first."""
     for s in stmts:
@@ -560,7 +542,7 @@ def _format_stmts(stmts, indent: str) -> list[str]:
         elif isinstance(s, Fragment):
             fill = "" if s.fill is None else f" fill {format_expr(const(s.fill, s.element))}"
             lines.append(f"{indent}%{s.name} = fragment<{s.role}, {s.m}x{s.n}x{s.k}, {s.dtype} -> {s.acc}, "
-                         f"width {s.width}{'' if s.scope == 'subgroup' else ', ' + s.scope}>{fill}")
+                         f"width {s.width}>{fill}")
         elif isinstance(s, FragmentLoad):
             lines.append(f"{indent}%{s.name} = fragment.load %{s.buffer}[{format_expr(s.index)}] stride {s.stride}")
         elif isinstance(s, FragmentMma):

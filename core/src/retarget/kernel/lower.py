@@ -1089,8 +1089,12 @@ FILL_WORKGROUPS = 2
 # block), the first that fits the target wins.
 FRAGMENT_PLANS = ((4, 2), (2, 2), (1, 2), (1, 1))
 FRAGMENT_K_STEPS = 2  # fragment k-slices per staged step of the reduction
+# How a tiled matmul's loops are spelled, where a target's compiler does better with another spelling (its
+# `extra` says so): the fragment k-slices of a step unrolled (or "serial": a loop), and the reduction's last step
+# inside the loop behind a test (or, with "peel_last_step", after it, so that the loop loads and stores without
+# one). NVIDIA's Vulkan compiler takes both (246 registers and no spill instead of 255 and a spill: H100, f16
+# 4096^3 339 TFLOP/s against 320); NVRTC does worse with the peel (f32 4096^3 41 against 46).
 FRAGMENT_K_LOOP = "unroll"
-FRAGMENT_B_OUTER = False
 PEEL_LAST_STEP = False
 VECTOR_STAGING = True  # stage in runs of the target's `vector_copy_bytes` where it has them (`_vector_lanes`)
 PAD_BYTES = 16  # rows of the staged tiles are padded by this much, so that a fragment's rows fall in different banks
@@ -1244,58 +1248,6 @@ def matmul_fragments(fn: Function, desc: TargetDesc) -> FragmentTiles | None:
         plan = fragment_tiles(shape, desc, m, n, batches)
         if plan is not None:
             return plan
-    return None
-
-
-# -- workgroup-scope fragments ------------------------------------------------------------------------------
-# A target whose matrices can span a whole workgroup, staged through workgroup memory by its own compiler
-# (VK_NV_cooperative_matrix2), lists them in `TargetDesc.extra["workgroup_fragments"]`: {"a", "b", "acc"}
-# types, the granularity each tile side must be a multiple of ("m", "n", "k"), the workgroup's "threads" and
-# the largest side ("max_dimension"). Tiles (tile_m, tile_n, tile_k, threads), largest first; the first that
-# the target lists, that divides the matmul and that gives every multiprocessor FILL_WORKGROUPS tiles wins.
-WORKGROUP_TILES = ()
-WORKGROUP_PREFETCH = False  # load step s + 1 into a second pair of fragments while step s multiplies
-
-
-@dataclass(frozen=True)
-class WorkgroupTiles:
-    """A plain matmul as one workgroup-scope multiply-accumulate per `tile_k` step: each workgroup of
-    `threads` owns a `tile_m` x `tile_n` tile of the output, loads its A and B tiles straight from the
-    inputs, and stores the accumulator straight to the output (converted to its type)."""
-
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    threads: int
-    dtype: DType
-    acc: DType
-
-
-def matmul_workgroup_fragments(fn: Function, desc: TargetDesc) -> WorkgroupTiles | None:
-    """The plan for dispatch `fn` when it is only a matmul (an epilogue would need the accumulator's elements,
-    which a workgroup's matrix does not expose) whose tiles are all interior, on a target with workgroup-scope
-    fragments of its operands' type; else None."""
-    shapes = desc.extra.get("workgroup_fragments") or ()
-    roots = [op for op in fn.ops if op.name in ROOTS]
-    if not shapes or len(roots) != 1 or roots[0].name != "rt.matmul" or roots[0].result is not fn.returns[0]:
-        return None
-    a, b = roots[0].operands
-    out = roots[0].result.type
-    *batch, m, n = out.shape
-    kk = a.type.shape[-1]
-    if not all(isinstance(d, int) for d in (*batch, m, n, kk)) or out.dtype.name not in FRAGMENT_TYPES:
-        return None
-    batches = int(np.prod(batch, dtype=np.int64)) if batch else 1
-    multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
-    for tm, tn, tk, threads in WORKGROUP_TILES:
-        if m % tm or n % tn or kk % tk or batches * (m // tm) * (n // tn) < FILL_WORKGROUPS * multiprocessors \
-                or threads > desc.max_workgroup_size:
-            continue
-        for s in shapes:
-            if s["a"] == s["b"] == a.type.dtype.name == b.type.dtype.name and s["acc"] == "f32" \
-                    and int(s["threads"]) == threads and max(tm, tn, tk) <= int(s.get("max_dimension") or 0) \
-                    and not (tm % int(s["m"]) or tn % int(s["n"]) or tk % int(s["k"])):
-                return WorkgroupTiles(tm, tn, tk, threads, DTYPES[s["a"]], DTYPES["f32"])
     return None
 
 
@@ -1700,9 +1652,6 @@ class _GpuLowering(_Lowering):
         packed = quant.packed_matmul(self, op)
         if packed is not None:
             return packed
-        whole = matmul_workgroup_fragments(self.fn, self.desc)
-        if whole is not None and self._row_major(op, whole.dtype):
-            return self._workgroup_matmul(op, whole)
         plan = matmul_fragments(self.fn, self.desc)
         if plan is not None:
             return self._fragment_matmul(op, plan)
@@ -1790,21 +1739,11 @@ class _GpuLowering(_Lowering):
             a_at, b_at = tiles.a_at(step), tiles.b_at(step)
             loads = [FragmentLoad(frag_a[i], tiles.a_tile, a_at + Var(a_frag) + Var(kv) * shape.k
                                   + i * shape.m * plan.a_stride, plan.a_stride) for i in range(plan.frag_rows)]
-            b_loads = [FragmentLoad(frag_b[j], tiles.b_tile, b_at + Var(kv) * (shape.k * plan.b_stride)
-                                    + Var(sc) + j * shape.n, plan.b_stride) for j in range(plan.frag_cols)]
-            if FRAGMENT_B_OUTER:
-                for j in range(plan.frag_cols):
-                    loads += [b_loads[j]] + [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
-                                             for i in range(plan.frag_rows)]
-            else:
-                loads += b_loads + [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
-                                    for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
-            per = FRAGMENT_K_LOOP
-            if isinstance(per, int) and 1 < per < plan.k_steps and plan.k_steps % per == 0:
-                ko, ki = self.fresh("ko"), self.fresh("ki")
-                return [Loop(ko, plan.k_steps // per, [Loop(ki, per, [Assign(kv, Var(ko) * per + Var(ki))] + loads,
-                                                            "unroll")])]
-            return [Loop(kv, plan.k_steps, loads, per if isinstance(per, str) else "unroll")]
+            loads += [FragmentLoad(frag_b[j], tiles.b_tile, b_at + Var(kv) * (shape.k * plan.b_stride)
+                                   + Var(sc) + j * shape.n, plan.b_stride) for j in range(plan.frag_cols)]
+            loads += [FragmentMma(acc[i][j], frag_a[i], frag_b[j], acc[i][j])
+                      for i in range(plan.frag_rows) for j in range(plan.frag_cols)]
+            return [Loop(kv, plan.k_steps, loads, self.desc.extra.get("fragment_k_loop", FRAGMENT_K_LOOP))]
 
         def epilogue(tiles: _Tiles) -> list:
             return self._fragment_epilogue(op, plan, acc, c_tile, tiles.bvars, Var(tiles.m0) + Var(sr),
@@ -1812,69 +1751,6 @@ class _GpuLowering(_Lowering):
 
         return self._staged_matmul(op, _Tiles(tm, tn, tk, plan.stages, plan.a_stride, plan.b_stride, shape.dtype,
                                               plan.threads, vector=True), setup, mma, epilogue)
-
-    def _row_major(self, op, dt: DType) -> bool:
-        """Whether both operands of matmul `op` are inputs of type `dt` read row by row (contiguous rows)."""
-        rank = len(op.result.type.shape)
-        layouts = [self.strided_operand(x, rank) for x in op.operands]
-        return all(lay is not None and lay[2] == dt and lay[1][-1] == 1 and all(isinstance(s, int) for s in lay[1])
-                   for lay in layouts)
-
-    def _workgroup_matmul(self, op, plan: WorkgroupTiles) -> list:
-        """`WorkgroupTiles`: three workgroup-scope fragments, no staging of ours, no barriers."""
-        a, b = op.operands
-        out = op.result.type
-        *batch, m, n = out.shape
-        kk = a.type.shape[-1]
-        tm, tn, tk = plan.tile_m, plan.tile_n, plan.tile_k
-        tiles_m, tiles_n = m // tm, n // tn
-        self.threads = plan.threads
-        self.grid = (_count(batch) if batch else 1) * tiles_m * tiles_n
-        self.schedule.update(fragments=f"{tm}x{tn}x{tk}.{plan.dtype}.{plan.acc}", fragment_scope="workgroup",
-                             tile_m=tm, tile_n=tn, tile_k=tk)
-        wg = Var("wg")
-        tile, bi, tr, tc, kt = (self.fresh(p) for p in ("tile", "b", "tr", "tc", "kt"))
-        body: list = [Assign(tile, wg % (tiles_m * tiles_n) if batch else wg)]
-        bvars = [Var(self.fresh("bb")) for _ in batch]
-        if batch:
-            body.append(Assign(bi, wg // (tiles_m * tiles_n)))
-            body += [Assign(v.name, e) for v, e in zip(bvars, _delinearize(Var(bi), batch))]
-        body += [Assign(tr, Var(tile) // tiles_n), Assign(tc, Var(tile) % tiles_n)]
-        # the tile's origin as a multiple of the tile's sides, in every index: a backend sees the alignment
-        m0, n0 = Var(tr) * tm, Var(tc) * tn
-        (a_buf, a_strides, _), (b_buf, b_strides, _) = (self.strided_operand(x, len(out.shape)) for x in (a, b))
-
-        def base(strides) -> Expr:
-            offset: Expr = k.const(0)
-            for v, stride in zip(bvars, strides):
-                offset = offset + v * stride if stride else offset
-            return offset
-
-        acc = self.fresh("acc")
-        pairs = [(self.fresh("fa"), self.fresh("fb")) for _ in range(2 if WORKGROUP_PREFETCH else 1)]
-        body.append(Fragment(acc, "acc", tm, tn, tk, plan.dtype, plan.acc, plan.threads, 0.0, "workgroup"))
-        body += [Fragment(name, role, tm, tn, tk, plan.dtype, plan.acc, plan.threads, None, "workgroup")
-                 for pair in pairs for name, role in zip(pair, ("a", "b"))]
-
-        def load(pair, step: Expr) -> list:
-            return [FragmentLoad(pair[0], a_buf, base(a_strides) + m0 * a_strides[-2] + step * tk, a_strides[-2]),
-                    FragmentLoad(pair[1], b_buf, base(b_strides) + step * (tk * b_strides[-2]) + n0, b_strides[-2])]
-
-        def mma(pair) -> FragmentMma:
-            return FragmentMma(acc, pair[0], pair[1], acc)
-
-        steps = kk // tk
-        if len(pairs) == 1 or steps % 2:
-            body.append(Loop(kt, steps, load(pairs[0], Var(kt)) + [mma(pairs[0])]))
-        else:  # two steps an iteration, each pair loaded a step before it multiplies; the last pair peeled off
-            first, second = pairs
-            step = Var(kt) * 2
-            body += load(first, k.const(0))
-            body.append(Loop(kt, steps // 2 - 1, load(second, step + 1) + [mma(first)] + load(first, step + 2)
-                             + [mma(second)]))
-            body += load(second, k.const(steps - 1)) + [mma(first), mma(second)]
-        at = linearize(bvars + [m0, n0], out.shape)
-        return body + [FragmentStore(acc, "out0", at, n)]
 
     def _vector_lanes(self, x: Value, cols: int, stride: int, tiles: _Tiles, rank: int) -> int:
         """Elements a `VectorCopy` of operand `x` moves when staging its rows of `cols` elements (rows `stride`
@@ -1967,7 +1843,7 @@ class _GpuLowering(_Lowering):
             if isinstance(steps, int) and steps == 1:
                 return out_stmts + compute(tiles, k.const(0))
             following = Var(kt) + 1
-            if PEEL_LAST_STEP and isinstance(steps, int):
+            if self.desc.extra.get("peel_last_step", PEEL_LAST_STEP) and isinstance(steps, int):
                 loop = [*load(following), *compute(tiles, Var(kt))]
                 loop += [k.Barrier()] if tiles.stages == 1 else []
                 loop += [*store(following), k.Barrier()]

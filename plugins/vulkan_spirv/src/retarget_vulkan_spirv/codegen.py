@@ -497,15 +497,8 @@ class _Codegen:
         else:
             raise self.fail(f"cooperative matrices of {element} are not supported")
         self.need("CooperativeMatrixKHR", "matrix fragments")
-        return self.matrix_type(component, f.scope, f.rows, f.cols, f.role)
-
-    def matrix_type(self, component: int, scope: str, rows: int, cols: int, role: str) -> int:
-        if scope == "workgroup":  # large tiles staged by the driver (VK_NV_cooperative_matrix2)
-            self.m.extension(spirv.WORKGROUP_MATRIX_EXTENSION)
-        elif scope != "subgroup":
-            raise self.fail(f"cooperative matrices of scope {scope!r}; scopes are subgroup and workgroup")
-        return self.m.type("TypeCooperativeMatrixKHR", component, self.u32(spirv.SCOPES[scope]), self.u32(rows),
-                           self.u32(cols), self.u32(spirv.COOPERATIVE_MATRIX_USE[role]))
+        return self.m.type("TypeCooperativeMatrixKHR", component, self.u32(spirv.SCOPE_SUBGROUP), self.u32(f.rows),
+                           self.u32(f.cols), self.u32(spirv.COOPERATIVE_MATRIX_USE[f.role]))
 
     def fragment(self, name: str) -> tuple[k.Fragment, int, int]:
         if name not in self.fragments:
@@ -513,10 +506,9 @@ class _Codegen:
         return self.fragments[name]
 
     def stmt_fragment(self, s: k.Fragment) -> None:
-        if s.scope == "subgroup":  # a workgroup's matrices do not depend on the subgroup size
-            if self.fragment_width not in (None, s.width):
-                raise self.fail("fragments of different subgroup widths in one kernel")
-            self.fragment_width = s.width
+        if self.fragment_width not in (None, s.width):
+            raise self.fail("fragments of different subgroup widths in one kernel")
+        self.fragment_width = s.width
         type_id = self.fragment_type(s)
         var = self.variable(s.name, type_id)
         self.fragments[s.name] = (s, type_id, var)
@@ -526,23 +518,14 @@ class _Codegen:
             self.emit("Store", var, self.op("CompositeConstruct", type_id, fill))
 
     def fragment_pointer(self, buffer: str, index: k.Expr, stride: int) -> tuple[int, int]:
-        """(pointer, stride) for a cooperative matrix load or store: in 16-byte words for an array kept as them,
-        and for a buffer where the block's rows start on 16-byte words (the driver then knows they are aligned)."""
+        """(pointer, stride) for a cooperative matrix load or store: in 16-byte words for an array kept as them."""
         lanes = self.wide_arrays.get(buffer)
         if lanes:
             return self.word(buffer, index, lanes), stride // lanes
-        dt, _, storage = self.buffer(buffer)
-        lanes = self.VECTOR_BYTES // dt.itemsize
-        if storage == "StorageBuffer" and stride % lanes == 0 and k.multiple_of(index, lanes):
-            word = self.word(buffer, index, lanes)
-            if word is not None:
-                return word, stride // lanes
         return self.element(buffer, index), stride
 
     def stmt_fragmentload(self, s: k.FragmentLoad) -> None:
-        f, type_id, var = self.fragment(s.name)
-        if self.buffer(s.buffer)[0] != f.element:
-            raise self.fail(f"fragment %{s.name} of {f.element} loads from %{s.buffer} of {self.buffer(s.buffer)[0]}")
+        _, type_id, var = self.fragment(s.name)
         pointer, stride = self.fragment_pointer(s.buffer, s.index, s.stride)
         value = self.op("CooperativeMatrixLoadKHR", type_id, pointer, self.u32(spirv.ROW_MAJOR), self.u32(stride))
         self.emit("Store", var, value)
@@ -554,17 +537,10 @@ class _Codegen:
         self.emit("Store", d_var, self.op("CooperativeMatrixMulAddKHR", d_type, *loaded))
 
     def stmt_fragmentstore(self, s: k.FragmentStore) -> None:
-        f, type_id, var = self.fragment(s.name)
+        _, type_id, var = self.fragment(s.name)
         pointer, stride = self.fragment_pointer(s.buffer, s.index, s.stride)
-        value = self.op("Load", type_id, var)
-        dt = self.buffer(s.buffer)[0]
-        if dt != f.element:  # converted as it is stored: f32 accumulators to an f16 output
-            component = self.m.type_float(16) if self.holds_halves(s.buffer) else \
-                self.t_f32 if dt.name == "f32" else None
-            if component is None:
-                raise self.fail(f"fragment %{s.name} of {f.element} stores to %{s.buffer} of {dt}")
-            value = self.op("FConvert", self.matrix_type(component, f.scope, f.rows, f.cols, f.role), value)
-        self.emit("CooperativeMatrixStoreKHR", pointer, value, self.u32(spirv.ROW_MAJOR), self.u32(stride))
+        self.emit("CooperativeMatrixStoreKHR", pointer, self.op("Load", type_id, var), self.u32(spirv.ROW_MAJOR),
+                  self.u32(stride))
 
     # -- memory -----------------------------------------------------------------------------------
     def buffer(self, name: str) -> tuple[DType, int, str]:

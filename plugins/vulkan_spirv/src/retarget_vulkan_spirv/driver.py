@@ -61,7 +61,7 @@ import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
-from . import FORMAT, container, matrix2, spirv
+from . import FORMAT, container
 
 NAME = "vulkan"
 INSTALL = "apt-get install mesa-vulkan-drivers libvulkan1"
@@ -441,23 +441,14 @@ class _PhysicalDevice:
             driver = _new("VkPhysicalDeviceDriverProperties", "PHYSICAL_DEVICE_DRIVER_PROPERTIES")
             links.append(driver)
         _chain(head, links)
-        matrix2_props = matrix2_features = None
-        if matrix2.EXTENSION in has:  # its structs are not the package's: linked by address (matrix2.py)
-            matrix2_props = matrix2.properties()
-            links[-1].pNext = matrix2.link(ffi, matrix2_props)
         lib.vkGetPhysicalDeviceProperties2(self.handle, head)
         props = head.properties
 
         features_head, feature_links = _feature_chain(self.api, has)
-        if matrix2_props is not None:
-            matrix2_features = matrix2.features()
-            (feature_links[-1][0] if feature_links else features_head).pNext = matrix2.link(ffi, matrix2_features)
         lib.vkGetPhysicalDeviceFeatures2(self.handle, features_head)
         features = {name: bool(value) for name, value in _fields(features_head.features).items()}
         for struct, _ in feature_links:
             features.update({name: bool(value) for name, value in _fields(struct).items()})
-        if matrix2_features is not None:
-            features.update(matrix2.feature_values(matrix2_features))
         self.features = features
 
         memory = ffi.new("VkPhysicalDeviceMemoryProperties*")
@@ -471,13 +462,6 @@ class _PhysicalDevice:
         self.queue_families = [(int(f.queueFlags), int(f.queueCount), int(f.timestampValidBits)) for f in families]
 
         self.cooperative_matrix = self._cooperative_matrix_shapes() if features.get("cooperativeMatrix") else []
-        self.workgroup_matrices = {}
-        if features.get("cooperativeMatrix") and all(features.get(name) for name in matrix2.USED_FEATURES):
-            address = lib.vkGetInstanceProcAddr(self.instance.handle, matrix2.QUERY.encode())
-            shapes = [] if address == ffi.NULL else matrix2.flexible_dimensions(ffi, address, self.handle,
-                                                                                COMPONENT_TYPES, SCOPES)
-            if shapes:
-                self.workgroup_matrices = {**matrix2.limits(matrix2_props), "shapes": shapes}
         limits = props.limits
         subgroup_size = int(subgroup.subgroupSize)
         size_range = ([int(size_control.minSubgroupSize), int(size_control.maxSubgroupSize)]
@@ -500,7 +484,6 @@ class _PhysicalDevice:
             "features": {name: features.get(name, False) for name in FEATURES},
             "extensions": list(self.extensions),
             "cooperative_matrix": self.cooperative_matrix,
-            **({"cooperative_matrix_workgroup": self.workgroup_matrices} if self.workgroup_matrices else {}),
             "memory_heaps": heaps,
             "queues": [{"flags": [n for n, bit in zip(QUEUE_FLAGS, QUEUE_FLAG_BITS) if flags & bit], "count": count}
                        for flags, count, _ in self.queue_families],
@@ -1058,12 +1041,6 @@ class VulkanDevice:
                                "PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR", pipelineExecutableInfo=1)
             tail.pNext, tail = executables, executables
             extensions.add(STATISTICS_EXTENSION)
-        matrix2_features = None
-        if physical.workgroup_matrices:  # workgroup-scope matrices (matrix2.py)
-            matrix2_features = matrix2.features(enable=matrix2.USED_FEATURES)
-            tail.pNext = matrix2.link(ffi, matrix2_features)
-            extensions.add(matrix2.EXTENSION)
-        self.workgroup_matrices = matrix2_features is not None
         extensions = sorted(extensions)
         self.enabled_extensions = extensions
         self.subgroup_size_control = bool(physical.features.get("subgroupSizeControl")
@@ -1230,16 +1207,6 @@ class VulkanDevice:
         if int(kernel["push_constant_bytes"]) > limits["maxPushConstantsSize"]:
             reasons.append(f"{name}: {kernel['push_constant_bytes']} bytes of push constants exceed "
                            f"maxPushConstantsSize {limits['maxPushConstantsSize']}")
-        if spirv.WORKGROUP_MATRIX_EXTENSION in kernel.get("extensions", ()):
-            shapes = (self.info.properties.get("cooperative_matrix_workgroup") or {}).get("shapes", ())
-            if not self.workgroup_matrices:
-                reasons.append(f"{name}: it multiplies cooperative matrices of workgroup scope, and "
-                               f"{self.info.name} does not offer them ({matrix2.EXTENSION} with "
-                               f"{' and '.join(matrix2.USED_FEATURES)})")
-            elif int(np.prod(wg)) not in {s["workgroup_invocations"] for s in shapes}:
-                reasons.append(f"{name}: its workgroup-scope matrices need {int(np.prod(wg))} invocations a "
-                               f"workgroup; {self.info.name} takes "
-                               f"{sorted({s['workgroup_invocations'] for s in shapes})}")
         if binding_count(kernel) > limits["maxPerStageDescriptorStorageBuffers"]:
             reasons.append(f"{name}: {binding_count(kernel)} buffers exceed maxPerStageDescriptorStorageBuffers "
                            f"{limits['maxPerStageDescriptorStorageBuffers']}")

@@ -321,12 +321,16 @@ def _powers_of_two(low: int, high: int) -> tuple[int, ...]:
 # columns, k-slices per step). NVIDIA: H100, f16 4096^3 (benchmarks/gpu/gemm.py --variants), 313 TFLOP/s against
 # 204 for the core's.
 LARGE_FRAGMENT_PLANS = {"NVIDIA": list(NVIDIA_FRAGMENT_PLANS)}
+# How the tiled matmuls' loops are spelled for a vendor's compiler (`retarget.kernel.lower.PEEL_LAST_STEP` and
+# `FRAGMENT_K_LOOP`). NVIDIA's Vulkan compiler allocates 246 registers and spills nothing with the last step peeled
+# and the k-slices in a loop, where the unrolled loop took 255 and spilled (H100: f16 4096^3 339 TFLOP/s against
+# 320, f32 35.7 against 34.4; RETARGET_VULKAN_PIPELINE_STATISTICS shows the counts).
+LOOP_SPELLING = {"NVIDIA": {"peel_last_step": True, "fragment_k_loop": "serial"}}
 
 
 def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_version: str, features,
              subgroup_ops, subgroup_size: int | None, subgroup_sizes: tuple[int, ...], reported_limits: dict,
-             cooperative_matrix=(), extensions=None, product: str | None = None, note: str = "",
-             workgroup_matrices=None) -> TargetDesc:
+             cooperative_matrix=(), extensions=None, product: str | None = None, note: str = "") -> TargetDesc:
     """A TargetDesc from a device-shaped record (a table row, or a live device's properties)."""
     lim = {key: reported_limits.get(key, SPEC_MINIMUM_LIMITS[key]) for key in LIMIT_KEYS}
     lim = {key: list(value) if isinstance(value, (list, tuple)) else int(value) for key, value in lim.items()}
@@ -355,11 +359,11 @@ def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_vers
             else [],
             "fragments": fragments(cooperative_matrix, caps, features, vulkan_version, subgroup_size,
                                    subgroup_sizes),
-            "workgroup_fragments": workgroup_fragments(workgroup_matrices, caps, features, vulkan_version),
             # the tiled fragment matmul stages runs of 16 bytes, moved as uvec4 words (codegen.py)
             "vector_copy_bytes": 16,
             **({"large_fragment_plans": [list(p) for p in LARGE_FRAGMENT_PLANS[vendor]]}
                if vendor in LARGE_FRAGMENT_PLANS else {}),
+            **LOOP_SPELLING.get(vendor, {}),
             "vendor": vendor,
             "device_type": device_type,
             "product": product,
@@ -383,23 +387,6 @@ def fragments(shapes, caps, features, vulkan_version: str, subgroup_size: int | 
     return [{"m": s["M"], "n": s["N"], "k": s["K"], "a": "f16", "b": "f16", "acc": "f32", "width": subgroup_size}
             for s in shapes if (s["a"], s["b"], s["c"], s["result"]) == ("f16", "f16", "f32", "f32")
             and s.get("scope", "subgroup") == "subgroup"]
-
-
-def workgroup_fragments(matrices, caps, features, vulkan_version: str) -> list[dict]:
-    """The workgroup-scope fragments the core's lowering may use (`retarget.kernel.lower.WorkgroupTiles`), from a
-    live device's `cooperative_matrix_workgroup` (VK_NV_cooperative_matrix2: flexible sizes, each side a multiple
-    of a granularity, for workgroups of a set size): f16 A and B into f32, as codegen spells them. Named
-    architectures list none: whether a driver offers them is the driver's to say, so only `host` has them."""
-    if not matrices or "CooperativeMatrixKHR" not in caps or "Float16" not in caps:
-        return []
-    if "vulkanMemoryModel" not in features and _version(vulkan_version) < (1, 3):
-        return []
-    largest = min(int(matrices.get("max_dimension") or 0), 1 << 16)
-    return [{"m": s["M"], "n": s["N"], "k": s["K"], "a": "f16", "b": "f16", "acc": "f32",
-             "threads": s["workgroup_invocations"], "max_dimension": largest}
-            for s in matrices.get("shapes", ()) if s.get("scope") == "workgroup"
-            and (s["a"], s["b"], s["c"], s["result"]) == ("f16", "f16", "f32", "f32") and not s.get("saturating")
-            and int(s["workgroup_invocations"]) <= int(matrices.get("max_workgroup_size") or 0)]
 
 
 def describe_row(row: Arch, spec: str = "", product: str | None = None) -> TargetDesc:
@@ -426,7 +413,7 @@ def describe_device(info: DeviceInfo) -> TargetDesc:
                     subgroup_ops=props.get("subgroup_operations", ()), subgroup_size=default_size,
                     subgroup_sizes=sizes, reported_limits=props.get("limits", {}),
                     cooperative_matrix=props.get("cooperative_matrix", ()), extensions=wanted,
-                    note=f"the device {info.name}", workgroup_matrices=props.get("cooperative_matrix_workgroup"))
+                    note=f"the device {info.name}")
 
 
 # -- what code built for a TargetDesc needs from a device -------------------------------------
