@@ -181,6 +181,7 @@ def test_an_f16_matmul_on_hopper_multiplies_cooperative_matrices_in_pinned_subgr
     (exe,) = art.manifest["executables"]
     (meta,) = container.unpack(bytes(art.entries[exe["path"]]))
     assert {"CooperativeMatrixKHR", "VulkanMemoryModel", "Float16"} <= set(meta["capabilities"])
+    assert meta["extensions"] == ["SPV_KHR_cooperative_matrix"]  # the module's OpExtensions, listed for tools
     assert meta["required_subgroup_size"] == 32  # the fragments' width: the driver pins it or refuses the device
     assert container.words(meta)[4:8] == struct.pack("<I", 0x00010600)  # SPIR-V 1.6
     spirv_val(container.words(meta), tmp_path, meta["name"], env="vulkan1.3")
@@ -189,6 +190,7 @@ def test_an_f16_matmul_on_hopper_multiplies_cooperative_matrices_in_pinned_subgr
     (exe,) = art.manifest["executables"]
     (meta,) = container.unpack(bytes(art.entries[exe["path"]]))
     assert "CooperativeMatrixKHR" not in meta["capabilities"] and meta["required_subgroup_size"] is None
+    assert meta["extensions"] == []
 
 
 @needs_spirv_val
