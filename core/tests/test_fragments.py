@@ -558,7 +558,7 @@ def _step_loop(kernel: k.Kernel) -> k.Loop:
 
 @pytest.mark.parametrize("case", ["peeled_interior", "peeled_edges_ragged_k", "rt_peeled"])
 def test_a_target_may_peel_the_last_step_off_the_loop_and_keep_the_k_slices_in_a_loop(c99_kernels, case):
-    kernel, fn, _ = c99_kernels[case]
+    kernel, _, _ = c99_kernels[case]
     make, desc, *_ = (CASES | REGISTER_CASES)[case]
     core = {key: value for key, value in desc.extra.items() if key not in ("peel_last_step", "fragment_k_loop")}
     plain = lower_dispatch(make(), dataclasses.replace(desc, extra=core))

@@ -1034,12 +1034,11 @@ class VulkanDevice:
                 if name in dict(ffi.typeof(struct[0]).fields):
                     setattr(struct[0], name, 1)
         extensions = {ext for _, ext in links if ext}
-        tail = (links[-1][0] if links else features_head)
         self.statistics = os.environ.get(STATISTICS_ENV) if STATISTICS_EXTENSION in physical.extensions else None
         if self.statistics:  # the driver's own statistics of each pipeline (see the module docstring)
             executables = _new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
                                "PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR", pipelineExecutableInfo=1)
-            tail.pNext, tail = executables, executables
+            (links[-1][0] if links else features_head).pNext = executables
             extensions.add(STATISTICS_EXTENSION)
         extensions = sorted(extensions)
         self.enabled_extensions = extensions
