@@ -45,7 +45,8 @@ def _runs(desc: TargetDesc) -> TargetDesc:
 
 def _loops(desc: TargetDesc) -> TargetDesc:
     """`desc` with NVIDIA's Vulkan loop spelling: the last step peeled off, the k-slices in a loop."""
-    return dataclasses.replace(desc, extra={**desc.extra, "peel_last_step": True, "fragment_k_loop": "serial"})
+    return dataclasses.replace(desc, extra={**desc.extra, "peel_last_step": ["fragments", "registers"],
+                                            "fragment_k_loop": "serial"})
 
 
 def _fragment(**changes) -> dict:
@@ -448,6 +449,8 @@ REGISTER_CASES = {  # name -> (function, target, tolerance, the register tile it
     "rt_one_copy": (lambda: _dispatch(_matmul((130, 40), (40, 140))), _gpu(shared=12 * 1024, multiprocessors=1),
                     1e-5, "8x8"),
     "rt_peeled": (lambda: _dispatch(_matmul((150, 70), (70, 200))), _loops(SIMT), 1e-5, "8x8"),
+    "rt_not_peeled": (lambda: _dispatch(_matmul((150, 70), (70, 200))),
+                      dataclasses.replace(SIMT, extra={**SIMT.extra, "peel_last_step": ["fragments"]}), 1e-5, "8x8"),
 }
 
 
@@ -569,3 +572,9 @@ def test_a_target_may_peel_the_last_step_off_the_loop_and_keep_the_k_slices_in_a
     plain_k_loops = [s for s in _statements(plain, k.Loop) if any(isinstance(m, k.FragmentMma) for m in s.body)]
     assert {s.kind for s in k_loops} == ({"serial"} if case != "rt_peeled" else set())
     assert {s.kind for s in plain_k_loops} == ({"unroll"} if case != "rt_peeled" else set())
+
+
+def test_a_target_peels_only_the_schedules_it_lists(c99_kernels):
+    """NVRTC's spelling: the fragment matmul peeled, register tiles not."""
+    peeled, kept = (_step_loop(c99_kernels[case][0]) for case in ("rt_peeled", "rt_not_peeled"))
+    assert kept.extent == peeled.extent + 1 and any(isinstance(s, k.If) for s in kept.body)

@@ -125,3 +125,9 @@ def test_a_product_carries_its_multiprocessor_count_and_an_architecture_does_not
     assert targets.parse("RTX 4090").extra["multiprocessors"] == 128
     assert "multiprocessors" not in targets.parse("sm_90a").extra
     assert "multiprocessors" not in targets.parse("hopper").extra
+
+
+def test_every_row_spells_the_wmma_loops_as_measured_for_nvrtc():
+    for arch in ("sm_75", "ampere", "h100"):
+        extra = targets.parse(arch).extra
+        assert extra["peel_last_step"] == ["fragments"] and extra["fragment_k_loop"] == "serial"

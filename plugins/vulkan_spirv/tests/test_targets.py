@@ -509,5 +509,5 @@ def test_nvidia_rows_carry_the_plans_and_the_loop_spelling_measured_on_nvidias_d
 
     nvidia, amd = targets.parse("h100"), targets.parse("rdna3")
     assert nvidia.extra["large_fragment_plans"] == [list(p) for p in NVIDIA_FRAGMENT_PLANS]
-    assert nvidia.extra["peel_last_step"] is True and nvidia.extra["fragment_k_loop"] == "serial"
+    assert nvidia.extra["peel_last_step"] == ["fragments", "registers"] and nvidia.extra["fragment_k_loop"] == "serial"
     assert not {"large_fragment_plans", "peel_last_step", "fragment_k_loop"} & set(amd.extra)

@@ -684,7 +684,7 @@ class _Lowering:
             return [Loop(i, plan.rows, [Loop(j, plan.cols, [If(inside, [store]) if inside is not None else store],
                                              "unroll")], "unroll")]
 
-        return self._staged_matmul(op, plan.tiles(), setup, multiply, epilogue)
+        return self._staged_matmul(op, plan.tiles(), setup, multiply, epilogue, "registers")
 
     def _conv2d(self, op) -> list:
         x, w = op.operands
@@ -1091,11 +1091,13 @@ FRAGMENT_PLANS = ((4, 2), (2, 2), (1, 2), (1, 1))
 FRAGMENT_K_STEPS = 2  # fragment k-slices per staged step of the reduction
 # How a tiled matmul's loops are spelled, where a target's compiler does better with another spelling (its
 # `extra` says so): the fragment k-slices of a step unrolled (or "serial": a loop), and the reduction's last step
-# inside the loop behind a test (or, with "peel_last_step", after it, so that the loop loads and stores without
-# one). NVIDIA's Vulkan compiler takes both (246 registers and no spill instead of 255 and a spill: H100, f16
-# 4096^3 339 TFLOP/s against 320); NVRTC does worse with the peel (f32 4096^3 41 against 46).
+# inside the loop behind a test (or after it, so that the loop loads and stores without one, for the schedules
+# "fragments" and "registers" that `extra["peel_last_step"]` lists). NVIDIA's Vulkan compiler takes both for both
+# (246 registers and no spill instead of 255 and a spill: H100, f16 4096^3 339 TFLOP/s against 320); NVRTC takes
+# both for the fragment matmul (352 against 271-319) and does worse with the peel for register tiles (f32 41
+# against 46). benchmarks/NOTES.md.
 FRAGMENT_K_LOOP = "unroll"
-PEEL_LAST_STEP = False
+PEEL_LAST_STEP = ()
 VECTOR_STAGING = True  # stage in runs of the target's `vector_copy_bytes` where it has them (`_vector_lanes`)
 PAD_BYTES = 16  # rows of the staged tiles are padded by this much, so that a fragment's rows fall in different banks
 DEFAULT_MULTIPROCESSORS = 64  # when the target does not say (a named arch, not `host`)
@@ -1750,7 +1752,7 @@ class _GpuLowering(_Lowering):
                                            Var(tiles.n0) + Var(sc), Var(sg), Var(lane))
 
         return self._staged_matmul(op, _Tiles(tm, tn, tk, plan.stages, plan.a_stride, plan.b_stride, shape.dtype,
-                                              plan.threads, vector=True), setup, mma, epilogue)
+                                              plan.threads, vector=True), setup, mma, epilogue, "fragments")
 
     def _vector_lanes(self, x: Value, cols: int, stride: int, tiles: _Tiles, rank: int) -> int:
         """Elements a `VectorCopy` of operand `x` moves when staging its rows of `cols` elements (rows `stride`
@@ -1767,11 +1769,12 @@ class _GpuLowering(_Lowering):
             return 1
         return lanes
 
-    def _staged_matmul(self, op, tiles: _Tiles, setup, compute, epilogue) -> list:
+    def _staged_matmul(self, op, tiles: _Tiles, setup, compute, epilogue, schedule: str) -> list:
         """The skeleton every tiled matmul shares. Each workgroup computes one tile_m x tile_n output tile
         of one batch element, stepping the reduction by tile_k: `setup(tiles)` declares the schedule's
         own state, `compute(tiles, step)` multiplies step `step` out of the staged A and B tiles, and
-        `epilogue(tiles)` writes the output tile (its origin `tiles.m0`, `tiles.n0`).
+        `epilogue(tiles)` writes the output tile (its origin `tiles.m0`, `tiles.n0`); `schedule` ("fragments" or
+        "registers") names the caller, for the target's loop spelling (`PEEL_LAST_STEP`).
 
         Each thread loads its share of the next step's A (tile_m x tile_k) and B (tile_k x tile_n)
         elements into registers before `compute` runs on the current step, and stores them into shared
@@ -1843,7 +1846,7 @@ class _GpuLowering(_Lowering):
             if isinstance(steps, int) and steps == 1:
                 return out_stmts + compute(tiles, k.const(0))
             following = Var(kt) + 1
-            if self.desc.extra.get("peel_last_step", PEEL_LAST_STEP) and isinstance(steps, int):
+            if schedule in self.desc.extra.get("peel_last_step", PEEL_LAST_STEP) and isinstance(steps, int):
                 loop = [*load(following), *compute(tiles, Var(kt))]
                 loop += [k.Barrier()] if tiles.stages == 1 else []
                 loop += [*store(following), k.Barrier()]

@@ -45,6 +45,11 @@ FRAGMENTS = {
 # The tiled fragment matmul's large plans (wmma): (subgroup rows, subgroup columns, fragment rows, fragment
 # columns, k-slices per step); empty: the core's own (`retarget.kernel.lower.LARGE_FRAGMENT_PLANS`).
 LARGE_FRAGMENT_PLANS: list = list(NVIDIA_FRAGMENT_PLANS)
+# How the tiled matmuls' loops are spelled for NVRTC (`retarget.kernel.lower.PEEL_LAST_STEP`, `FRAGMENT_K_LOOP`):
+# the wmma matmul with its last step peeled off the loop and its k-slices in a loop (H100, f16 4096^3 352 TFLOP/s
+# against 271-319, with a bias 341 against 320); register tiles keep the last step in the loop (peeled: f32 41
+# against 46). benchmarks/NOTES.md.
+LOOP_SPELLING: dict = {"peel_last_step": ["fragments"], "fragment_k_loop": "serial"}
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ def describe_row(row: Arch, spec: str = "") -> TargetDesc:
             "fragments": [dict(FRAGMENTS[u]) for u in row.matrix_units if u in FRAGMENTS],
             "vector_copy_bytes": 16,  # the tiled matmuls stage runs of 16 bytes as uint4 moves
             **({"large_fragment_plans": [list(p) for p in LARGE_FRAGMENT_PLANS]} if LARGE_FRAGMENT_PLANS else {}),
+            **LOOP_SPELLING,
         },
     )
 

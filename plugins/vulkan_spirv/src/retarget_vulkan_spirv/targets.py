@@ -325,7 +325,7 @@ LARGE_FRAGMENT_PLANS = {"NVIDIA": list(NVIDIA_FRAGMENT_PLANS)}
 # `FRAGMENT_K_LOOP`). NVIDIA's Vulkan compiler allocates 246 registers and spills nothing with the last step peeled
 # and the k-slices in a loop, where the unrolled loop took 255 and spilled (H100: f16 4096^3 339 TFLOP/s against
 # 320, f32 35.7 against 34.4; RETARGET_VULKAN_PIPELINE_STATISTICS shows the counts).
-LOOP_SPELLING = {"NVIDIA": {"peel_last_step": True, "fragment_k_loop": "serial"}}
+LOOP_SPELLING = {"NVIDIA": {"peel_last_step": ["fragments", "registers"], "fragment_k_loop": "serial"}}
 
 
 def describe(arch: str, *, spec: str, vendor: str, device_type: str, vulkan_version: str, features,
