@@ -50,9 +50,7 @@ def main():
                      ("wgmma 128x256, 3 stages", {"retarget_cuda.hopper_gemm.PLANS": ((256, 3),)}),
                      ("wgmma, tiles in row order", {"retarget_cuda.hopper_gemm.GROUP_M": 1}),
                      ("wmma schedule (the core's, NVIDIA's plans)", wmma),
-                     ("wmma, k-slices in a loop", {**wmma, "FRAGMENT_K_LOOP": "serial"}),
-                     ("wmma, last step peeled", {**wmma, "PEEL_LAST_STEP": True}),
-                     ("wmma, both", {**wmma, "FRAGMENT_K_LOOP": "serial", "PEEL_LAST_STEP": True}),
+                     ("wmma, loops as the core spells them", {**wmma, "retarget_cuda.targets.LOOP_SPELLING": {}}),
                      ("wmma, staged element by element", {**wmma, "VECTOR_STAGING": False}),
                      ("wmma, the core's own plans (8 warps of 64x32)", {**wmma, plans: []}),
                      ("wmma, 4 warps of 64x64, tile_k 32", {**wmma, plans: [(2, 2, 4, 4, 2)]})]
