@@ -1846,15 +1846,18 @@ class _GpuLowering(_Lowering):
             if isinstance(steps, int) and steps == 1:
                 return out_stmts + compute(tiles, k.const(0))
             following = Var(kt) + 1
-            if schedule in self.desc.extra.get("peel_last_step", PEEL_LAST_STEP) and isinstance(steps, int):
-                loop = [*load(following), *compute(tiles, Var(kt))]
-                loop += [k.Barrier()] if tiles.stages == 1 else []
-                loop += [*store(following), k.Barrier()]
-                return out_stmts + [Loop(kt, steps - 1, loop)] + compute(tiles, k.const(steps - 1))
+            # peeled: the loop runs all but the last step, so its next step always exists; else a test guards it
+            peel = schedule in self.desc.extra.get("peel_last_step", PEEL_LAST_STEP) and isinstance(steps, int)
             more = Compare("lt", following, k.const(steps))
-            loop = [If(more, load(following)), *compute(tiles, Var(kt))]
+
+            def next_step(stmts: list) -> list:
+                return stmts if peel else [If(more, stmts)]
+
+            loop = [*next_step(load(following)), *compute(tiles, Var(kt))]
             loop += [k.Barrier()] if tiles.stages == 1 else []
-            loop += [If(more, store(following)), k.Barrier()]
+            loop += [*next_step(store(following)), k.Barrier()]
+            if peel:
+                return out_stmts + [Loop(kt, steps - 1, loop)] + compute(tiles, k.const(steps - 1))
             return out_stmts + [Loop(kt, steps, loop)]
 
         if symbolic and isinstance(kk, int) and kk % tk:

@@ -32,7 +32,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
-from retarget.kernel.portable import expand_fragments
+from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
 from . import spirv
 from .spirv import GLSL, Module
@@ -587,9 +587,7 @@ class _Codegen:
         if src is not None and dst is not None:
             self.emit("Store", dst, self.op("Load", self.words(), src))
             return
-        dt = self.buffer(s.src)[0]
-        for lane in range(s.lanes):  # element by element
-            self.stmt_store(k.Store(s.dst, s.dst_index + lane, k.Load(s.src, s.src_index + lane, dt)))
+        self.stmts([vector_copy_elements(s, self.buffer(s.src)[0])])  # element by element
 
     def element(self, name: str, index: k.Expr) -> int:
         """A pointer to element `index` of buffer or local array `name`."""
