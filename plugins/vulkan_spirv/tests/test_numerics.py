@@ -156,7 +156,7 @@ def test_the_validation_layer_reports_nothing_on_a_zoo_run(vulkan_device):
     assert result["messages"] == []
 
 
-@pytest.mark.parametrize("m, kk, n, multiprocessors", [(70, 48, 40, None), (300, 96, 260, 1)])
+@pytest.mark.parametrize("m, kk, n, multiprocessors", [(70, 48, 40, None), (300, 96, 260, 1), (256, 64, 256, 1)])
 def test_a_fragment_matmul_without_cooperative_matrices_takes_the_portable_expansion(vulkan_device, tmp_path, m, kk,
                                                                                       n, multiprocessors):
     """A target that advertises matrix fragments but lacks KHR cooperative matrices (made so here, whatever the

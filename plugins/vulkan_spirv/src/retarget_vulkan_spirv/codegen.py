@@ -196,8 +196,23 @@ class _Codegen:
             elif isinstance(s, (k.FragmentLoad, k.FragmentStore)) and s.buffer in lanes:
                 if not self.native_fragments or s.stride % lanes[s.buffer]:
                     scalar.add(s.buffer)
-        return {name: n for name, n in lanes.items() if name not in scalar
+        wide = {name: n for name, n in lanes.items() if name not in scalar
                 and isinstance(locals_[name].size, int) and locals_[name].size % n == 0}
+        # A copy moves one word only where both sides are words (`word`); else it copies element by element, and
+        # an array on either side must then hold elements too (which may unmake another copy's words).
+        params = {p.name: p.dtype for p in kernel.params}
+        copies = [s for s in k.walk_stmts(kernel.body) if isinstance(s, k.VectorCopy)]
+
+        def words(name: str, n: int) -> bool:
+            return wide.get(name) == n if name in locals_ else params[name].itemsize * n == self.VECTOR_BYTES
+
+        unmade = True
+        while unmade:
+            unmade = [name for s in copies if not (words(s.dst, s.lanes) and words(s.src, s.lanes))
+                      for name in (s.dst, s.src) if name in wide]
+            for name in unmade:
+                wide.pop(name, None)
+        return wide
 
     def fail(self, what: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"vulkan-spirv: {what} (kernel {self.k.name})",
