@@ -1332,12 +1332,16 @@ class VulkanDevice:
             print(f"retarget: vulkan pipeline {name}: " + ", ".join(f"{k} {v}" for k, v in stats.items()),
                   file=sys.stderr)
             return
-        os.makedirs(self.statistics, exist_ok=True)
-        with open(os.path.join(self.statistics, f"{name}.json"), "w") as f:
-            json.dump(stats, f, indent=1)
-        for i, text in enumerate(texts):
-            with open(os.path.join(self.statistics, f"{name}.{i}.txt"), "w") as f:
-                f.write(text)
+        try:  # a diagnostic: a folder it cannot write to is said, and the module loads all the same
+            os.makedirs(self.statistics, exist_ok=True)
+            with open(os.path.join(self.statistics, f"{name}.json"), "w") as f:
+                json.dump(stats, f, indent=1)
+            for i, text in enumerate(texts):
+                with open(os.path.join(self.statistics, f"{name}.{i}.txt"), "w") as f:
+                    f.write(text)
+        except OSError as e:
+            print(f"retarget: {STATISTICS_ENV}={self.statistics}: cannot write {name}'s statistics there ({e}); "
+                  "set it to 1 for stderr, or to a folder you can write to", file=sys.stderr)
 
     # -- memory -----------------------------------------------------------------------------
 
