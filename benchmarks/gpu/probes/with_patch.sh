@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Applies PATCH (a probe's lowering knob) to this tree, runs patched_matmul.py at 4096^3 for each variant (a
+# Python dict literal of constants, as patched_matmul.py takes), with the driver's register counts, and takes the
+# patch back out, however it ends.     bash benchmarks/gpu/probes/with_patch.sh PATCH VARIANT...
+set -uo pipefail
+patch_file=$(realpath "$1")
+cd "$(dirname "$0")/../../.."
+here=benchmarks/gpu/probes
+shift
+git apply "$patch_file" 2>/dev/null || patch -p1 < "$patch_file" || exit 1
+trap 'git apply -R "$patch_file" 2>/dev/null || patch -R -p1 < "$patch_file"' EXIT
+export RETARGET_VULKAN_PIPELINE_STATISTICS=1
+for variant in "$@"; do
+  python3 "$here/patched_matmul.py" "$variant" --size 4096 2>&1 | grep -v "^ *$" | tail -2 \
+    | sed 's/retarget: vulkan pipeline main_dispatch_0_matmul:/  /'
+done
