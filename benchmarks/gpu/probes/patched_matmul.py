@@ -5,7 +5,8 @@ driver's register count and spill bytes are printed too.
     python3 benchmarks/gpu/probes/patched_matmul.py "{'PEEL_LAST_STEP': ()}" --size 4096
 
 PATCH is a Python dict literal: plain names are `retarget.kernel.lower`'s constants, dotted ones name their
-module (`retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS`).
+module (`retarget_vulkan_spirv.targets.LARGE_FRAGMENT_PLANS`). `--pipeline-cache FILE` (Vulkan) writes the
+device's pipeline cache after the run: `vulkan_sass.py` turns NVIDIA's into the kernel's machine code.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main():
     parser.add_argument("--target", default="vulkan-spirv:host")
     parser.add_argument("--device", default="vulkan")
     parser.add_argument("--dtype", choices=["f16", "f32"], default="f16")
+    parser.add_argument("--pipeline-cache", metavar="FILE")
     args = parser.parse_args()
     for key, value in ast.literal_eval(args.patch).items():
         place, _, name = key.rpartition(".")
@@ -48,6 +50,16 @@ def main():
     ms = statistics.median(seconds) * 1e3
     print(f"{args.target} {args.dtype} {args.patch}: {ms:.3f} ms, {2 * args.size ** 3 / ms / 1e9:.1f} TFLOP/s, "
           f"max error {err:.1e} of the largest", flush=True)
+    if args.pipeline_cache:
+        from retarget_vulkan_spirv.driver import _vk
+
+        vk = _vk()
+        size = vk.ffi.new("size_t*")
+        vk.lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, size, vk.ffi.NULL)
+        data = vk.ffi.new("char[]", size[0])
+        vk.lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, size, data)
+        with open(args.pipeline_cache, "wb") as f:
+            f.write(vk.ffi.buffer(data, size[0]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,248 @@
+"""Where the Vulkan fragment GEMM's global loads cost time, and the SM clock each kernel runs at.
+
+Each variant changes only the 16-byte global loads that stage A and B (the uvec4 `VectorCopy`s out of a storage
+buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s, device time) while
+`nvidia-smi` samples the SM clock and power. cuBLAS (`torch.matmul`) is timed and sampled the same way.
+
+- memory operands on the loads (Nontemporal, Volatile, Aligned 16), or the read-only bindings decorated Coherent
+  or Restrict;
+- timing only, wrong answers on purpose: loads from a 32 KB window (L1 hits), from a 4 MB window (L2 hits), or no
+  loads at all (the staged words all ones);
+- workgroups of two 64x64 subgroups (four resident a multiprocessor instead of two of four subgroups);
+- shapes that fill whole waves of workgroups, or take twice the steps a tile (what the last wave and each
+  tile's prologue and epilogue cost);
+- workgroups of one parity delayed at their start, to put two that start together out of phase;
+- tiles handed out in pairs that share A's rows, to workgroups `distance` apart in launch order, in case those
+  run on one multiprocessor (then one's loads of A hit what the other brought into L1).
+
+    . benchmarks/gpu/preamble.sh; python3 benchmarks/gpu/probes/load_paths.py [NAME-SUBSTRING...]
+                                                                              (carry .gl and .whl)
+NAME-SUBSTRINGs pick variants by name. PROBE_SIZE sets the size (4096); PROBE_TARGET=vulkan-spirv:hopper
+only compiles each variant, for a check on a machine without the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+VOLATILE, ALIGNED, NONTEMPORAL = 0x1, 0x2, 0x4  # SPIR-V MemoryAccess bits
+RESTRICT, COHERENT = 19, 23  # SPIR-V decorations
+SECONDS = 1.5
+
+
+@contextlib.contextmanager
+def sampled_clocks(into: dict):
+    """SM clock (MHz) and board power (W) medians, sampled every 20 ms while the block runs."""
+    try:
+        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                "-lms", "20"], stdout=subprocess.PIPE, text=True)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        smi.terminate()
+        lines = smi.communicate()[0].splitlines()[5:]  # the first samples see the ramp up
+        samples = [[float(x) for x in line.split(",")] for line in lines if line.count(",") == 1]
+        if samples:
+            into["sm_mhz"] = statistics.median(s[0] for s in samples)
+            into["watts"] = statistics.median(s[1] for s in samples)
+
+
+def main():
+    import retarget
+    import retarget.kernel.ir as kir
+    import retarget.kernel.lower as lower
+    import torch
+    from retarget_vulkan_spirv import codegen, targets
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../../plugins/cuda/tests"))
+    from test_hopper_gemm import matmul_module
+
+    size = int(os.environ.get("PROBE_SIZE", 4096))
+    shipped_copy, shipped_word = codegen._Codegen.stmt_vectorcopy, codegen._Codegen.word
+    shipped_plans = targets.LARGE_FRAGMENT_PLANS
+    shipped_staged = lower._GpuLowering._staged_matmul
+
+    def paired(distance):
+        """_staged_matmul with workgroups w and w + distance (in blocks of 2 * distance; the last block split in
+        halves) on the two tiles of one pair, side by side in a tile row."""
+        def staged(self, op, tiles, *args):
+            body = shipped_staged(self, op, tiles, *args)
+            first = body[0]
+            if self.grid % 2:
+                return body  # the halves of the last block would not match
+            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
+            w, block = kir.Var("wg"), 2 * distance
+            blk, r = w // block, w % block
+            half = kir.minimum((kir.const(self.grid) - blk * block) // 2, kir.const(distance))
+            pair = blk * distance + r % half
+            tile = kir.minimum(pair * 2 + r // half, kir.const(self.grid - 1))  # for the bounds check's sake
+            return [kir.Assign(first.var, tile), *body[1:]]
+        return staged
+
+    def global_loads(how):
+        """stmt_vectorcopy whose loads out of storage buffers are spelled `how(self, pointer, word_type)`."""
+        def copy(self, s):
+            if self.buffer(s.src)[2] != "StorageBuffer":
+                return shipped_copy(self, s)
+            src, dst = self.word(s.src, s.src_index, s.lanes), self.word(s.dst, s.dst_index, s.lanes)
+            self.emit("Store", dst, how(self, src, self.words()))
+        return copy
+
+    shipped_binding = codegen._Codegen.binding_variable
+
+    def decorated(decoration):
+        """binding_variable with `decoration` on every binding that only reads."""
+        def binding(self, slot, element, stride, name):
+            var = shipped_binding(self, slot, element, stride, name)
+            if all(q.access == "read" for q, s in zip(self.k.params, self.slots) if s == slot):
+                self.m.emit("annotation", "Decorate", var, decoration)
+            return var
+        return binding
+
+    def staggered(spins, late):
+        """_staged_matmul whose workgroups with late(wg) first spin `spins` dependent multiply-adds and ands
+        (about 8 clocks each), so that two workgroups started together on one multiprocessor run out of phase."""
+        def staged(self, op, tiles, *args):
+            body = shipped_staged(self, op, tiles, *args)
+            first = body[0]
+            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
+            w, x = kir.Var("wg"), kir.Var("rt_spin")
+            step = kir.Assign(x.name, kir.binary("and", x * 5 + 7, kir.const(0xFFFFF)))
+            spin = [kir.Assign(x.name, w),
+                    kir.If(kir.Compare("eq", late(w), kir.const(1)), [kir.Loop("rt_spin_i", spins, [step])])]
+            tile = kir.Select(kir.Compare("eq", x, kir.const(-7)), kir.const(0), w)  # never: keeps the spin
+            return [*spin, kir.Assign(first.var, tile), *body[1:]]
+        return staged
+
+    def windowed(words):
+        """word() with storage-buffer word indices kept below `words` (a power of two)."""
+        def word(self, name, index, lanes):
+            if self.buffer(name)[2] != "StorageBuffer":
+                return shipped_word(self, name, index, lanes)
+            at = self.int_op("IAdd", self.bases[name], self.expr(index))
+            w = self.op("ShiftRightArithmetic", self.t_i32, at, self.i32(int(np.log2(lanes))))
+            w = self.op("BitwiseAnd", self.t_i32, w, self.i32(words - 1))
+            return self.op("AccessChain", self.m.pointer("StorageBuffer", self.words()), self.word_view(name),
+                           self.i32(0), w)
+        return word
+
+    def no_load(self, pointer, t):
+        word = self.op("Bitcast", self.t_u32, self.i32(0x3C003C00))  # staged words made of ones
+        return self.op("CompositeConstruct", t, word, word, word, word)
+
+    variants = [
+        ("shipped", {}),
+        ("loads Nontemporal", {"copy": global_loads(lambda self, p, t: self.op("Load", t, p, NONTEMPORAL))}),
+        ("loads Volatile", {"copy": global_loads(lambda self, p, t: self.op("Load", t, p, VOLATILE))}),
+        ("inputs Coherent", {"binding": decorated(COHERENT)}),
+        ("inputs Restrict", {"binding": decorated(RESTRICT)}),
+        ("loads Aligned 16", {"copy": global_loads(lambda self, p, t: self.op("Load", t, p, ALIGNED, 16))}),
+        ("loads from a 32 KB window (timing only)", {"word": windowed(2048)}),
+        ("loads from a 4 MB window (timing only)", {"word": windowed(1 << 18)}),
+        ("no global loads (timing only)", {"copy": global_loads(no_load)}),
+        ("2 subgroups of 64x64 (128x64), tile_k 32", {"plans": [(2, 1, 4, 4, 2)]}),
+        ("2 subgroups of 64x64 (64x128), tile_k 32", {"plans": [(1, 2, 4, 4, 2)]}),
+        ("2 subgroups of 64x64 (128x64), tile_k 64", {"plans": [(2, 1, 4, 4, 4)]}),
+        ("tiles in pairs, workgroups 132 apart", {"staged": paired(132)}),
+        ("tiles in pairs, workgroups 66 apart", {"staged": paired(66)}),
+        ("tiles in pairs, workgroups 1 apart", {"staged": paired(1)}),
+        ("stagger: odd workgroups spin 200", {"staged": staggered(200, lambda w: w % 2)}),
+        ("stagger: odd 132-blocks spin 100", {"staged": staggered(100, lambda w: w // 132 % 2)}),
+        ("stagger: odd 132-blocks spin 200", {"staged": staggered(200, lambda w: w // 132 % 2)}),
+        ("stagger: odd 132-blocks spin 400", {"staged": staggered(400, lambda w: w // 132 % 2)}),
+        ("shape 4224x4096x4096: 1056 tiles, 4 whole waves", {"mnk": (size + 128, size, size)}),
+        ("shape 4096x4096x8192: twice the steps a tile", {"mnk": (size, size, 2 * size)}),
+        ("shape 4096x4096x2048: half the steps a tile", {"mnk": (size, size, size // 2)}),
+        ("shipped again", {}),
+    ]
+    wanted = sys.argv[1:]
+    variants = [v for v in variants if not wanted or any(w in v[0] for w in wanted)]
+    cuda = torch.cuda.is_available()
+    operands = {}
+
+    def problem(m, n, kk):
+        """(A, B, A @ B in float64) for an m x n x kk matmul, made once."""
+        if (m, n, kk) not in operands:
+            rng = np.random.default_rng(0)
+            a, b = (rng.standard_normal(s).astype(np.float16) for s in ((m, kk), (kk, n)))
+            ta, tb = (torch.from_numpy(x).double() for x in (a, b))
+            ta, tb = (ta.cuda(), tb.cuda()) if cuda else (ta, tb)
+            operands[(m, n, kk)] = a, b, (ta @ tb).cpu().numpy()
+        return operands[(m, n, kk)]
+
+    rows = []
+
+    def torch_row():
+        a, b, _ = problem(size, size, size)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        row = {"variant": "torch.matmul (cuBLAS)", "flop": 2 * size ** 3}
+        ms = []
+        with sampled_clocks(row):
+            end_at = time.perf_counter() + SECONDS
+            while time.perf_counter() < end_at:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                torch.matmul(ta, tb)
+                end.record()
+                torch.cuda.synchronize()
+                ms.append(begin.elapsed_time(end))
+        row.update(ms=statistics.median(ms[3:]), calls=len(ms))
+        return row
+
+    if cuda:
+        rows.append(torch_row())
+    for name, change in variants:
+        codegen._Codegen.stmt_vectorcopy = change.get("copy", shipped_copy)
+        codegen._Codegen.word = change.get("word", shipped_word)
+        codegen._Codegen.binding_variable = change.get("binding", shipped_binding)
+        targets.LARGE_FRAGMENT_PLANS = {"NVIDIA": change["plans"]} if "plans" in change else shipped_plans
+        lower._GpuLowering._staged_matmul = change.get("staged", shipped_staged)
+        m, n, kk = change.get("mnk", (size, size, size))
+        a, b, expected = problem(m, n, kk)
+        try:
+            art = retarget.compile(matmul_module(m, n, kk), os.environ.get("PROBE_TARGET", "vulkan-spirv:host"))
+            if "PROBE_TARGET" in os.environ:  # compile only
+                print(name, "compiles", flush=True)
+                continue
+        finally:
+            codegen._Codegen.stmt_vectorcopy, codegen._Codegen.word = shipped_copy, shipped_word
+            codegen._Codegen.binding_variable = shipped_binding
+            targets.LARGE_FRAGMENT_PLANS = shipped_plans
+            lower._GpuLowering._staged_matmul = shipped_staged
+        loaded = retarget.load(art, device="vulkan")
+        out = loaded.main(a, b).astype(np.float64)
+        error = float(np.abs(out - expected).max() / np.abs(expected).max())
+        row = {"variant": name, "flop": 2 * m * n * kk, "max_error": error}
+        seconds = []
+        with sampled_clocks(row):
+            end_at = time.perf_counter() + SECONDS
+            while time.perf_counter() < end_at:
+                seconds += loaded.device.time(loaded.main.command_buffer, 10)
+        row.update(ms=statistics.median(seconds[3:]) * 1e3, calls=len(seconds))
+        rows.append(row)
+        del loaded
+    if cuda:
+        rows.append(torch_row())
+    for row in rows:
+        row["tflops"] = row["flop"] / row["ms"] / 1e9
+        print(f"{row['variant']:<45} {row['ms']:.3f} ms {row['tflops']:6.1f} TFLOP/s"
+              f"  SM {row.get('sm_mhz', float('nan')):.0f} MHz {row.get('watts', float('nan')):.0f} W"
+              f"  error {row.get('max_error', float('nan')):.1e}", flush=True)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "load_paths.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
