@@ -11,6 +11,8 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
 - workgroups of two 64x64 subgroups (four resident a multiprocessor instead of two of four subgroups);
 - shapes that fill whole waves of workgroups, or take twice the steps a tile (what the last wave and each
   tile's prologue and epilogue cost);
+- a touch of each line two steps ahead (one f16 load a thread and operand, summed into a float kept alive), so
+  that the staging loads of the step after hit L1;
 - workgroups of one parity delayed at their start, to put two that start together out of phase;
 - tiles handed out in pairs that share A's rows, to workgroups `distance` apart in launch order, in case those
   run on one multiprocessor (then one's loads of A hit what the other brought into L1).
@@ -63,6 +65,7 @@ def main():
     import retarget.kernel.ir as kir
     import retarget.kernel.lower as lower
     import torch
+    from retarget.ir.dtypes import dtype
     from retarget_vulkan_spirv import codegen, targets
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../../plugins/cuda/tests"))
@@ -125,6 +128,40 @@ def main():
             return [*spin, kir.Assign(first.var, tile), *body[1:]]
         return staged
 
+    shipped_load = lower._Staged.load
+    line_elements = 64  # f16 elements in a 128-byte cache line
+
+    def prefetching(operands):
+        """_Staged.load that also touches, two steps ahead, one 128-byte line per thread of each operand's step
+        tile (A: a row of 64 elements each; B: half a row), summing the elements it reads into a float that an
+        impossible test stores (so that nothing removes the loads): the step after, the staging loads hit L1."""
+        def load(self, step, tk, unguarded, sizes, dt):
+            out = shipped_load(self, step, tk, unguarded, sizes, dt)
+            role = "a" if self.k_side == "col" else "b"
+            if role not in operands or self.lanes == 1 or self.layout is None:
+                return out
+            buffer, strides, _ = self.layout
+            m, kk, n = sizes
+            ahead = kir.minimum(step + 1, kir.const(kk // tk - 1))
+            t = kir.Var("tid")
+            per_row = max(1, self.cols // line_elements)
+            if role == "a":  # rows of the tile are k-runs of tk elements
+                row, col = self.origin + t // per_row, ahead * tk + (t % per_row) * line_elements
+            else:
+                row, col = ahead * tk + t // per_row, self.origin + (t % per_row) * line_elements
+            value = kir.Cast(kir.Load(buffer, row * strides[-2] + col * strides[-1], dtype("f16")), dtype("f32"))
+            return out + [kir.Assign("rt_touch", kir.Var("rt_touch", dtype("f32")) + value)]
+        return load
+
+    def sinking(self, op, tiles, *args):
+        """_staged_matmul with the prefetch's float declared first and stored, if NaN, at the end."""
+        body = shipped_staged(self, op, tiles, *args)
+        out = next(st.buffer for st in kir.walk_stmts(body) if isinstance(st, kir.Store) and st.buffer == "out0")
+        touched = kir.Var("rt_touch", dtype("f32"))
+        nan = kir.Compare("ne", touched, touched)
+        return [kir.Assign("rt_touch", kir.const(0.0, dtype("f32"))), *body,
+                kir.If(nan, [kir.Store(out, kir.const(0), kir.Cast(touched, dtype("f16")))])]
+
     def windowed(words):
         """word() with storage-buffer word indices kept below `words` (a power of two)."""
         def word(self, name, index, lanes):
@@ -157,6 +194,8 @@ def main():
         ("tiles in pairs, workgroups 132 apart", {"staged": paired(132)}),
         ("tiles in pairs, workgroups 66 apart", {"staged": paired(66)}),
         ("tiles in pairs, workgroups 1 apart", {"staged": paired(1)}),
+        ("prefetch A and B two steps ahead", {"staged": sinking, "load": prefetching("ab")}),
+        ("prefetch A two steps ahead", {"staged": sinking, "load": prefetching("a")}),
         ("stagger: odd workgroups spin 200", {"staged": staggered(200, lambda w: w % 2)}),
         ("stagger: odd 132-blocks spin 100", {"staged": staggered(100, lambda w: w // 132 % 2)}),
         ("stagger: odd 132-blocks spin 200", {"staged": staggered(200, lambda w: w // 132 % 2)}),
@@ -208,6 +247,7 @@ def main():
         codegen._Codegen.binding_variable = change.get("binding", shipped_binding)
         targets.LARGE_FRAGMENT_PLANS = {"NVIDIA": change["plans"]} if "plans" in change else shipped_plans
         lower._GpuLowering._staged_matmul = change.get("staged", shipped_staged)
+        lower._Staged.load = change.get("load", shipped_load)
         m, n, kk = change.get("mnk", (size, size, size))
         a, b, expected = problem(m, n, kk)
         try:
@@ -220,6 +260,7 @@ def main():
             codegen._Codegen.binding_variable = shipped_binding
             targets.LARGE_FRAGMENT_PLANS = shipped_plans
             lower._GpuLowering._staged_matmul = shipped_staged
+            lower._Staged.load = shipped_load
         loaded = retarget.load(art, device="vulkan")
         out = loaded.main(a, b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
