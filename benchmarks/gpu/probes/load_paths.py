@@ -15,7 +15,8 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
   that the staging loads of the step after hit L1;
 - workgroups of one parity delayed at their start, to put two that start together out of phase;
 - tiles handed out in pairs that share A's rows, to workgroups `distance` apart in launch order, in case those
-  run on one multiprocessor (then one's loads of A hit what the other brought into L1).
+  run on one multiprocessor (then one's loads of A hit what the other brought into L1), or one tile to both
+  (timing only: whether they do share one).
 
     . benchmarks/gpu/preamble.sh; python3 benchmarks/gpu/probes/load_paths.py [NAME-SUBSTRING...]
                                                                               (carry .gl and .whl)
@@ -37,6 +38,7 @@ import numpy as np
 
 VOLATILE, ALIGNED, NONTEMPORAL = 0x1, 0x2, 0x4  # SPIR-V MemoryAccess bits
 RESTRICT, COHERENT = 19, 23  # SPIR-V decorations
+SHADER_SM_BUILTINS, SM_ID = 5373, 5377  # SPV_NV_shader_sm_builtins: its capability, BuiltIn SMIDNV
 SECONDS = 1.5
 
 
@@ -66,7 +68,14 @@ def main():
     import retarget.kernel.lower as lower
     import torch
     from retarget.ir.dtypes import dtype
-    from retarget_vulkan_spirv import codegen, targets
+    from retarget_vulkan_spirv import codegen, driver, spirv, targets
+
+    # the device enables VK_NV_shader_sm_builtins where it has it, for the variant that reads the SM id
+    shipped_links = driver._feature_links
+    driver._feature_links = lambda api, extensions: shipped_links(api, extensions) + (
+        [("VkPhysicalDeviceShaderSMBuiltinsFeaturesNV", "PHYSICAL_DEVICE_SHADER_SM_BUILTINS_FEATURES_NV",
+          "VK_NV_shader_sm_builtins")] if "VK_NV_shader_sm_builtins" in extensions else [])
+    driver.ENABLED_FEATURES = (*driver.ENABLED_FEATURES, "shaderSMBuiltins")
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../../plugins/cuda/tests"))
     from test_hopper_gemm import matmul_module
@@ -92,6 +101,39 @@ def main():
             tile = kir.minimum(pair * 2 + r // half, kir.const(self.grid - 1))  # for the bounds check's sake
             return [kir.Assign(first.var, tile), *body[1:]]
         return staged
+
+    def same_tile(distance):
+        """_staged_matmul with workgroups w and w + distance (in blocks of 2 * distance) on one tile, half the
+        tiles left unwritten (timing only): if the two share a multiprocessor, the second finds every line in L1."""
+        def staged(self, op, tiles, *args):
+            body = shipped_staged(self, op, tiles, *args)
+            first = body[0]
+            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
+            w = kir.Var("wg")
+            return [kir.Assign(first.var, (w // (2 * distance)) * distance + w % distance), *body[1:]]
+        return staged
+
+    shipped_builtins = codegen._Codegen.load_builtins
+
+    def with_sm_id(self):
+        """load_builtins plus `rt_smid`, the multiprocessor the invocation runs on (SPV_NV_shader_sm_builtins)."""
+        shipped_builtins(self)
+        m = self.m
+        m.emit("capability", "Capability", SHADER_SM_BUILTINS)
+        m.extension("SPV_NV_shader_sm_builtins")
+        var = m.op("global", "Variable", m.pointer("Input", self.t_u32), spirv.STORAGE["Input"])
+        m.emit("annotation", "Decorate", var, spirv.DECORATION["BuiltIn"], SM_ID)
+        self.interface.append(var)
+        self.builtins["rt_smid"] = self.op("Bitcast", self.t_i32, self.op("Load", self.t_u32, var))
+
+    def tile_of_sm(self, op, tiles, *args):
+        """_staged_matmul with every workgroup of a multiprocessor on one tile (timing only): the most that
+        workgroups sharing a multiprocessor could save by finding each other's lines in L1."""
+        body = shipped_staged(self, op, tiles, *args)
+        first = body[0]
+        assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
+        sm = kir.maximum(kir.minimum(kir.Var("rt_smid"), kir.const(self.grid - 1)), kir.const(0))
+        return [kir.Assign(first.var, sm), *body[1:]]
 
     def global_loads(how):
         """stmt_vectorcopy whose loads out of storage buffers are spelled `how(self, pointer, word_type)`."""
@@ -194,6 +236,9 @@ def main():
         ("tiles in pairs, workgroups 132 apart", {"staged": paired(132)}),
         ("tiles in pairs, workgroups 66 apart", {"staged": paired(66)}),
         ("tiles in pairs, workgroups 1 apart", {"staged": paired(1)}),
+        ("one tile for workgroups 132 apart (timing only)", {"staged": same_tile(132)}),
+        ("one tile for workgroups 1 apart (timing only)", {"staged": same_tile(1)}),
+        ("one tile a multiprocessor (SM id; timing only)", {"staged": tile_of_sm, "builtins": with_sm_id}),
         ("prefetch A and B two steps ahead", {"staged": sinking, "load": prefetching("ab")}),
         ("prefetch A two steps ahead", {"staged": sinking, "load": prefetching("a")}),
         ("stagger: odd workgroups spin 200", {"staged": staggered(200, lambda w: w % 2)}),
@@ -248,6 +293,7 @@ def main():
         targets.LARGE_FRAGMENT_PLANS = {"NVIDIA": change["plans"]} if "plans" in change else shipped_plans
         lower._GpuLowering._staged_matmul = change.get("staged", shipped_staged)
         lower._Staged.load = change.get("load", shipped_load)
+        codegen._Codegen.load_builtins = change.get("builtins", shipped_builtins)
         m, n, kk = change.get("mnk", (size, size, size))
         a, b, expected = problem(m, n, kk)
         try:
@@ -261,6 +307,7 @@ def main():
             targets.LARGE_FRAGMENT_PLANS = shipped_plans
             lower._GpuLowering._staged_matmul = shipped_staged
             lower._Staged.load = shipped_load
+            codegen._Codegen.load_builtins = shipped_builtins
         loaded = retarget.load(art, device="vulkan")
         out = loaded.main(a, b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
