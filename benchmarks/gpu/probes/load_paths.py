@@ -81,43 +81,45 @@ def main():
     from test_hopper_gemm import matmul_module
 
     size = int(os.environ.get("PROBE_SIZE", 4096))
-    shipped_copy, shipped_word = codegen._Codegen.stmt_vectorcopy, codegen._Codegen.word
-    shipped_plans = targets.LARGE_FRAGMENT_PLANS
-    shipped_staged = lower._GpuLowering._staged_matmul
+    # what a variant may replace (its key -> the owner and attribute), and what ships there
+    points = {"copy": (codegen._Codegen, "stmt_vectorcopy"), "word": (codegen._Codegen, "word"),
+              "binding": (codegen._Codegen, "binding_variable"), "builtins": (codegen._Codegen, "load_builtins"),
+              "plans": (targets, "LARGE_FRAGMENT_PLANS"), "staged": (lower._GpuLowering, "_staged_matmul"),
+              "load": (lower._Staged, "load")}
+    shipped = {key: getattr(*where) for key, where in points.items()}
+
+    def retiled(tile_of):
+        """_staged_matmul with its first statement, `tile = wg`, replaced: tile_of(lowering, wg) gives the
+        statements to run first and the tile's expression."""
+        def staged(self, op, tiles, *args):
+            body = shipped["staged"](self, op, tiles, *args)
+            first = body[0]
+            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
+            before, tile = tile_of(self, first.value)
+            return [*before, kir.Assign(first.var, tile), *body[1:]]
+        return staged
 
     def paired(distance):
-        """_staged_matmul with workgroups w and w + distance (in blocks of 2 * distance; the last block split in
-        halves) on the two tiles of one pair, side by side in a tile row."""
-        def staged(self, op, tiles, *args):
-            body = shipped_staged(self, op, tiles, *args)
-            first = body[0]
+        """Workgroups w and w + distance (in blocks of 2 * distance; the last block split in halves) on the two
+        tiles of one pair, side by side in a tile row."""
+        def tile_of(self, w):
             if self.grid % 2:
-                return body  # the halves of the last block would not match
-            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
-            w, block = kir.Var("wg"), 2 * distance
+                return [], w  # the halves of the last block would not match
+            block = 2 * distance
             blk, r = w // block, w % block
             half = kir.minimum((kir.const(self.grid) - blk * block) // 2, kir.const(distance))
             pair = blk * distance + r % half
-            tile = kir.minimum(pair * 2 + r // half, kir.const(self.grid - 1))  # for the bounds check's sake
-            return [kir.Assign(first.var, tile), *body[1:]]
-        return staged
+            return [], kir.minimum(pair * 2 + r // half, kir.const(self.grid - 1))  # for the bounds check's sake
+        return retiled(tile_of)
 
     def same_tile(distance):
-        """_staged_matmul with workgroups w and w + distance (in blocks of 2 * distance) on one tile, half the
-        tiles left unwritten (timing only): if the two share a multiprocessor, the second finds every line in L1."""
-        def staged(self, op, tiles, *args):
-            body = shipped_staged(self, op, tiles, *args)
-            first = body[0]
-            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
-            w = kir.Var("wg")
-            return [kir.Assign(first.var, (w // (2 * distance)) * distance + w % distance), *body[1:]]
-        return staged
-
-    shipped_builtins = codegen._Codegen.load_builtins
+        """Workgroups w and w + distance (in blocks of 2 * distance) on one tile, half the tiles left unwritten
+        (timing only): if the two share a multiprocessor, the second finds every line in L1."""
+        return retiled(lambda self, w: ([], (w // (2 * distance)) * distance + w % distance))
 
     def with_sm_id(self):
         """load_builtins plus `rt_smid`, the multiprocessor the invocation runs on (SPV_NV_shader_sm_builtins)."""
-        shipped_builtins(self)
+        shipped["builtins"](self)
         m = self.m
         m.emit("capability", "Capability", SHADER_SM_BUILTINS)
         m.extension("SPV_NV_shader_sm_builtins")
@@ -126,51 +128,40 @@ def main():
         self.interface.append(var)
         self.builtins["rt_smid"] = self.op("Bitcast", self.t_i32, self.op("Load", self.t_u32, var))
 
-    def tile_of_sm(self, op, tiles, *args):
-        """_staged_matmul with every workgroup of a multiprocessor on one tile (timing only): the most that
-        workgroups sharing a multiprocessor could save by finding each other's lines in L1."""
-        body = shipped_staged(self, op, tiles, *args)
-        first = body[0]
-        assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
-        sm = kir.maximum(kir.minimum(kir.Var("rt_smid"), kir.const(self.grid - 1)), kir.const(0))
-        return [kir.Assign(first.var, sm), *body[1:]]
+    # every workgroup of a multiprocessor on one tile (timing only): the most that workgroups sharing a
+    # multiprocessor could save by finding each other's lines in L1
+    tile_of_sm = retiled(lambda self, w: (
+        [], kir.maximum(kir.minimum(kir.Var("rt_smid"), kir.const(self.grid - 1)), kir.const(0))))
 
     def global_loads(how):
         """stmt_vectorcopy whose loads out of storage buffers are spelled `how(self, pointer, word_type)`."""
         def copy(self, s):
             if self.buffer(s.src)[2] != "StorageBuffer":
-                return shipped_copy(self, s)
+                return shipped["copy"](self, s)
             src, dst = self.word(s.src, s.src_index, s.lanes), self.word(s.dst, s.dst_index, s.lanes)
             self.emit("Store", dst, how(self, src, self.words()))
         return copy
 
-    shipped_binding = codegen._Codegen.binding_variable
-
     def decorated(decoration):
         """binding_variable with `decoration` on every binding that only reads."""
         def binding(self, slot, element, stride, name):
-            var = shipped_binding(self, slot, element, stride, name)
+            var = shipped["binding"](self, slot, element, stride, name)
             if all(q.access == "read" for q, s in zip(self.k.params, self.slots) if s == slot):
                 self.m.emit("annotation", "Decorate", var, decoration)
             return var
         return binding
 
     def staggered(spins, late):
-        """_staged_matmul whose workgroups with late(wg) first spin `spins` dependent multiply-adds and ands
-        (about 8 clocks each), so that two workgroups started together on one multiprocessor run out of phase."""
-        def staged(self, op, tiles, *args):
-            body = shipped_staged(self, op, tiles, *args)
-            first = body[0]
-            assert isinstance(first, kir.Assign) and first.value == kir.Var("wg"), first
-            w, x = kir.Var("wg"), kir.Var("rt_spin")
+        """Workgroups with late(wg) first spin `spins` dependent multiply-adds and ands (about 8 clocks each), so
+        that two workgroups started together on one multiprocessor run out of phase."""
+        def tile_of(self, w):
+            x = kir.Var("rt_spin")
             step = kir.Assign(x.name, kir.binary("and", x * 5 + 7, kir.const(0xFFFFF)))
             spin = [kir.Assign(x.name, w),
                     kir.If(kir.Compare("eq", late(w), kir.const(1)), [kir.Loop("rt_spin_i", spins, [step])])]
-            tile = kir.Select(kir.Compare("eq", x, kir.const(-7)), kir.const(0), w)  # never: keeps the spin
-            return [*spin, kir.Assign(first.var, tile), *body[1:]]
-        return staged
+            return spin, kir.Select(kir.Compare("eq", x, kir.const(-7)), kir.const(0), w)  # never: keeps the spin
+        return retiled(tile_of)
 
-    shipped_load = lower._Staged.load
     line_elements = 64  # f16 elements in a 128-byte cache line
 
     def prefetching(operands):
@@ -178,7 +169,7 @@ def main():
         tile (A: a row of 64 elements each; B: half a row), summing the elements it reads into a float that an
         impossible test stores (so that nothing removes the loads): the step after, the staging loads hit L1."""
         def load(self, step, tk, unguarded, sizes, dt):
-            out = shipped_load(self, step, tk, unguarded, sizes, dt)
+            out = shipped["load"](self, step, tk, unguarded, sizes, dt)
             role = "a" if self.k_side == "col" else "b"
             if role not in operands or self.lanes == 1 or self.layout is None:
                 return out
@@ -197,7 +188,7 @@ def main():
 
     def sinking(self, op, tiles, *args):
         """_staged_matmul with the prefetch's float declared first and stored, if NaN, at the end."""
-        body = shipped_staged(self, op, tiles, *args)
+        body = shipped["staged"](self, op, tiles, *args)
         out = next(st.buffer for st in kir.walk_stmts(body) if isinstance(st, kir.Store) and st.buffer == "out0")
         touched = kir.Var("rt_touch", dtype("f32"))
         nan = kir.Compare("ne", touched, touched)
@@ -208,7 +199,7 @@ def main():
         """word() with storage-buffer word indices kept below `words` (a power of two)."""
         def word(self, name, index, lanes):
             if self.buffer(name)[2] != "StorageBuffer":
-                return shipped_word(self, name, index, lanes)
+                return shipped["word"](self, name, index, lanes)
             at = self.int_op("IAdd", self.bases[name], self.expr(index))
             w = self.op("ShiftRightArithmetic", self.t_i32, at, self.i32(int(np.log2(lanes))))
             w = self.op("BitwiseAnd", self.t_i32, w, self.i32(words - 1))
@@ -230,9 +221,9 @@ def main():
         ("loads from a 32 KB window (timing only)", {"word": windowed(2048)}),
         ("loads from a 4 MB window (timing only)", {"word": windowed(1 << 18)}),
         ("no global loads (timing only)", {"copy": global_loads(no_load)}),
-        ("2 subgroups of 64x64 (128x64), tile_k 32", {"plans": [(2, 1, 4, 4, 2)]}),
-        ("2 subgroups of 64x64 (64x128), tile_k 32", {"plans": [(1, 2, 4, 4, 2)]}),
-        ("2 subgroups of 64x64 (128x64), tile_k 64", {"plans": [(2, 1, 4, 4, 4)]}),
+        ("2 subgroups of 64x64 (128x64), tile_k 32", {"plans": {"NVIDIA": [(2, 1, 4, 4, 2)]}}),
+        ("2 subgroups of 64x64 (64x128), tile_k 32", {"plans": {"NVIDIA": [(1, 2, 4, 4, 2)]}}),
+        ("2 subgroups of 64x64 (128x64), tile_k 64", {"plans": {"NVIDIA": [(2, 1, 4, 4, 4)]}}),
         ("tiles in pairs, workgroups 132 apart", {"staged": paired(132)}),
         ("tiles in pairs, workgroups 66 apart", {"staged": paired(66)}),
         ("tiles in pairs, workgroups 1 apart", {"staged": paired(1)}),
@@ -287,13 +278,8 @@ def main():
     if cuda:
         rows.append(torch_row())
     for name, change in variants:
-        codegen._Codegen.stmt_vectorcopy = change.get("copy", shipped_copy)
-        codegen._Codegen.word = change.get("word", shipped_word)
-        codegen._Codegen.binding_variable = change.get("binding", shipped_binding)
-        targets.LARGE_FRAGMENT_PLANS = {"NVIDIA": change["plans"]} if "plans" in change else shipped_plans
-        lower._GpuLowering._staged_matmul = change.get("staged", shipped_staged)
-        lower._Staged.load = change.get("load", shipped_load)
-        codegen._Codegen.load_builtins = change.get("builtins", shipped_builtins)
+        for key, where in points.items():
+            setattr(*where, change.get(key, shipped[key]))
         m, n, kk = change.get("mnk", (size, size, size))
         a, b, expected = problem(m, n, kk)
         try:
@@ -302,12 +288,8 @@ def main():
                 print(name, "compiles", flush=True)
                 continue
         finally:
-            codegen._Codegen.stmt_vectorcopy, codegen._Codegen.word = shipped_copy, shipped_word
-            codegen._Codegen.binding_variable = shipped_binding
-            targets.LARGE_FRAGMENT_PLANS = shipped_plans
-            lower._GpuLowering._staged_matmul = shipped_staged
-            lower._Staged.load = shipped_load
-            codegen._Codegen.load_builtins = shipped_builtins
+            for key, where in points.items():
+                setattr(*where, shipped[key])
         loaded = retarget.load(art, device="vulkan")
         out = loaded.main(a, b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
