@@ -16,7 +16,11 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
 - workgroups of one parity delayed at their start, to put two that start together out of phase;
 - tiles handed out in pairs that share A's rows, to workgroups `distance` apart in launch order, in case those
   run on one multiprocessor (then one's loads of A hit what the other brought into L1), or one tile to both
-  (timing only: whether they do share one).
+  (timing only: whether they do share one), or one tile to every workgroup of a multiprocessor, the one in the
+  second block of four warp slots started late (SPV_NV_shader_sm_builtins);
+- the larger plans of one workgroup a multiprocessor (8 subgroups), and two staged copies of 32-deep steps;
+- B's fragments loaded straight from its buffer by column-major cooperative-matrix loads (fed B transposed, so
+  the answer is right), only A staged.
 
     . benchmarks/gpu/preamble.sh; python3 benchmarks/gpu/probes/load_paths.py [NAME-SUBSTRING...]
                                                                               (carry .gl and .whl)
@@ -38,7 +42,7 @@ import numpy as np
 
 VOLATILE, ALIGNED, NONTEMPORAL = 0x1, 0x2, 0x4  # SPIR-V MemoryAccess bits
 RESTRICT, COHERENT = 19, 23  # SPIR-V decorations
-SHADER_SM_BUILTINS, SM_ID = 5373, 5377  # SPV_NV_shader_sm_builtins: its capability, BuiltIn SMIDNV
+SHADER_SM_BUILTINS, WARP_ID, SM_ID = 5373, 5376, 5377  # SPV_NV_shader_sm_builtins: capability, WarpIDNV, SMIDNV
 SECONDS = 1.5
 
 
@@ -85,7 +89,9 @@ def main():
     points = {"copy": (codegen._Codegen, "stmt_vectorcopy"), "word": (codegen._Codegen, "word"),
               "binding": (codegen._Codegen, "binding_variable"), "builtins": (codegen._Codegen, "load_builtins"),
               "plans": (targets, "LARGE_FRAGMENT_PLANS"), "staged": (lower._GpuLowering, "_staged_matmul"),
-              "load": (lower._Staged, "load")}
+              "load": (lower._Staged, "load"), "store": (lower._Staged, "store"),
+              "fragload": (codegen._Codegen, "stmt_fragmentload"),
+              "tile_bytes": (lower.FragmentTiles, "shared_bytes")}
     shipped = {key: getattr(*where) for key, where in points.items()}
 
     def retiled(tile_of):
@@ -118,20 +124,27 @@ def main():
         return retiled(lambda self, w: ([], (w // (2 * distance)) * distance + w % distance))
 
     def with_sm_id(self):
-        """load_builtins plus `rt_smid`, the multiprocessor the invocation runs on (SPV_NV_shader_sm_builtins)."""
+        """load_builtins plus `rt_smid`, the multiprocessor the invocation runs on, and `rt_warpid`, its warp's
+        slot on that multiprocessor (SPV_NV_shader_sm_builtins)."""
         shipped["builtins"](self)
         m = self.m
         m.emit("capability", "Capability", SHADER_SM_BUILTINS)
         m.extension("SPV_NV_shader_sm_builtins")
-        var = m.op("global", "Variable", m.pointer("Input", self.t_u32), spirv.STORAGE["Input"])
-        m.emit("annotation", "Decorate", var, spirv.DECORATION["BuiltIn"], SM_ID)
-        self.interface.append(var)
-        self.builtins["rt_smid"] = self.op("Bitcast", self.t_i32, self.op("Load", self.t_u32, var))
+        for name, builtin in (("rt_smid", SM_ID), ("rt_warpid", WARP_ID)):
+            var = m.op("global", "Variable", m.pointer("Input", self.t_u32), spirv.STORAGE["Input"])
+            m.emit("annotation", "Decorate", var, spirv.DECORATION["BuiltIn"], builtin)
+            self.interface.append(var)
+            self.builtins[name] = self.op("Bitcast", self.t_i32, self.op("Load", self.t_u32, var))
 
     # every workgroup of a multiprocessor on one tile (timing only): the most that workgroups sharing a
     # multiprocessor could save by finding each other's lines in L1
-    tile_of_sm = retiled(lambda self, w: (
-        [], kir.maximum(kir.minimum(kir.Var("rt_smid"), kir.const(self.grid - 1)), kir.const(0))))
+    def sm_tile(self, w):
+        return kir.maximum(kir.minimum(kir.Var("rt_smid"), kir.const(self.grid - 1)), kir.const(0))
+
+    tile_of_sm = retiled(lambda self, w: ([], sm_tile(self, w)))
+    # ... with the workgroup in the second block of four warp slots started late, so that its loads come after
+    # the other's lines have landed in L1 (whether L1 serves a line to a second workgroup only once it is there)
+    second_slots = lambda w: (kir.Var("rt_warpid") // 4) % 2
 
     def global_loads(how):
         """stmt_vectorcopy whose loads out of storage buffers are spelled `how(self, pointer, word_type)`."""
@@ -151,15 +164,16 @@ def main():
             return var
         return binding
 
-    def staggered(spins, late):
+    def staggered(spins, late, tile=lambda self, w: w):
         """Workgroups with late(wg) first spin `spins` dependent multiply-adds and ands (about 8 clocks each), so
-        that two workgroups started together on one multiprocessor run out of phase."""
+        that two workgroups started together on one multiprocessor run out of phase; tile(self, wg) is the tile."""
         def tile_of(self, w):
             x = kir.Var("rt_spin")
             step = kir.Assign(x.name, kir.binary("and", x * 5 + 7, kir.const(0xFFFFF)))
             spin = [kir.Assign(x.name, w),
                     kir.If(kir.Compare("eq", late(w), kir.const(1)), [kir.Loop("rt_spin_i", spins, [step])])]
-            return spin, kir.Select(kir.Compare("eq", x, kir.const(-7)), kir.const(0), w)  # never: keeps the spin
+            # never 0 == -7: the select keeps the spin
+            return spin, kir.Select(kir.Compare("eq", x, kir.const(-7)), kir.const(0), tile(self, w))
         return retiled(tile_of)
 
     line_elements = 64  # f16 elements in a 128-byte cache line
@@ -195,6 +209,92 @@ def main():
         return [kir.Assign("rt_touch", kir.const(0.0, dtype("f32"))), *body,
                 kir.If(nan, [kir.Store(out, kir.const(0), kir.Cast(touched, dtype("f16")))])]
 
+    def direct_b(touch=False, unroll=False):
+        """_staged_matmul with B's fragments loaded straight from its buffer (a column-major cooperative-matrix
+        load, as if B were stored k-contiguous: the variant is fed B transposed, so its answer is right) and
+        only A staged; with `touch`, each thread also touches two lines of its subgroup's B one step ahead
+        (so that the fragment loads hit L1); with `unroll`, the k-slices of a step unrolled."""
+        def staged(self, op, tiles, setup, compute, epilogue, schedule):
+            a, b = op.operands
+            buffer = self.strided_operand(b, len(op.result.type.shape))[0]
+            kk, tk = a.type.shape[-1], tiles.tile_k
+            width = 16  # NVIDIA's 16x16x16 fragments
+
+            def direct(t, step):
+                [loop] = compute(t, step)
+                sc = next(e for e in kir.walk_exprs(loop.body) if isinstance(e, kir.Var) and e.name.startswith("sc"))
+                body, j = [], 0
+                for st in loop.body:
+                    if isinstance(st, kir.FragmentLoad) and st.buffer == t.b_tile:
+                        col = kir.Var(t.n0) + sc + j * width
+                        st = kir.FragmentLoad(st.name, buffer, col * kk + step * tk + kir.Var(loop.var) * width, -kk)
+                        j += 1
+                    body.append(st)
+                out = [kir.Loop(loop.var, loop.extent, body, "unroll" if unroll else loop.kind)]
+                if touch:
+                    ahead = kir.minimum(step + 1, kir.const(kk // tk - 1))
+                    for r in (0, 32):
+                        row = kir.Var(t.n0) + sc + kir.Var("tid") % 32 + r
+                        value = kir.Cast(kir.Load(buffer, row * kk + ahead * tk, dtype("f16")), dtype("f32"))
+                        out.append(kir.Assign("rt_touch", kir.Var("rt_touch", dtype("f32")) + value))
+                return out
+
+            body = shipped["staged"](self, op, tiles, setup, direct, epilogue, schedule)
+            for st in kir.walk_stmts(body):
+                if isinstance(st, kir.Local) and st.name == tiles.b_tile:
+                    st.size = 8  # nothing staged
+            out = next(st.buffer for st in kir.walk_stmts(body) if isinstance(st, kir.Store) and st.buffer == "out0")
+            touched = kir.Var("rt_touch", dtype("f32"))
+            nan = kir.Compare("ne", touched, touched)
+            return [kir.Assign("rt_touch", kir.const(0.0, dtype("f32"))), *body,
+                    kir.If(nan, [kir.Store(out, kir.const(0), kir.Cast(touched, dtype("f16")))])]
+        return staged
+
+    def fragments_once(roles):
+        """_staged_matmul whose `roles` fragments ("a", "b") are loaded once a step, at its first k-slice, ahead
+        of the k-slice loop (timing only: fewer bytes read from shared memory, wrong answers)."""
+        def staged(self, op, tiles, setup, compute, epilogue, schedule):
+            def hoisted(t, step):
+                [loop] = compute(t, step)
+                tile = {"a": t.a_tile, "b": t.b_tile}
+                once = [st for st in loop.body if isinstance(st, kir.FragmentLoad)
+                        and any(st.buffer == tile[r] for r in roles)]
+                first = {kir.Var(loop.var): kir.const(0)}
+                ahead = [kir.FragmentLoad(st.name, st.buffer, substitute(st.index, first), st.stride) for st in once]
+                return ahead + [kir.Loop(loop.var, loop.extent, [st for st in loop.body if st not in once],
+                                         loop.kind)]
+            return shipped["staged"](self, op, tiles, setup, hoisted, epilogue, schedule)
+        return staged
+
+    def substitute(e, table):
+        """Expression `e` with the subexpressions that `table` names replaced."""
+        if e in table:
+            return table[e]
+        if isinstance(e, (kir.Const, kir.Var)):
+            return e
+        fields = {name: substitute(v, table) if isinstance(v, kir.Expr) else v for name, v in vars(e).items()}
+        return type(e)(**fields)
+
+    def a_only(method):
+        """_Staged.load or .store for A; nothing for B."""
+        return lambda self, *args: method(self, *args) if self.k_side == "col" else []
+
+    def column_major(self, s):
+        """stmt_fragmentload, column-major where the statement's stride is negative."""
+        if s.stride >= 0:
+            return shipped["fragload"](self, s)
+        _, type_id, var = self.fragment(s.name)
+        pointer, stride = self.fragment_pointer(s.buffer, s.index, -s.stride)
+        self.emit("Store", var, self.op("CooperativeMatrixLoadKHR", type_id, pointer, self.u32(1), self.u32(stride)))
+
+    # A's copies only: two fit where B takes no shared memory
+    a_bytes = property(lambda p: p.stages * p.stage_elements[0] * p.shape.dtype.itemsize
+                       + p.subgroups * p.shape.m * p.c_stride * p.shape.acc.itemsize)
+
+    def b_direct(**how):
+        return {"staged": direct_b(**how), "load": a_only(shipped["load"]), "store": a_only(shipped["store"]),
+                "fragload": column_major, "bt": True}
+
     def windowed(words):
         """word() with storage-buffer word indices kept below `words` (a power of two)."""
         def word(self, name, index, lanes):
@@ -224,12 +324,28 @@ def main():
         ("2 subgroups of 64x64 (128x64), tile_k 32", {"plans": {"NVIDIA": [(2, 1, 4, 4, 2)]}}),
         ("2 subgroups of 64x64 (64x128), tile_k 32", {"plans": {"NVIDIA": [(1, 2, 4, 4, 2)]}}),
         ("2 subgroups of 64x64 (128x64), tile_k 64", {"plans": {"NVIDIA": [(2, 1, 4, 4, 4)]}}),
+        ("8 subgroups of 64x64 (128x256), tile_k 32", {"plans": {"NVIDIA": [(2, 4, 4, 4, 2)]}}),
+        ("8 subgroups of 64x64 (256x128), tile_k 32", {"plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}}),
+        ("4 subgroups of 64x64 (128x128), tile_k 32, 2 copies", {"plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
         ("tiles in pairs, workgroups 132 apart", {"staged": paired(132)}),
         ("tiles in pairs, workgroups 66 apart", {"staged": paired(66)}),
         ("tiles in pairs, workgroups 1 apart", {"staged": paired(1)}),
         ("one tile for workgroups 132 apart (timing only)", {"staged": same_tile(132)}),
         ("one tile for workgroups 1 apart (timing only)", {"staged": same_tile(1)}),
         ("one tile a multiprocessor (SM id; timing only)", {"staged": tile_of_sm, "builtins": with_sm_id}),
+        ("one tile a multiprocessor, second slots spin 200 (SM id; timing only)",
+         {"staged": staggered(200, second_slots, sm_tile), "builtins": with_sm_id}),
+        ("one tile a multiprocessor, second slots spin 600 (SM id; timing only)",
+         {"staged": staggered(600, second_slots, sm_tile), "builtins": with_sm_id}),
+        ("B fragments from the buffer (k-contiguous B), A staged", b_direct()),
+        ("B from the buffer, touched a step ahead", b_direct(touch=True)),
+        ("B from the buffer, touched a step ahead, k-slices unrolled", b_direct(touch=True, unroll=True)),
+        ("B from the buffer, touched a step ahead, A in 2 copies", {**b_direct(touch=True), "tile_bytes": a_bytes}),
+        ("B from the buffer, A in 2 copies, k-slices unrolled",
+         {**b_direct(touch=True, unroll=True), "tile_bytes": a_bytes}),
+        ("A fragments loaded once a step (timing only)", {"staged": fragments_once("a")}),
+        ("B fragments loaded once a step (timing only)", {"staged": fragments_once("b")}),
+        ("A and B fragments loaded once a step (timing only)", {"staged": fragments_once("ab")}),
         ("prefetch A and B two steps ahead", {"staged": sinking, "load": prefetching("ab")}),
         ("prefetch A two steps ahead", {"staged": sinking, "load": prefetching("a")}),
         ("stagger: odd workgroups spin 200", {"staged": staggered(200, lambda w: w % 2)}),
@@ -291,7 +407,7 @@ def main():
             for key, where in points.items():
                 setattr(*where, shipped[key])
         loaded = retarget.load(art, device="vulkan")
-        out = loaded.main(a, b).astype(np.float64)
+        out = loaded.main(a, np.ascontiguousarray(b.T) if change.get("bt") else b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
         row = {"variant": name, "flop": 2 * m * n * kk, "max_error": error}
         seconds = []
