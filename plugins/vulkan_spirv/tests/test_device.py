@@ -576,6 +576,27 @@ def test_a_kernel_requiring_the_device_subgroup_size_runs_with_it(vulkan_device)
     np.testing.assert_array_equal(vulkan_device.read(out, 20, 4 * n).view(np.int32), size)
 
 
+def test_a_module_for_a_bigger_gpu_is_refused_with_the_target_that_fits(vulkan_device):
+    module, x, _ = mlp_module()
+    art = retarget.compile(module, "vulkan-spirv:ampere")
+    with pytest.raises(UnknownDeviceError, match="vulkan-spirv:ampere assumes more than") as e:
+        retarget.load(art, device="vulkan")
+    assert e.value.hint == "recompile for this device, e.g. --target vulkan-spirv:host"
+    with pytest.raises(UnknownDeviceError, match=r"no available device .*: vulkan:0 refuses vulkan-spirv:ampere: "
+                                                 r".*no CooperativeMatrixKHR"):
+        retarget.load(art, device="auto")
+
+
+def test_auto_says_why_the_vulkan_driver_has_no_device(monkeypatch):
+    from retarget.protocols import DeviceInfo
+
+    art = retarget.compile(mlp_module()[0], "vulkan-spirv:vulkan-1.1")
+    monkeypatch.setattr(VULKAN, "enumerate", lambda: [
+        DeviceInfo("vulkan", "0", "Vulkan device", available=False, reason="the Vulkan loader found no driver")])
+    with pytest.raises(UnknownDeviceError, match="vulkan:0 is unavailable: the Vulkan loader found no driver"):
+        retarget.load(art, device="auto")
+
+
 def test_the_host_target_of_this_device_loads(vulkan_device):
     try:
         from retarget_vulkan_spirv import targets
