@@ -95,6 +95,25 @@ def test_devices_dump_shows_properties():
     assert "vmvx-graph" in local["dump"]["executable_formats"]
 
 
+def test_devices_lists_only_the_drivers_and_devices_named():
+    data = json.loads(cli("devices", "local-sync:0", "local-task", "--dump", "--json").stdout)
+    assert [d["device"] for d in data] == ["local-task:0", "local-sync:0"] and all("dump" in d for d in data)
+    assert_clean_error(cli("devices", "local-tsak"), "no driver 'local-tsak'", "did you mean local-task")
+    assert_clean_error(cli("devices", "local-task:7"), "no device local-task:7")
+
+
+def test_the_devices_table_shows_long_properties_in_brief():
+    from retarget.cli import _brief
+
+    assert _brief([8, 8]) == "[8, 8]" and _brief("x" * 100) == "x" * 100
+    assert _brief([f"VK_KHR_extension_{i}" for i in range(101)]) == "(101, see --dump)"
+
+
+def test_an_error_line_prints_brackets_and_colon_words_as_written(tmp_path):
+    missing = tmp_path / "m[bold]:apple:.mlir"
+    assert_clean_error(cli("compile", missing, "--target", "vmvx"), f"{missing}: no such file")
+
+
 def test_doctor_passes_its_smoke_test():
     result = cli("doctor", "--json")
     report = json.loads(result.stdout)

@@ -503,18 +503,24 @@ class LoadedModule:
                 reasons.append(f"{v.target.name}: {reason}")
             raise UnknownDeviceError(
                 f"{what} holds no code that {device.info.uri} can run (it holds {held}; {'; '.join(reasons)})",
-                hint=f"recompile with a target for this device, e.g. `--target {device.info.driver}`"
-                if device.info.driver not in FALLBACK_ORDER else "recompile with --target vmvx or llvm-cpu:host",
-            )
-        for info in sorted((d for d in all_devices() if d.available), key=_rank):
+                hint=_recompile_hint(device.info.driver))
+        infos = all_devices()
+        refusals = []  # what each device that loads the module's formats said
+        for info in sorted((d for d in infos if d.available), key=_rank):
             try:
                 device = self._open(info.uri)
             except UnknownDeviceError:
                 continue
             for v in variants:
-                if device.can_load(v.format, v.target) is None:
+                reason = device.can_load(v.format, v.target)
+                if reason is None:
                     return device, v
-        raise UnknownDeviceError(f"no available device can run {what} (it holds {held})",
+                if v.format in getattr(device, "formats", ()):
+                    refusals.append(f"{info.uri} refuses {v.target.name}: {reason}")
+        runners = {d for v in variants for d in getattr(_backends().get(v.target.backend), "drivers", ())}
+        absent = [f"{d.uri} is unavailable: {d.reason}" for d in infos if not d.available and d.driver in runners]
+        why = "; ".join(refusals + absent)
+        raise UnknownDeviceError(f"no available device can run {what} (it holds {held})" + (f": {why}" if why else ""),
                                  hint="`retarget devices` lists devices; `retarget doctor` says what is missing"
                                  + (f"; name one with devices={{'{placement}': ...}}" if placement != SINGLE else ""))
 
@@ -539,6 +545,19 @@ class LoadedModule:
         if list(self.placements) == [SINGLE]:
             return self.device.info.uri
         return " ".join(f"{p}={pl.device.info.uri}" for p, pl in self.placements.items())
+
+
+def _backends() -> dict:
+    return dict(manager().by_name("retarget_targets"))
+
+
+def _recompile_hint(driver: str) -> str:
+    """How to compile for a device of `driver`: the targets whose code it runs (their `drivers`)."""
+    if driver in FALLBACK_ORDER:
+        return "recompile with --target vmvx or llvm-cpu:host"
+    names = [name for name, backend in _backends().items() if driver in getattr(backend, "drivers", ())]
+    return (f"recompile for this device, e.g. --target {names[0]}:host" if names
+            else f"recompile for a target whose code the {driver} driver runs (`retarget targets` lists them)")
 
 
 def _fits(device, variants: list[ExecutableBinary]):

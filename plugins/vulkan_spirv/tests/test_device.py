@@ -23,7 +23,14 @@ from retarget.ir.core import TensorType
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 from retarget.testing.graphs import mlp_module
 from retarget_vulkan_spirv import FORMAT, container
-from retarget_vulkan_spirv.driver import VULKAN, VulkanError, check
+from retarget_vulkan_spirv.driver import (
+    VULKAN,
+    VulkanError,
+    check,
+    driver_files_override,
+    spin_microseconds,
+    statistics_setting,
+)
 
 rng = np.random.default_rng(7)
 HOST = TargetDesc("vulkan-spirv", "host", FORMAT)
@@ -232,11 +239,43 @@ def _enumerate_in_subprocess(prelude: str, env=None) -> dict:
     return info
 
 
-def test_enumerate_without_a_vulkan_driver_says_how_to_install_one():
+def test_a_driver_variable_naming_a_missing_manifest_is_the_reason_given():
     info = _enumerate_in_subprocess("", {"VK_ICD_FILENAMES": "/nonexistent/icd.json",
                                          "VK_DRIVER_FILES": "/nonexistent/icd.json"})
-    assert not info["available"]
-    assert "mesa-vulkan-drivers" in info["reason"] and "driver" in info["reason"]
+    assert not info["available"] and "found no driver (ICD)" in info["reason"]
+    assert "VK_DRIVER_FILES=/nonexistent/icd.json and VK_ICD_FILENAMES=/nonexistent/icd.json" in info["reason"]
+    assert "does not exist (/nonexistent/icd.json" in info["reason"] and "unset them" in info["reason"]
+
+
+def test_a_driver_variable_naming_a_broken_manifest_is_blamed_not_host_memory(tmp_path):
+    broken = tmp_path / "icd.json"
+    broken.write_text("not json")
+    info = _enumerate_in_subprocess("", {"VK_ICD_FILENAMES": str(broken), "VK_DRIVER_FILES": ""})
+    assert not info["available"] and "(the host is out of memory)" not in info["reason"]
+    assert f"VK_ICD_FILENAMES={broken} names a driver manifest the loader cannot use" in info["reason"]
+
+
+def test_without_a_driver_variable_nothing_is_blamed_on_one():
+    assert driver_files_override({"PATH": "/usr/bin", "VK_ICD_FILENAMES": ""}) == ""
+
+
+def test_a_spin_time_that_is_not_a_number_is_a_clear_error():
+    assert spin_microseconds("", 10_000) == 10_000 and spin_microseconds(" 250 ", 0) == 250
+    for bad in ("abc", "-1", "inf"):
+        with pytest.raises(RetargetError, match=f"RETARGET_VULKAN_SPIN_US={bad} is not a number of microseconds"):
+            spin_microseconds(bad, 0)
+
+
+def test_pipeline_statistics_are_off_for_0_and_on_for_1_or_true():
+    has = ["VK_KHR_pipeline_executable_properties"]
+    assert [statistics_setting(v, has, "gpu") for v in ("", "0", "off", "False")] == [None] * 4
+    assert [statistics_setting(v, has, "gpu") for v in ("1", "true", "on")] == ["1"] * 3
+    assert statistics_setting("stats/", has, "gpu") == "stats/"
+
+
+def test_pipeline_statistics_on_a_driver_without_them_say_so(capsys):
+    assert statistics_setting("1", [], "llvmpipe") is None
+    assert "llvmpipe lacks VK_KHR_pipeline_executable_properties" in capsys.readouterr().err
 
 
 def test_enumerate_without_the_vulkan_package_says_how_to_install_it():
@@ -574,6 +613,27 @@ def test_a_kernel_requiring_the_device_subgroup_size_runs_with_it(vulkan_device)
     cb.end()
     _run_once(vulkan_device, cb)
     np.testing.assert_array_equal(vulkan_device.read(out, 20, 4 * n).view(np.int32), size)
+
+
+def test_a_module_for_a_bigger_gpu_is_refused_with_the_target_that_fits(vulkan_device):
+    module, x, _ = mlp_module()
+    art = retarget.compile(module, "vulkan-spirv:ampere")
+    with pytest.raises(UnknownDeviceError, match="vulkan-spirv:ampere assumes more than") as e:
+        retarget.load(art, device="vulkan")
+    assert e.value.hint == "recompile for this device, e.g. --target vulkan-spirv:host"
+    with pytest.raises(UnknownDeviceError, match=r"no available device .*: vulkan:0 refuses vulkan-spirv:ampere: "
+                                                 r".*no CooperativeMatrixKHR"):
+        retarget.load(art, device="auto")
+
+
+def test_auto_says_why_the_vulkan_driver_has_no_device(monkeypatch):
+    from retarget.protocols import DeviceInfo
+
+    art = retarget.compile(mlp_module()[0], "vulkan-spirv:vulkan-1.1")
+    monkeypatch.setattr(VULKAN, "enumerate", lambda: [
+        DeviceInfo("vulkan", "0", "Vulkan device", available=False, reason="the Vulkan loader found no driver")])
+    with pytest.raises(UnknownDeviceError, match="vulkan:0 is unavailable: the Vulkan loader found no driver"):
+        retarget.load(art, device="auto")
 
 
 def test_the_host_target_of_this_device_loads(vulkan_device):

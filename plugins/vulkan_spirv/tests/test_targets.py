@@ -258,6 +258,36 @@ def test_a_triple_whose_arch_and_product_disagree_is_refused():
     assert "rtx" in str(e.value)
 
 
+def test_a_triple_with_an_empty_part_says_so():
+    for spec in ("valhall--android30", "-g78-android30", "valhall-g78-"):
+        with pytest.raises(UnknownTargetError, match="has an empty part") as e:
+            targets.parse(spec)
+        assert "<arch>-<product>-<os>" in e.value.hint
+
+
+def test_a_misspelled_triple_os_gets_the_close_ones():
+    with pytest.raises(UnknownTargetError, match="unknown os 'andriod30'") as e:
+        targets.parse("valhall-g78-andriod30")
+    assert e.value.hint.startswith("did you mean android30")
+    with pytest.raises(UnknownTargetError) as e:
+        targets.parse("ampere-rtx3080-widows")
+    assert e.value.hint.startswith("did you mean windows")
+
+
+def test_any_adreno_of_the_rows_generations_resolves_as_iree_names_them():
+    for spec in ("adreno-830", "adreno-618", "adreno-750l", "Adreno 735"):
+        desc = targets.parse(spec)
+        assert desc.arch == "adreno" and desc.extra["product"] == targets._key(spec)
+    assert targets.parse("adreno-unknown-android31").arch == "adreno"
+    with pytest.raises(UnknownTargetError, match="no architecture 'adreno-530'"):
+        targets.parse("adreno-530")  # Adreno 5xx predates what the row holds
+
+
+def test_the_architectures_are_listed_before_their_aliases_and_products():
+    rows = [row.name for row in targets.TABLE]
+    assert targets.names()[:len(targets.HOST_SPELLINGS) + len(rows)] == [*targets.HOST_SPELLINGS, *rows]
+
+
 def test_a_triple_of_unknowns_is_the_baseline():
     assert targets.parse("unknown-unknown-unknown").arch == targets.BASELINE
 

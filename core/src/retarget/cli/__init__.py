@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from ..errors import InputError, RetargetError
+from ..errors import InputError, RetargetError, suggestion
 
 app = typer.Typer(
     name="retarget",
@@ -138,14 +138,34 @@ def drivers(as_json: JsonFlag = False):
 
 @app.command()
 def devices(
+    only: Annotated[list[str] | None, typer.Argument(
+        metavar="DEVICE", help="Only these: DRIVER (every device it has) or DRIVER:ID.", show_default=False)] = None,
     dump: Annotated[bool, typer.Option("--dump", help="Show every property of each usable device.")] = False,
     as_json: JsonFlag = False,
 ):
-    """List devices, available or not (with the reason). `--dump` shows their properties."""
+    """List devices, available or not (with the reason). `--dump` shows all their properties.
+
+    The table shows long properties in brief; `--dump` and `--json` give them whole. Name drivers or
+    devices to see only those:
+
+        retarget devices
+        retarget devices --dump vulkan:0     # limits, features, subgroups, memory heaps, queues
+        retarget devices cuda --json
+    """
     from .. import devices as list_devices
     from .. import drivers as list_drivers
+    from ..runtime import parse_device
 
     devs = list_devices()
+    if only:
+        wanted = [parse_device(spec) for spec in only]
+        for driver, _ in wanted:
+            if driver not in list_drivers():
+                raise InputError(f"no driver '{driver}'",
+                                 hint=suggestion(driver, list_drivers()) + " (`retarget drivers` lists them)")
+        devs = [d for d in devs if any(d.driver == driver and device_id in ("", d.id) for driver, device_id in wanted)]
+        if not devs:
+            raise InputError(f"no device {', '.join(only)}", hint="`retarget devices` lists them all")
     rows = []
     for d in devs:
         row = {"device": d.uri, "name": d.name, "available": d.available, "reason": d.reason, **d.properties}
@@ -156,7 +176,7 @@ def devices(
         return _print_json(rows)
     table = _table("device", "name", "available", "properties")
     for d in devs:
-        props = ", ".join(f"{k}={v}" for k, v in d.properties.items())
+        props = ", ".join(f"{k}={_brief(v)}" for k, v in d.properties.items())
         table.add_row(d.uri, d.name, "[green]yes[/]" if d.available else f"[red]no[/]: {d.reason}", props)
     out.print(table)
     if dump:
@@ -165,6 +185,14 @@ def devices(
                 out.rule(r["device"])
                 for k, v in r["dump"].items():
                     out.print(f"  {k}: {v}")
+
+
+def _brief(value, width: int = 48) -> str:
+    """A property as the table shows it: in full when short, else how many entries it has."""
+    text = str(value)
+    if len(text) <= width or not isinstance(value, (list, tuple, dict)):
+        return text
+    return f"({len(value)}, see --dump)"
 
 
 @app.command()
@@ -531,5 +559,6 @@ def main() -> None:
     except RetargetError as e:
         if _state["verbose"]:
             traceback.print_exc()
-        err.print(f"[red]error:[/] {e.oneline()}", highlight=False, soft_wrap=True)
+        # The message is text: `[b]` stays as written, and `vulkan-spirv:apple: ...` is no emoji code.
+        err.print(f"[red]error:[/] {escape(e.oneline())}", highlight=False, soft_wrap=True, emoji=False)
         sys.exit(2)

@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
@@ -67,6 +68,8 @@ NAME = "vulkan"
 INSTALL = "apt-get install mesa-vulkan-drivers libvulkan1"
 VALIDATION_ENV = "RETARGET_VULKAN_VALIDATION"
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+OFF = ("", "0", "false", "no", "off")  # values that leave a RETARGET_VULKAN_* switch off
+ON = ("1", "true", "yes", "on")
 SPIN_ENV = "RETARGET_VULKAN_SPIN_US"  # microseconds `wait` polls the fences before it sleeps
 DEFAULT_GPU_SPIN_US = 10_000  # 0 on a CPU device (lavapipe)
 HOST_TARGET_HINT = "recompile with --target vulkan-spirv:host"
@@ -326,7 +329,7 @@ def _create_instance() -> tuple[_Instance | None, str]:
                       f"({INSTALL})")
     api_version = min(V1_3, loader_version)
 
-    validation = os.environ.get(VALIDATION_ENV, "") not in ("", "0", "false", "no", "off")
+    validation = os.environ.get(VALIDATION_ENV, "").strip().lower() not in OFF
     layers, extensions, keep = [], [], []
     messenger_info = None
     layer_version = 0
@@ -361,8 +364,13 @@ def _create_instance() -> tuple[_Instance | None, str]:
         create_info.pNext = messenger_info
     handle = ffi.new("VkInstance*")
     result = lib.vkCreateInstance(create_info, ffi.NULL, handle)
+    override = driver_files_override(os.environ)
     if result == vk.VK_ERROR_INCOMPATIBLE_DRIVER:
-        return None, f"the Vulkan loader found no driver (ICD); for a CPU device install Mesa's lavapipe: {INSTALL}"
+        return None, "the Vulkan loader found no driver (ICD); " + (
+            override or f"for a CPU device install Mesa's lavapipe: {INSTALL}")
+    if result != 0 and override:  # a manifest the loader cannot parse fails as VK_ERROR_OUT_OF_HOST_MEMORY
+        name = ffi.string(ffi.cast("VkResult", result))
+        return None, f"vkCreateInstance failed ({name}); {override}"
     check(result, "vkCreateInstance")
     keep += [app_name, app, layer_names, layer_keep, extension_names, extension_keep]
     instance = _Instance(handle[0], api_version, layer_version, keep)
@@ -372,8 +380,32 @@ def _create_instance() -> tuple[_Instance | None, str]:
         check(create_messenger(instance.handle, messenger_info, ffi.NULL, messenger), "vkCreateDebugUtilsMessengerEXT")
         keep.append(messenger)
     if not instance.physical_devices:
-        return None, f"the Vulkan loader found drivers but no device; for a CPU device install lavapipe: {INSTALL}"
+        return None, "the Vulkan loader found drivers but no device; " + (
+            override or f"for a CPU device install lavapipe: {INSTALL}")
     return instance, ""
+
+
+# The loader's variables that replace (or add to) the installed drivers' manifests, newest spelling first.
+DRIVER_FILE_VARIABLES = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")
+ICD_FOLDERS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
+
+
+def driver_files_override(environ) -> str:
+    """'' unless a driver-manifest variable is set; else what it names and how to undo it. Such a variable
+    replaces the installed drivers, so when the loader finds none it is the first thing to blame."""
+    named = {var: environ[var] for var in DRIVER_FILE_VARIABLES if environ.get(var)}
+    if not named:
+        return ""
+    paths = [path for value in named.values() for path in value.split(os.pathsep) if path]
+    missing = [path for path in paths if not os.path.exists(path)]
+    installed = sorted(str(f) for folder in ICD_FOLDERS if os.path.isdir(folder)
+                       for f in Path(folder).glob("*.json"))
+    return (" and ".join(f"{var}={value}" for var, value in named.items())
+            + (f" name{'s' if len(named) == 1 else ''} what does not exist ({', '.join(missing)})" if missing
+               else f" name{'s' if len(named) == 1 else ''} a driver manifest the loader cannot use")
+            + f"; unset {'it' if len(named) == 1 else 'them'} to use the installed drivers"
+            + (f" ({', '.join(installed)}), or point {'it' if len(named) == 1 else 'them'} at one of those"
+               if installed else f", or install one: {INSTALL}"))
 
 
 def _on_validation_message(severity, types, data, user_data):
@@ -1007,6 +1039,34 @@ UNCACHED_READ_LIMIT = 1024
 MAX_READBACK_RANGES = 64
 
 
+def statistics_setting(value: str, extensions, device_name: str) -> str | None:
+    """RETARGET_VULKAN_PIPELINE_STATISTICS as the device will use it: None (off), "1" (on: stderr) or a folder.
+    Set on a device whose driver cannot report statistics, it says so once instead of staying silent."""
+    if value.strip().lower() in OFF:
+        return None
+    if value.strip().lower() in ON:
+        value = "1"
+    if STATISTICS_EXTENSION not in extensions:
+        print(f"retarget: {STATISTICS_ENV}={value}: {device_name} lacks {STATISTICS_EXTENSION}, so its driver "
+              "reports no pipeline statistics", file=sys.stderr)
+        return None
+    return value
+
+
+def spin_microseconds(value: str, default: int) -> float:
+    """RETARGET_VULKAN_SPIN_US: how long `wait` polls the fences, in microseconds (empty: `default`)."""
+    if not value.strip():
+        return default
+    try:
+        spin = float(value)
+    except ValueError:
+        spin = -1
+    if not 0 <= spin < float("inf"):
+        raise RetargetError(f"{SPIN_ENV}={value} is not a number of microseconds",
+                            hint=f"set it to e.g. 0 (sleep at once) or {DEFAULT_GPU_SPIN_US}, or unset it")
+    return spin
+
+
 class VulkanDevice:
     formats = (FORMAT,)
 
@@ -1034,7 +1094,7 @@ class VulkanDevice:
                 if name in dict(ffi.typeof(struct[0]).fields):
                     setattr(struct[0], name, 1)
         extensions = {ext for _, ext in links if ext}
-        self.statistics = os.environ.get(STATISTICS_ENV) if STATISTICS_EXTENSION in physical.extensions else None
+        self.statistics = statistics_setting(os.environ.get(STATISTICS_ENV, ""), physical.extensions, self.info.name)
         if self.statistics:  # the driver's own statistics of each pipeline (see the module docstring)
             executables = _new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",
                                "PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR", pipelineExecutableInfo=1)
@@ -1084,7 +1144,7 @@ class VulkanDevice:
         # On a GPU a sleeping fence wait can wake up a millisecond late (seen on an H100 in a VM), so
         # `wait` polls first; on a CPU device polling would take a core from the work itself.
         default_spin_us = 0 if self.info.properties["device_type"] == "cpu" else DEFAULT_GPU_SPIN_US
-        self.spin_wait_s = float(os.environ.get(SPIN_ENV) or default_spin_us) / 1e6
+        self.spin_wait_s = spin_microseconds(os.environ.get(SPIN_ENV, ""), default_spin_us) / 1e6
 
     def count(self, what: str, change: int) -> None:
         with self._live_lock:

@@ -10,8 +10,9 @@ value (sources: vulkan.gpuinfo.org reports, Khronos Vulkan-Profiles, IREE's Know
 its Vulkan TargetTriple.cpp). Limits a row does not know are the Vulkan spec's required minimums.
 `vulkan-1.1` is exactly the spec minimum, and the default when there is no device.
 
-Spellings: the row's name, its aliases (code names, IREE's names, gfx/sm numbers) and its products;
-case, spaces, `_` and `-` do not matter. IREE's old triples `<arch>-<product>-<os>` resolve by
+Spellings: the row's name, its aliases (code names, IREE's names, gfx/sm numbers) and its products,
+and the products IREE names by a rule (`PRODUCT_RULES`: any `adreno-NNN`); case, spaces, `_` and `-`
+do not matter. IREE's old triples `<arch>-<product>-<os>` resolve by
 their product (or by their arch when the product is `unknown`); the two must agree, and the os
 part is checked but changes nothing: each row already holds the facts its drivers share.
 The canonical name (`TargetDesc.arch`) is always the row's name: a product builds exactly the
@@ -259,6 +260,7 @@ TABLE: tuple[Arch, ...] = (
 HOST_SPELLINGS = ("host", "native")
 BASELINE = "vulkan-1.1"
 TRIPLE_OS = re.compile(r"^(unknown|linux|windows|macos|ios|android\d*)$")
+TRIPLE_OS_NAMES = ("unknown", "linux", "windows", "macos", "ios", "android30", "android31", "android33")  # to suggest
 TRIPLE_CPU_ARCH = "cpu"  # IREE's triples name every software device `cpu-<product>-<os>`
 
 
@@ -277,11 +279,16 @@ for _row in TABLE:
                                 *((p, p) for p in _row.products)):
         BY_NAME[_key(_spelling)] = (_row, _product)
 BY_COMPACT = {_compact(k): v for k, v in BY_NAME.items()}  # 'rtx 4090' -> 'rtx-4090' -> 'rtx4090'
+# Products named by a rule rather than listed, as IREE names them: any Adreno `adreno-NNN` (a trailing `l` for the
+# lite parts) of the generations the row holds, 6xx to 8xx.
+PRODUCT_RULES = ((re.compile(r"^adreno-?[678]\d\dl?$"), "adreno"),)
 BY_ARCH = {row.name: row for row in TABLE}
 
 
 def names() -> list[str]:
-    return [*HOST_SPELLINGS, *(n for row in TABLE for n in (row.name, *row.aliases, *row.products))]
+    """Every spelling: `host`, the architectures and profiles (what `retarget targets` shows first), then
+    their aliases and products."""
+    return [*HOST_SPELLINGS, *(row.name for row in TABLE), *(n for row in TABLE for n in (*row.aliases, *row.products))]
 
 
 def _hint(key: str) -> str:
@@ -489,7 +496,10 @@ def _subgroup_reasons(size: int, props: dict, device_features: set[str]) -> list
 
 
 def _lookup(key: str) -> tuple[Arch, str | None] | None:
-    return BY_NAME.get(key) or BY_COMPACT.get(_compact(key))
+    hit = BY_NAME.get(key) or BY_COMPACT.get(_compact(key))
+    if hit is None:
+        hit = next(((BY_ARCH[arch], key) for rule, arch in PRODUCT_RULES if rule.match(key)), None)
+    return hit
 
 
 def _triple(spec: str, key: str) -> TargetDesc | None:
@@ -498,13 +508,19 @@ def _triple(spec: str, key: str) -> TargetDesc | None:
     if len(parts) < 3:
         return None
     arch_part, product_part, os_part = parts[0], "-".join(parts[1:-1]), parts[-1]
+    if not (arch_part and product_part and os_part):
+        raise UnknownTargetError(f"the triple '{spec}' has an empty part",
+                                 hint="write <arch>-<product>-<os>, e.g. valhall-g78-android30, with unknown for "
+                                      "a part you do not know")
     arch_hit = None if arch_part in (TRIPLE_CPU_ARCH, "unknown") else _lookup(arch_part)
     product_hit = None if product_part == "unknown" else _lookup(product_part)
     if not TRIPLE_OS.match(os_part):
         if arch_hit is None and arch_part not in (TRIPLE_CPU_ARCH, "unknown"):
             return None  # not a triple at all
+        close = closest(os_part, TRIPLE_OS_NAMES)
         raise UnknownTargetError(f"the triple '{spec}' names an unknown os '{os_part}'",
-                                 hint="the os is one of linux, windows, macos, ios, android<API level>, unknown")
+                                 hint=(f"did you mean {', '.join(close)}? " if close else "")
+                                 + "the os is one of linux, windows, macos, ios, android<API level>, unknown")
     if arch_part not in (TRIPLE_CPU_ARCH, "unknown") and arch_hit is None:
         raise UnknownTargetError(f"vulkan-spirv has no architecture '{arch_part}' (in the triple '{spec}')",
                                  hint=_hint(arch_part))
