@@ -114,6 +114,20 @@ def test_an_error_line_prints_brackets_and_colon_words_as_written(tmp_path):
     assert_clean_error(cli("compile", missing, "--target", "vmvx"), f"{missing}: no such file")
 
 
+def test_device_reasons_print_brackets_and_colon_words_as_written(monkeypatch):
+    import retarget
+    from retarget.cli import app
+    from retarget.protocols import DeviceInfo
+    from typer.testing import CliRunner
+
+    reason = "[b]x[/b]:apple:"
+    monkeypatch.setattr(retarget, "devices", lambda: [DeviceInfo("local-task", "9", "cpu", available=False,
+                                                                 reason=reason)])
+    for command in ("devices", "drivers"):
+        result = CliRunner().invoke(app, [command])
+        assert result.exit_code == 0 and reason in result.stdout, result.stdout
+
+
 def test_doctor_passes_its_smoke_test():
     result = cli("doctor", "--json")
     report = json.loads(result.stdout)

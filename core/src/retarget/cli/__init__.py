@@ -31,8 +31,9 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="markdown",
 )
-out = Console()
-err = Console(stderr=True)
+# No emoji codes: target names such as `metal-spirv:apple:` are text.
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 _state = {"verbose": False}
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -132,7 +133,7 @@ def drivers(as_json: JsonFlag = False):
         return _print_json(rows)
     table = _table("driver", "plugin", "usable devices", "note")
     for r in rows:
-        table.add_row(r["name"], r["plugin"], str(r["devices"]), "; ".join(r["unavailable"]))
+        table.add_row(r["name"], r["plugin"], str(r["devices"]), escape("; ".join(r["unavailable"])))
     out.print(table)
 
 
@@ -177,7 +178,8 @@ def devices(
     table = _table("device", "name", "available", "properties")
     for d in devs:
         props = ", ".join(f"{k}={_brief(v)}" for k, v in d.properties.items())
-        table.add_row(d.uri, d.name, "[green]yes[/]" if d.available else f"[red]no[/]: {d.reason}", props)
+        table.add_row(d.uri, escape(d.name), "[green]yes[/]" if d.available else f"[red]no[/]: {escape(d.reason)}",
+                      escape(props))
     out.print(table)
     if dump:
         for r in rows:
@@ -185,6 +187,11 @@ def devices(
                 out.rule(r["device"])
                 for k, v in r["dump"].items():
                     out.print(f"  {k}: {v}")
+
+
+def _note(text: str) -> None:
+    """A compiler's note on stderr, one line, as written."""
+    err.print(f"note: {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _brief(value, width: int = 48) -> str:
@@ -292,7 +299,7 @@ def compile_(
     try:
         with err.status(f"compiling {source} for {', '.join(targets)}"):
             artifact = compiler.compile(source, targets, fallback=fallback or None, refuse=refuse,
-                                        dump_dir=dump_after_all, notes=lambda n: err.print(f"note: {n}"),
+                                        dump_dir=dump_after_all, notes=_note,
                                         precision=precision, interface_precision=interface_precision,
                                         quantize=quantize,
                                         dims=dict(parse_dim_option(d) for d in dim or ()))
@@ -560,5 +567,5 @@ def main() -> None:
         if _state["verbose"]:
             traceback.print_exc()
         # The message is text: `[b]` stays as written, and `vulkan-spirv:apple: ...` is no emoji code.
-        err.print(f"[red]error:[/] {escape(e.oneline())}", highlight=False, soft_wrap=True, emoji=False)
+        err.print(f"[red]error:[/] {escape(e.oneline())}", highlight=False, soft_wrap=True)
         sys.exit(2)

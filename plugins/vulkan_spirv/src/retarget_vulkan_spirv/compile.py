@@ -73,18 +73,3 @@ def compile_kernels(kernels, desc: TargetDesc, bindings: list[tuple[Binding, ...
                           tuple(r["scalars"])) for r, b in zip(rendered, bindings)]
     listing = "\n\n".join(k.print_kernel(kn) for kn in kernels)
     return ExecutableBinary(FORMAT, desc, container.pack(rendered, desc.arch), entries, listing=listing)
-
-
-def disassemble(binary: bytes) -> str | None:
-    """spirv-dis's text of one module, when spirv-tools is installed (for --dump-after-all and debugging)."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    tool = shutil.which("spirv-dis")
-    if tool is None:
-        return None
-    with tempfile.NamedTemporaryFile(suffix=".spv") as f:
-        f.write(binary)
-        f.flush()
-        return subprocess.run([tool, f.name], capture_output=True, text=True).stdout
