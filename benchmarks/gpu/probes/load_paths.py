@@ -202,7 +202,10 @@ def main():
 
     def sinking(self, op, tiles, *args):
         """_staged_matmul with the prefetch's float declared first and stored, if NaN, at the end."""
-        body = shipped["staged"](self, op, tiles, *args)
+        return sunk(shipped["staged"](self, op, tiles, *args))
+
+    def sunk(body):
+        """`body` with the touches' float declared first and stored, if NaN, at the end (so nothing drops them)."""
         out = next(st.buffer for st in kir.walk_stmts(body) if isinstance(st, kir.Store) and st.buffer == "out0")
         touched = kir.Var("rt_touch", dtype("f32"))
         nan = kir.Compare("ne", touched, touched)
@@ -243,11 +246,7 @@ def main():
             for st in kir.walk_stmts(body):
                 if isinstance(st, kir.Local) and st.name == tiles.b_tile:
                     st.size = 8  # nothing staged
-            out = next(st.buffer for st in kir.walk_stmts(body) if isinstance(st, kir.Store) and st.buffer == "out0")
-            touched = kir.Var("rt_touch", dtype("f32"))
-            nan = kir.Compare("ne", touched, touched)
-            return [kir.Assign("rt_touch", kir.const(0.0, dtype("f32"))), *body,
-                    kir.If(nan, [kir.Store(out, kir.const(0), kir.Cast(touched, dtype("f16")))])]
+            return sunk(body)
         return staged
 
     def fragments_once(roles):

@@ -517,7 +517,9 @@ class LoadedModule:
                     return device, v
                 if v.format in getattr(device, "formats", ()):
                     refusals.append(f"{info.uri} refuses {v.target.name}: {reason}")
-        runners = {d for v in variants for d in getattr(_backends().get(v.target.backend), "drivers", ())}
+        from . import targets
+
+        runners = {d for v in variants for d in getattr(targets().get(v.target.backend), "drivers", ())}
         absent = [f"{d.uri} is unavailable: {d.reason}" for d in infos if not d.available and d.driver in runners]
         why = "; ".join(refusals + absent)
         raise UnknownDeviceError(f"no available device can run {what} (it holds {held})" + (f": {why}" if why else ""),
@@ -547,15 +549,13 @@ class LoadedModule:
         return " ".join(f"{p}={pl.device.info.uri}" for p, pl in self.placements.items())
 
 
-def _backends() -> dict:
-    return dict(manager().by_name("retarget_targets"))
-
-
 def _recompile_hint(driver: str) -> str:
     """How to compile for a device of `driver`: the targets whose code it runs (their `drivers`)."""
     if driver in FALLBACK_ORDER:
         return "recompile with --target vmvx or llvm-cpu:host"
-    names = [name for name, backend in _backends().items() if driver in getattr(backend, "drivers", ())]
+    from . import targets
+
+    names = [name for name, backend in targets().items() if driver in getattr(backend, "drivers", ())]
     return (f"recompile for this device, e.g. --target {names[0]}:host" if names
             else f"recompile for a target whose code the {driver} driver runs (`retarget targets` lists them)")
 

@@ -620,14 +620,13 @@ def test_a_module_for_a_bigger_gpu_is_refused_with_the_target_that_fits(vulkan_d
     art = retarget.compile(module, "vulkan-spirv:ampere")
     try:
         retarget.load(art, device="vulkan")
-    except UnknownDeviceError:
-        pass
+    except UnknownDeviceError as e:
+        refusal = e
     else:
         pytest.skip(f"{vulkan_device.info.name} runs vulkan-spirv:ampere modules: the refusal needs a smaller "
                     "device, such as lavapipe")
-    with pytest.raises(UnknownDeviceError, match="vulkan-spirv:ampere assumes more than") as e:
-        retarget.load(art, device="vulkan")
-    assert e.value.hint == "recompile for this device, e.g. --target vulkan-spirv:host"
+    assert "vulkan-spirv:ampere assumes more than" in str(refusal)
+    assert refusal.hint == "recompile for this device, e.g. --target vulkan-spirv:host"
     with pytest.raises(UnknownDeviceError, match=r"no available device .*: vulkan:0 refuses vulkan-spirv:ampere: "
                                                  r".*no CooperativeMatrixKHR"):
         retarget.load(art, device="auto")

@@ -1042,9 +1042,10 @@ MAX_READBACK_RANGES = 64
 def statistics_setting(value: str, extensions, device_name: str) -> str | None:
     """RETARGET_VULKAN_PIPELINE_STATISTICS as the device will use it: None (off), "1" (on: stderr) or a folder.
     Set on a device whose driver cannot report statistics, it says so once instead of staying silent."""
-    if value.strip().lower() in OFF:
+    word = value.strip().lower()
+    if word in OFF:
         return None
-    if value.strip().lower() in ON:
+    if word in ON:
         value = "1"
     if STATISTICS_EXTENSION not in extensions:
         print(f"retarget: {STATISTICS_ENV}={value}: {device_name} lacks {STATISTICS_EXTENSION}, so its driver "
