@@ -642,6 +642,40 @@ def test_auto_says_why_the_vulkan_driver_has_no_device(monkeypatch):
         retarget.load(art, device="auto")
 
 
+def test_a_bare_vulkan_device_is_the_best_one_the_one_host_compiles_for(monkeypatch):
+    """Loaders list devices in their own order (an integrated GPU may come first): `retarget devices vulkan`
+    lists the best first, `--device vulkan` opens it, and `vulkan-spirv:host` describes it; `vulkan:N` stays the
+    loader's N-th device."""
+    from types import SimpleNamespace
+
+    from retarget.protocols import DeviceInfo
+    from retarget.runtime import open_device
+    from retarget_vulkan_spirv import driver, targets
+
+    def physical(index, kind, name):
+        return SimpleNamespace(info=DeviceInfo("vulkan", str(index), name, properties={"device_type": kind}))
+
+    loader_order = [physical(0, "cpu", "llvmpipe"), physical(1, "integrated-gpu", "iGPU"),
+                    physical(2, "discrete-gpu", "dGPU")]
+    monkeypatch.setattr(driver, "_physical_devices", lambda: (loader_order, ""))
+    monkeypatch.setattr(driver, "VulkanDevice", lambda p: f"opened {p.info.name}")
+    monkeypatch.setattr(VULKAN, "_devices", {})
+    assert [(d.id, d.name) for d in VULKAN.enumerate()] == [("2", "dGPU"), ("1", "iGPU"), ("0", "llvmpipe")]
+    assert VULKAN.create("") == "opened dGPU"
+    assert VULKAN.create("0") == "opened llvmpipe"
+    assert targets._available_devices()[0][0].name == "dGPU"
+
+    class Opened(Exception):
+        pass
+
+    def create(device_id):
+        raise Opened(device_id)
+
+    monkeypatch.setattr(VULKAN, "create", create)
+    with pytest.raises(Opened, match="^2$"):
+        open_device("vulkan")
+
+
 def test_the_host_target_of_this_device_loads(vulkan_device):
     try:
         from retarget_vulkan_spirv import targets

@@ -63,6 +63,7 @@ from retarget.errors import RetargetError, UnknownDeviceError, no_such_device
 from retarget.protocols import DeviceInfo, ExecutableBinary, TargetDesc
 
 from . import FORMAT, container
+from .targets import best_first
 
 NAME = "vulkan"
 INSTALL = "apt-get install mesa-vulkan-drivers libvulkan1"
@@ -584,21 +585,23 @@ class VulkanDriver:
         self._lock = threading.Lock()
 
     def enumerate(self) -> list[DeviceInfo]:
-        """Every physical device in the loader's order, or one unavailable entry saying why. Never raises."""
+        """Every physical device, best first (`best_first`), each with its index in the loader's order as its id;
+        or one unavailable entry saying why. Never raises."""
         try:
             physical, reason = _physical_devices()
         except Exception as e:  # a broken driver must not take `retarget devices` down
             physical, reason = [], f"querying Vulkan devices failed ({type(e).__name__}: {e})".replace("\n", " ")
         if not physical:
             return [DeviceInfo(NAME, "0", "Vulkan device", available=False, reason=reason)]
-        return [p.info for p in physical]
+        return best_first([p.info for p in physical])
 
     def create(self, device_id: str) -> VulkanDevice:
-        """The process's device for `device_id` ("0" when empty), opened on first use."""
-        device_id = device_id or "0"
+        """The process's device for `device_id` (when empty, the best available one: the device that
+        `vulkan-spirv:host` compiles for), opened on first use."""
         with self._lock:
+            infos = self.enumerate()
+            device_id = device_id or next((d.id for d in infos if d.available), "0")
             if device_id not in self._devices:
-                infos = self.enumerate()
                 available = {d.id: d for d in infos if d.available}
                 if device_id not in available:
                     raise no_such_device("vulkan", device_id, infos)
@@ -606,11 +609,12 @@ class VulkanDriver:
             return self._devices[device_id]
 
     def dump(self, device_id: str) -> dict:
-        device_id = device_id or "0"
-        info = {d.id: d for d in self.enumerate()}.get(device_id)
+        infos = self.enumerate()
+        device_id = device_id or infos[0].id  # the best device, as create() opens it
+        info = {d.id: d for d in infos}.get(device_id)
         if info is None:
             raise UnknownDeviceError(f"vulkan has no device '{device_id}'",
-                                     hint=f"its devices: {', '.join(d.id for d in self.enumerate())}")
+                                     hint=f"its devices: {', '.join(d.id for d in infos)}")
         out = {"driver": NAME, "id": info.id, "name": info.name, "available": info.available}
         if not info.available:
             return {**out, "reason": info.reason}

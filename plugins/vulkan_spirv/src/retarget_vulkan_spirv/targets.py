@@ -551,12 +551,17 @@ def _enumerate() -> list[DeviceInfo]:
     return VULKAN.enumerate()
 
 
+def best_first(infos: list[DeviceInfo]) -> list[DeviceInfo]:
+    """`infos` ordered as `host` and a bare `--device vulkan` prefer them (`DEVICE_TYPE_PREFERENCE`; the loader's
+    order within a kind): loaders differ in the order they list devices."""
+    rank = {kind: i for i, kind in enumerate(DEVICE_TYPE_PREFERENCE)}
+    return sorted(infos, key=lambda d: rank.get(d.properties.get("device_type"), len(rank)))
+
+
 def _available_devices() -> tuple[list[DeviceInfo], str]:
     """The `vulkan` driver's available devices, best first, and why there are none."""
     infos = _enumerate()
-    rank = {kind: i for i, kind in enumerate(DEVICE_TYPE_PREFERENCE)}
-    devices = sorted((d for d in infos if d.available),
-                     key=lambda d: rank.get(d.properties.get("device_type"), len(rank)))
+    devices = [d for d in best_first(infos) if d.available]
     return devices, "; ".join(d.reason for d in infos if d.reason) or "no Vulkan device"
 
 
