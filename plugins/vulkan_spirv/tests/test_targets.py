@@ -283,6 +283,20 @@ def test_any_adreno_of_the_rows_generations_resolves_as_iree_names_them():
         targets.parse("adreno-530")  # Adreno 5xx predates what the row holds
 
 
+def test_a_triples_product_is_read_in_its_arch_first():
+    for spec, product in (("adreno-a740-android33", "a740"), ("adreno-740-android33", "740"),
+                          ("adreno-a750-android33", "a750")):  # Adreno 750, though a bare a750 is Intel's Arc
+        desc = targets.parse(spec)
+        assert (desc.arch, desc.extra["product"]) == ("adreno", product), spec
+    assert targets.parse("a750").arch == "xe-hpg"
+    assert targets.parse("adreno-a740").arch == "adreno"
+    assert targets.parse("ampere-a40-linux").extra["product"] == "a40"
+    with pytest.raises(UnknownTargetError, match="no product 'x999'") as e:
+        targets.parse("adreno-x999-android33")
+    assert "adreno-740" in e.value.hint and "a40," not in e.value.hint  # not NVIDIA's A40
+    assert e.value.hint.endswith("(or write adreno-unknown-android33)")
+
+
 def test_the_architectures_are_listed_before_their_aliases_and_products():
     rows = [row.name for row in targets.TABLE]
     assert targets.names()[:len(targets.HOST_SPELLINGS) + len(rows)] == [*targets.HOST_SPELLINGS, *rows]

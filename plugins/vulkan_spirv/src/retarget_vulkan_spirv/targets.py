@@ -279,9 +279,9 @@ for _row in TABLE:
                                 *((p, p) for p in _row.products)):
         BY_NAME[_key(_spelling)] = (_row, _product)
 BY_COMPACT = {_compact(k): v for k, v in BY_NAME.items()}  # 'rtx 4090' -> 'rtx-4090' -> 'rtx4090'
-# Products named by a rule rather than listed, as IREE names them: any Adreno `adreno-NNN` (a trailing `l` for the
-# lite parts) of the generations the row holds, 6xx to 8xx.
-PRODUCT_RULES = ((re.compile(r"^adreno-?[678]\d\dl?$"), "adreno"),)
+# Products named by a rule rather than listed, as IREE names them: any Adreno `adreno-NNN` (also `adreno-aNNN`, as
+# Qualcomm abbreviates it; a trailing `l` for the lite parts) of the generations the row holds, 6xx to 8xx.
+PRODUCT_RULES = ((re.compile(r"^adreno-?a?[678]\d\dl?$"), "adreno"),)
 BY_ARCH = {row.name: row for row in TABLE}
 
 
@@ -502,6 +502,16 @@ def _lookup(key: str) -> tuple[Arch, str | None] | None:
     return hit
 
 
+def _product_of(arch_hit, arch_part: str, product_part: str) -> tuple[Arch, str | None] | None:
+    """The product of a triple, read in its arch's context first (`adreno-740-android33`: `adreno-740`; and
+    `adreno-a750-android33` is an Adreno 750, not Intel's Arc A750)."""
+    if arch_hit is not None:
+        hit = _lookup(f"{arch_part}-{product_part}")
+        if hit is not None and hit[0] is arch_hit[0]:
+            return hit[0], hit[1] if hit[1] and _key(hit[1]) != f"{arch_part}-{product_part}" else product_part
+    return _lookup(product_part)
+
+
 def _triple(spec: str, key: str) -> TargetDesc | None:
     """IREE's `<arch>-<product>-<os>`, or None when `key` is not shaped like one."""
     parts = key.split("-")
@@ -513,7 +523,7 @@ def _triple(spec: str, key: str) -> TargetDesc | None:
                                  hint="write <arch>-<product>-<os>, e.g. valhall-g78-android30, with unknown for "
                                       "a part you do not know")
     arch_hit = None if arch_part in (TRIPLE_CPU_ARCH, "unknown") else _lookup(arch_part)
-    product_hit = None if product_part == "unknown" else _lookup(product_part)
+    product_hit = None if product_part == "unknown" else _product_of(arch_hit, arch_part, product_part)
     if not TRIPLE_OS.match(os_part):
         if arch_hit is None and arch_part not in (TRIPLE_CPU_ARCH, "unknown"):
             return None  # not a triple at all
@@ -525,8 +535,15 @@ def _triple(spec: str, key: str) -> TargetDesc | None:
         raise UnknownTargetError(f"vulkan-spirv has no architecture '{arch_part}' (in the triple '{spec}')",
                                  hint=_hint(arch_part))
     if product_part != "unknown" and product_hit is None:
-        raise UnknownTargetError(f"vulkan-spirv has no product '{product_part}' (in the triple '{spec}')",
-                                 hint=_hint(product_part))
+        unknown = f"write {arch_part}-unknown-{os_part}"
+        if arch_hit is None:
+            hint = f"{_hint(product_part)} (or {unknown})"
+        else:  # the arch's own products: an Adreno triple should not suggest NVIDIA's A40
+            row = arch_hit[0]
+            close = closest(product_part, row.products)
+            hint = (f"did you mean {', '.join(close)}? (or {unknown})" if close else
+                    f"{row.name}'s products: {', '.join(row.products)} (or {unknown})" if row.products else unknown)
+        raise UnknownTargetError(f"vulkan-spirv has no product '{product_part}' (in the triple '{spec}')", hint=hint)
     if product_hit is None:
         if arch_part == TRIPLE_CPU_ARCH:
             raise UnknownTargetError(f"the triple '{spec}' names a CPU device without saying which",
