@@ -508,7 +508,7 @@ def _product_of(arch_hit, arch_part: str, product_part: str) -> tuple[Arch, str 
     if arch_hit is not None:
         hit = _lookup(f"{arch_part}-{product_part}")
         if hit is not None and hit[0] is arch_hit[0]:
-            return hit[0], hit[1] if hit[1] and _key(hit[1]) != f"{arch_part}-{product_part}" else product_part
+            return hit[0], product_part
     return _lookup(product_part)
 
 
