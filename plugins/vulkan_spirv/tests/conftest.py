@@ -3,7 +3,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def vulkan_device():
-    """The first Vulkan device (lavapipe on a machine without a GPU), or a skip that says why."""
+    """The best Vulkan device, as `--device vulkan` opens it (lavapipe on a machine without a GPU), or a skip that
+    says why."""
     from retarget_vulkan_spirv.driver import VULKAN
 
     infos = VULKAN.enumerate()
