@@ -351,6 +351,23 @@ def main():
                            self.i32(0), w)
         return word
 
+    def paged(page_bytes, keep_words):
+        """word() with storage-buffer word indices kept in their page of `page_bytes` but folded onto its first
+        `keep_words` words: the pages (and so the address translations) of the shipped loads, the lines of a
+        window."""
+        page_words = page_bytes // 16
+
+        def word(self, name, index, lanes):
+            if self.buffer(name)[2] != "StorageBuffer":
+                return shipped["word"](self, name, index, lanes)
+            at = self.int_op("IAdd", self.bases[name], self.expr(index))
+            w = self.op("ShiftRightArithmetic", self.t_i32, at, self.i32(int(np.log2(lanes))))
+            page = self.op("BitwiseAnd", self.t_i32, w, self.i32(-page_words))
+            w = self.op("BitwiseOr", self.t_i32, page, self.op("BitwiseAnd", self.t_i32, w, self.i32(keep_words - 1)))
+            return self.op("AccessChain", self.m.pointer("StorageBuffer", self.words()), self.word_view(name),
+                           self.i32(0), w)
+        return word
+
     def no_load(self, pointer, t):
         word = self.op("Bitcast", self.t_u32, self.i32(0x3C003C00))  # staged words made of ones
         return self.op("CompositeConstruct", t, word, word, word, word)
@@ -367,6 +384,10 @@ def main():
         ("loads from a 128 KB window (timing only)", {"word": windowed(8192)}),
         ("loads from a 256 KB window (timing only)", {"word": windowed(16384)}),
         ("loads from a 4 MB window (timing only)", {"word": windowed(1 << 18)}),
+        ("loads in their own 64 KB page, its first line (timing only)", {"word": paged(1 << 16, 8)}),
+        ("loads in their own 64 KB page, its first 8 KB (timing only)", {"word": paged(1 << 16, 512)}),
+        ("loads in their own 2 MB page, its first line (timing only)", {"word": paged(1 << 21, 8)}),
+        ("loads in their own 2 MB page, its first 8 KB (timing only)", {"word": paged(1 << 21, 512)}),
         ("no global loads (timing only)", {"copy": global_loads(no_load)}),
         ("2 subgroups of 64x64 (128x64), tile_k 32", {"plans": {"NVIDIA": [(2, 1, 4, 4, 2)]}}),
         ("2 subgroups of 64x64 (64x128), tile_k 32", {"plans": {"NVIDIA": [(1, 2, 4, 4, 2)]}}),
