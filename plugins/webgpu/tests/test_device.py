@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import retarget
-from retarget.errors import UnknownDeviceError
+from retarget.errors import RetargetError, UnknownDeviceError
 from retarget.ir import dtypes
 from retarget.testing.graphs import mlp_module
 from retarget.testing.kernels import shared_kernel, sum_kernel
@@ -100,6 +100,57 @@ def test_a_packed_bf16_kernel_reads_and_writes_one_array_of_atomic_words(webgpu_
                xs + [np.empty(100, ml_dtypes.bfloat16)])
     np.testing.assert_allclose(out.astype(np.float32), np.sum([x.astype(np.float32) for x in xs], axis=0),
                                rtol=2e-2, atol=2e-2)
+
+
+def _op_cases():
+    from retarget.testing.op_cases import op_cases
+
+    return op_cases()
+
+
+@pytest.mark.parametrize("case", list(_op_cases()))
+def test_each_scalar_op_matches_the_reference_on_the_adapter(webgpu_device, case):
+    """Every op case of the reference, NaN, infinities and signed zeros included: WGSL lets a compiler assume no
+    NaN or infinity, so the renderer tests for them on the bits (`rt_isnan_f32`)."""
+    import ml_dtypes
+
+    kern, inputs, expected = _op_cases()[case]
+    desc = targets.parse("host")
+    try:
+        compile_kernels([kern], desc)
+    except RetargetError as e:  # a buffer type WGSL does not store (i64, f64, bool, ...)
+        pytest.skip(f"webgpu-spirv refuses it: {str(e).splitlines()[0]}")
+    out = kern.params[-1]
+    got = _run(webgpu_device, kern, desc, [*inputs, np.empty(out.size, np.asarray(expected).dtype)])
+    if case in ("f32_sin", "f32_cos", "f32_tan"):  # exact argument reduction below 8192 only
+        near = ~np.isfinite(inputs[0]) | (np.abs(inputs[0]) < 8192)
+        got, expected = got[near], np.asarray(expected)[near]
+    if got.dtype.kind == "f" or got.dtype == ml_dtypes.bfloat16:
+        np.testing.assert_allclose(got.astype(np.float64), np.asarray(expected).astype(np.float64),
+                                   rtol=2e-5, atol=1e-6, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("pred", ["eq", "ne", "lt", "le", "gt", "ge", "isnan"])
+def test_float_compares_with_nan_answer_as_c_does(webgpu_device, pred):
+    """WGSL bools are not stored, so the op cases' compares skip here: each predicate picks 1 or 0 instead. C's
+    `!=` is true where either side is NaN and every other predicate false; `x != x` is how isnan arrives."""
+    from retarget.ir.dtypes import f32
+    from retarget.kernel import ir as k
+    from retarget.testing.op_cases import F32_A, F32_B, elementwise
+
+    def body(a, b):
+        test = k.Compare("ne", a, a) if pred == "isnan" else k.Compare(pred, a, b)
+        return k.Select(test, k.const(1.0, f32), k.const(0.0, f32))
+
+    kern = elementwise(f"cmp_{pred}", body, [f32, f32], f32, len(F32_A))
+    with np.errstate(invalid="ignore"):
+        want = np.isnan(F32_A) if pred == "isnan" else {
+            "eq": F32_A == F32_B, "ne": F32_A != F32_B, "lt": F32_A < F32_B, "le": F32_A <= F32_B,
+            "gt": F32_A > F32_B, "ge": F32_A >= F32_B}[pred]
+    got = _run(webgpu_device, kern, DEFAULT, [F32_A, F32_B, np.empty(len(F32_A), np.float32)])
+    np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
 @pytest.mark.parametrize("case", ["bf16_mul_add", "bf16_cast_from_f32"])

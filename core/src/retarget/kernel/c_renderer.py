@@ -191,6 +191,9 @@ class Dialect:
     unsigned_suffix: str = "U"
     helpers: tuple = ()  # (name, kinds, body) replacing `HELPERS`; empty: the C helpers
     cast_helper: str = ""  # replacing `CAST_HELPER`
+    # A test of {0} (f32) for NaN on its bits, for a language whose compilers may assume no float is NaN (WGSL): float
+    # compares then say so themselves (`x != x` would fold to false). "": the language's own `!=`.
+    is_nan: str = ""
     fragments: FragmentSpelling | None = None  # None: the portable expansion
     index32: bool = False  # index arithmetic in 32 bits where the kernel's buffers allow (see index32.py)
     # A kernel's scalars (sizes known at run time, `Kernel.scalars`): a parameter each, after the buffers,
@@ -347,26 +350,32 @@ MSL = Dialect(
 # module-scope `var<workgroup>`. WGSL has no 64-bit types by default: i64 (the index type) computes
 # as i32, so index arithmetic must stay below 2^31 (a target refuses i64 buffers itself), and there
 # is no f64. f16 needs `enable f16;` (the shader-f16 feature), which the target adds when it has it.
+# WGSL lets a compiler assume that no float is NaN or infinite, and naga and the drivers under it do fold `x != x`
+# and return numbers from atan, sign, pow and max of NaN: so NaN and infinity are told apart on the bits.
+_WGSL_NAN = "((bitcast<u32>({0}) & 0x7fffffffu) > 0x7f800000u)"
+_WGSL_FINITE = "((bitcast<u32>({0}) & 0x7f800000u) != 0x7f800000u)"
 WGSL_OPS = {
     "neg": "(-{0})",
     "abs": "abs({0})", "abs.uint": "{0}", "abs.bool": "{0}",
-    **{f"{op}.float": f"{op}({{0}})" for op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan",
-                                                "atan")},
+    **{f"{op}.float": f"{op}({{0}})" for op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan")},
     "rsqrt.float": "inverseSqrt({0})",
     "reciprocal.float": "({T}(1) / {0})",
     "sigmoid.float": "rt_sigmoid_{s}({0})",
     "round.float": "round({0})",  # half to even, as np.round
-    "sign.float": "sign({0})", "sign.int": "sign({0})", "sign.uint": "{T}({0} != 0u)", "sign.bool": "{0}",
+    "sign.float": f"select(sign({{0}}), {{0}}, {_WGSL_NAN.format('{0}')})",
+    "sign.int": "sign({0})", "sign.uint": "{T}({0} != 0u)", "sign.bool": "{0}",
+    "atan.float": f"select(atan({{0}}), {{0}}, {_WGSL_NAN.format('{0}')})",
     "not.int": "(~{0})", "not.bool": "(!{0})",
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
     "div.float": "({0} / {1})", "div.int": "rt_div_{s}({0}, {1})",
     "rem.float": "({0} % {1})",  # truncated, as fmod
     "rem.int": "rt_rem_{s}({0}, {1})",
-    "pow.float": "pow({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
+    "pow.float": "rt_pow_{s}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
     "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
     "shr.int": "({0} >> u32({1}))",
-    "atan2.float": "atan2({0}, {1})",
+    "atan2.float": (f"select(atan2({{0}}, {{1}}), {{0}} + {{1}}, "
+                    f"{_WGSL_NAN.format('{0}')} || {_WGSL_NAN.format('{1}')})"),
     **FALLBACK_OPS,  # no erf, log1p, expm1 in WGSL
 }
 
@@ -387,9 +396,11 @@ WGSL_HELPERS = (
      "  if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n"
      "  return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}"),
     ("rt_max_$s", ("float",),
-     "fn rt_max_$s(a: $T, b: $T) -> $T { return select(select(select(b, a, a > b), b, b != b), a, a != a); }"),
+     f"fn rt_max_$s(a: $T, b: $T) -> $T {{ return select(select(select(b, a, a > b), b, {_WGSL_NAN.format('b')}), a, "
+     f"{_WGSL_NAN.format('a')}); }}"),
     ("rt_min_$s", ("float",),
-     "fn rt_min_$s(a: $T, b: $T) -> $T { return select(select(select(b, a, a < b), b, b != b), a, a != a); }"),
+     f"fn rt_min_$s(a: $T, b: $T) -> $T {{ return select(select(select(b, a, a < b), b, {_WGSL_NAN.format('b')}), a, "
+     f"{_WGSL_NAN.format('a')}); }}"),
     ("rt_max_$s", ("int", "uint", "bool"), "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, a > b); }"),
     ("rt_min_$s", ("int", "uint", "bool"), "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, a < b); }"),
     ("rt_sigmoid_$s", ("float",), "fn rt_sigmoid_$s(x: $T) -> $T { return $T(1) / ($T(1) + exp(-x)); }"),
@@ -406,15 +417,28 @@ WGSL_HELPERS = (
     ("rt_pow_$s", ("uint",),
      "fn rt_pow_$s(a0: $T, b0: $T) -> $T {\n  var a = a0;\n  var b = b0;\n  var r: $T = 1u;\n"
      "  for (; b > 0u; b = b >> 1u) { if ((b & 1u) != 0u) { r = r * a; } a = a * a; }\n  return r;\n}"),
+    ("rt_pow_$s", ("float",),  # C's powf: pow(x, 0) = pow(1, y) = 1, NaN else NaN, negative bases to integer powers
+     "fn rt_pow_$s(a: $T, b: $T) -> $T {\n"
+     f"  if (b == $T(0) || a == $T(1)) {{ return $T(1); }}\n"
+     f"  if ({_WGSL_NAN.format('a')} || {_WGSL_NAN.format('b')}) {{ return a + b; }}\n"
+     "  let m = abs(a);\n"
+     f"  if (!{_WGSL_FINITE.format('b')}) {{\n"
+     "    if (m == $T(1)) { return $T(1); }\n    return select($T(0), rt_inf(), (m > $T(1)) == (b > $T(0)));\n  }\n"
+     f"  var r = select(select($T(0), rt_inf(), b > $T(0)), select(rt_inf(), $T(0), b > $T(0)), m == $T(0));\n"
+     f"  if (m != $T(0) && {_WGSL_FINITE.format('m')}) {{ r = pow(m, b); }}\n"
+     "  if ((bitcast<u32>(a) & 0x80000000u) != 0u) {  // -0 and -inf to a non-integer power are +0 or +inf\n"
+     f"    if (floor(b) != b) {{ return select(r, rt_nan(), m != $T(0) && {_WGSL_FINITE.format('m')}); }}\n"
+     "    if (abs(b) < $T(16777216) && fract(b * $T(0.5)) != $T(0)) { r = -r; }\n  }\n  return r;\n}"),
     ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
-     "fn rt_erf_$s(x0: $T) -> $T {\n  let x = select(clamp(x0, $T(-4), $T(4)), x0, x0 != x0);\n  let x2 = x * x;\n"
+     f"fn rt_erf_$s(x0: $T) -> $T {{\n  let x = select(clamp(x0, $T(-4), $T(4)), x0, {_WGSL_NAN.format('x0')});\n"
+     "  let x2 = x * x;\n"
      f"  return x * {_wgsl_horner(_ERF_P)} / {_wgsl_horner(_ERF_Q)};\n}}"),
     ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
-     "fn rt_log1p_$s(x: $T) -> $T {\n  let u = $T(1) + x;\n  if (u - u != $T(0)) { return log(u); }\n"
+     f"fn rt_log1p_$s(x: $T) -> $T {{\n  let u = $T(1) + x;\n  if (!{_WGSL_FINITE.format('u')}) {{ return log(u); }}\n"
      "  if (u == $T(1)) { return x; }\n  return log(u) * (x / (u - $T(1)));\n}"),
     ("rt_expm1_$s", ("float",),
      "fn rt_expm1_$s(x: $T) -> $T {\n  let u = exp(x);\n  if (u == $T(1)) { return x; }\n"
-     "  if (u - u != $T(0)) { return u; }\n  if (u - $T(1) == $T(-1)) { return $T(-1); }\n"
+     f"  if (!{_WGSL_FINITE.format('u')}) {{ return u; }}\n  if (u - $T(1) == $T(-1)) {{ return $T(-1); }}\n"
      "  return (u - $T(1)) * x / log(u);\n}"),
 )
 
@@ -455,8 +479,9 @@ WGSL = Dialect(
     cast="{T}({0})",
     select="select({2}, {1}, {0})",
     helpers=WGSL_HELPERS,
-    cast_helper=("fn rt_cast_${s}_$d(x: $T) -> $D { if (x != x) { return $D(0); } if (x <= $T($lo)) { return $dmin; } "
-                 "if (x >= $T($hi)) { return $dmax; } return $D(x); }"),
+    cast_helper=(f"fn rt_cast_${{s}}_$d(x: $T) -> $D {{ if ({_WGSL_NAN.format('x')}) {{ return $D(0); }} "
+                 "if (x <= $T($lo)) { return $dmin; } if (x >= $T($hi)) { return $dmax; } return $D(x); }"),
+    is_nan=_WGSL_NAN,
     # A runtime value, so that no constant expression is infinite or NaN (WGSL rejects those).
     preamble=("fn rt_inf() -> f32 { var bits = 0x7f800000u; return bitcast<f32>(bits); }\n"
               "fn rt_nan() -> f32 { var bits = 0x7fc00000u; return bitcast<f32>(bits); }"),
@@ -898,7 +923,13 @@ class _Renderer:
     def expr_compare(self, e: k.Compare) -> str:
         if e.op not in CMP:
             raise self.fail(f"compare predicate '{e.op}' is not supported by dialect {self.d.name}")
-        return f"({self.expr(e.a)} {CMP[e.op]} {self.expr(e.b)})"
+        a, b = self.expr(e.a), self.expr(e.b)
+        if self.d.is_nan and e.a.dtype.kind == "float" and e.op in ("eq", "ne"):
+            if a == b:  # `x != x` is how isnan reaches a kernel
+                return self.d.is_nan.format(a) if e.op == "ne" else f"(!{self.d.is_nan.format(a)})"
+            if e.op == "ne":  # true where either side is NaN, as C's `!=`
+                return f"(({a} != {b}) || {self.d.is_nan.format(a)} || {self.d.is_nan.format(b)})"
+        return f"({a} {CMP[e.op]} {b})"
 
     def expr_select(self, e: k.Select) -> str:
         return self.d.select.format(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
