@@ -406,8 +406,8 @@ WGSL_HELPERS = (
     ("rt_sigmoid_$s", ("float",), "fn rt_sigmoid_$s(x: $T) -> $T { return $T(1) / ($T(1) + exp(-x)); }"),
     ("rt_div_$s", ("int",),
      "fn rt_div_$s(a: $T, b: $T) -> $T { if (b == 0 || (b == -1 && a == $min)) { return a; } return a / b; }"),
-    ("rt_rem_$s", ("int",),
-     "fn rt_rem_$s(a: $T, b: $T) -> $T { if (b == 0 || b == -1) { return $T(0); } return a % b; }"),
+    ("rt_rem_$s", ("int",),  # not `%`: on NVIDIA's Vulkan driver, wgpu's i32 `%` gave the unsigned remainder
+     "fn rt_rem_$s(a: $T, b: $T) -> $T { if (b == 0 || b == -1) { return $T(0); } return a - b * (a / b); }"),
     ("rt_div_$s", ("uint",), "fn rt_div_$s(a: $T, b: $T) -> $T { if (b == 0u) { return a; } return a / b; }"),
     ("rt_rem_$s", ("uint",), "fn rt_rem_$s(a: $T, b: $T) -> $T { if (b == 0u) { return 0u; } return a % b; }"),
     ("rt_pow_$s", ("int",),
