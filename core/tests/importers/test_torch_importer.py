@@ -161,6 +161,12 @@ def test_elementwise_with_scalars_and_reductions():
                            torch.where(x > y, x, y), x.clamp(-0.5, 0.5), x.var(dim=1), x.argmax(-1)), x, y)
 
 
+def test_nan_and_infinity_tests():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.5, -2.0, 3e38])
+    run_both(lambda x: (torch.isnan(x), torch.isinf(x),
+                        torch.where(torch.isnan(x) | torch.isinf(x), torch.zeros_like(x), x)), x)
+
+
 def test_integer_division_rounding_modes():
     a, b = torch.tensor([7, -7, 6, -6, 5]), torch.tensor([2, 2, -4, 4, 5])
     run_both(lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),

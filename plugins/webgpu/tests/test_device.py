@@ -132,21 +132,24 @@ def test_each_scalar_op_matches_the_reference_on_the_adapter(webgpu_device, case
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("pred", ["eq", "ne", "lt", "le", "gt", "ge", "isnan"])
+@pytest.mark.parametrize("pred", ["eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"])
 def test_float_compares_with_nan_answer_as_c_does(webgpu_device, pred):
     """WGSL bools are not stored, so the op cases' compares skip here: each predicate picks 1 or 0 instead. C's
-    `!=` is true where either side is NaN and every other predicate false; `x != x` is how isnan arrives."""
+    `!=` is true where either side is NaN and every other predicate false; `x != x` is how isnan arrives, and
+    `abs(x) == inf` isinf."""
     from retarget.ir.dtypes import f32
     from retarget.kernel import ir as k
     from retarget.testing.op_cases import F32_A, F32_B, elementwise
 
     def body(a, b):
-        test = k.Compare("ne", a, a) if pred == "isnan" else k.Compare(pred, a, b)
+        test = {"isnan": k.Compare("ne", a, a),
+                "isinf": k.Compare("eq", k.Unary("abs", a), k.const(float("inf"), f32))}.get(pred)
+        test = test or k.Compare(pred, a, b)
         return k.Select(test, k.const(1.0, f32), k.const(0.0, f32))
 
     kern = elementwise(f"cmp_{pred}", body, [f32, f32], f32, len(F32_A))
     with np.errstate(invalid="ignore"):
-        want = np.isnan(F32_A) if pred == "isnan" else {
+        want = np.isnan(F32_A) if pred == "isnan" else np.isinf(F32_A) if pred == "isinf" else {
             "eq": F32_A == F32_B, "ne": F32_A != F32_B, "lt": F32_A < F32_B, "le": F32_A <= F32_B,
             "gt": F32_A > F32_B, "ge": F32_A >= F32_B}[pred]
     got = _run(webgpu_device, kern, DEFAULT, [F32_A, F32_B, np.empty(len(F32_A), np.float32)])

@@ -488,6 +488,11 @@ def _isnan(cv, node, x):
     return cv.b.op("rt.cmp", [x, x], {"predicate": "ne"})
 
 
+@handles("isinf")
+def _isinf(cv, node, x):
+    return cv.b.op("rt.cmp", [cv.b.op("rt.abs", [x]), cv.tensor(float("inf"), x.type.dtype)], {"predicate": "eq"})
+
+
 @handles("where")
 def _where(cv, node, cond, a, b):
     _, dtype = cv.out_type(node)

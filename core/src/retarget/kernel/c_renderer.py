@@ -927,6 +927,9 @@ class _Renderer:
         if self.d.is_nan and e.a.dtype.kind == "float" and e.op in ("eq", "ne"):
             if a == b:  # `x != x` is how isnan reaches a kernel
                 return self.d.is_nan.format(a) if e.op == "ne" else f"(!{self.d.is_nan.format(a)})"
+            if isinstance(e.b, k.Const) and math.isinf(e.b.value):  # isinf: on the bits, as NaN
+                bits = "0x7f800000u" if e.b.value > 0 else "0xff800000u"
+                return f"(bitcast<u32>({a}) {CMP[e.op]} {bits})"
             if e.op == "ne":  # true where either side is NaN, as C's `!=`
                 return f"(({a} != {b}) || {self.d.is_nan.format(a)} || {self.d.is_nan.format(b)})"
         return f"({a} {CMP[e.op]} {b})"
