@@ -40,7 +40,8 @@ SCHEMA_LIMITS = {"maxComputeWorkGroupInvocations", "maxComputeWorkGroupSize", "m
                  "maxPerStageDescriptorStorageBuffers", "minStorageBufferOffsetAlignment", "timestampPeriod"}
 SCHEMA_FEATURES = {"shaderFloat16", "shaderInt8", "shaderInt16", "shaderInt64", "shaderFloat64",
                    "storageBuffer16BitAccess", "storageBuffer8BitAccess", "subgroupSizeControl",
-                   "computeFullSubgroups", "cooperativeMatrix", "bufferDeviceAddress", "vulkanMemoryModel"}
+                   "computeFullSubgroups", "cooperativeMatrix", "bufferDeviceAddress", "vulkanMemoryModel",
+                   "shaderSignedZeroInfNanPreserveFloat32"}
 
 
 # -- hand-written kernels -------------------------------------------------------------------------

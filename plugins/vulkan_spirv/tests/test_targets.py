@@ -43,7 +43,8 @@ def _device_like(row: targets.Arch, **overrides) -> DeviceInfo:
 NVIDIA_FEATURES = {"shaderFloat16": True, "shaderInt8": True, "shaderInt16": True, "shaderInt64": True,
                    "shaderFloat64": True, "storageBuffer16BitAccess": True, "storageBuffer8BitAccess": True,
                    "subgroupSizeControl": True, "computeFullSubgroups": True, "cooperativeMatrix": True,
-                   "bufferDeviceAddress": True, "vulkanMemoryModel": True}
+                   "bufferDeviceAddress": True, "vulkanMemoryModel": True,
+                   "shaderSignedZeroInfNanPreserveFloat32": True}
 NVIDIA_LIMITS = {"maxComputeWorkGroupInvocations": 1024, "maxComputeWorkGroupSize": [1024, 1024, 64],
                  "maxComputeWorkGroupCount": [2147483647, 65535, 65535], "maxComputeSharedMemorySize": 49152,
                  "maxStorageBufferRange": 4294967295, "maxPushConstantsSize": 256,
@@ -379,6 +380,28 @@ def test_an_nvidia_device_describes_itself():
     assert desc.extra["vulkan_version"] == "1.3"
     assert "timestampPeriod" not in desc.extra["limits"]
     assert set(desc.features) == set(targets.CAPABILITIES)
+
+
+def test_nan_semantics_are_declared_only_where_the_device_keeps_them():
+    """SignedZeroInfNanPreserve (VK_KHR_shader_float_controls' shaderSignedZeroInfNanPreserveFloat32) goes into every
+    module for a device that has it, so that no driver may assume that floats hold no NaN or infinity; for a device
+    without it, it is left out; and a device without it refuses code built for one with it."""
+    import numpy as np
+    from retarget.testing.kernels import sum_kernel
+    from retarget_vulkan_spirv import container
+    from retarget_vulkan_spirv.compile import compile_kernels
+
+    lacking = {**NVIDIA_FEATURES, "shaderSignedZeroInfNanPreserveFloat32": False}
+    with_it = targets.describe_device(_nvidia_rtx3080())
+    without = targets.describe_device(_device("old", features=lacking))
+    assert "SignedZeroInfNanPreserve" in with_it.features and "SignedZeroInfNanPreserve" not in without.features
+    for desc, declared in ((with_it, True), (without, False)):
+        [kernel] = container.unpack(compile_kernels([sum_kernel("add", 2, 64)], desc).data)
+        words = np.frombuffer(container.words(kernel), np.uint32).tolist()
+        capability = any(words[i:i + 2] == [(2 << 16) | 17, 4466] for i in range(len(words)))  # OpCapability
+        mode = any(words[i] == (4 << 16) | 16 and words[i + 2:i + 4] == [4461, 32] for i in range(len(words) - 3))
+        assert capability == mode == declared
+    assert any("SignedZeroInfNanPreserve" in r for r in targets.unsupported(with_it, _device("old", features=lacking)))
 
 
 def test_an_rdna_device_runs_every_size_in_its_range():

@@ -47,6 +47,9 @@ STORAGE_CAPABILITY = {
     "i8": (8, "StorageBuffer8BitAccess"), "ui8": (8, "StorageBuffer8BitAccess"), "i1": (8, "StorageBuffer8BitAccess"),
     "i64": (64, "Int64"), "ui64": (64, "Int64"), "f64": (64, "Float64"),
 }
+# Floats keep NaN, infinities and signed zeros as IEEE has them (f32, where the target's device says so): Vulkan
+# otherwise lets a driver assume there are none, and NVIDIA's compiler does fold `x != x` (benchmarks/NOTES.md).
+PRESERVE_NAN = "SignedZeroInfNanPreserve"
 INDEX_LIMIT = 2**31
 # The elementwise ops `expr_unary` and `expr_binary` compute, by compute kind (integers compute as i32,
 # so unsigned ones as "int"; halves as f32); and the float math they compute in f64 (the rest of
@@ -316,6 +319,9 @@ class _Codegen:
         m.emit("entry_point", "EntryPoint", spirv.EXECUTION_MODEL_GLCOMPUTE, main, spirv.string_words(kn.name),
                *self.interface)
         m.emit("execution_mode", "ExecutionMode", main, spirv.EXECUTION_MODE_LOCAL_SIZE, *kn.workgroup_size)
+        if PRESERVE_NAN in self.features:  # else a driver may assume no NaN or infinity and fold the tests for them
+            m.capability(PRESERVE_NAN)
+            m.emit("execution_mode", "ExecutionMode", main, spirv.EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, 32)
         m.name(main, kn.name)
         return m.assemble()
 

@@ -219,7 +219,8 @@ LIMITS = ("maxComputeWorkGroupInvocations", "maxComputeWorkGroupSize", "maxCompu
           "maxPerStageDescriptorStorageBuffers", "minStorageBufferOffsetAlignment", "timestampPeriod")
 FEATURES = ("shaderFloat16", "shaderInt8", "shaderInt16", "shaderInt64", "shaderFloat64", "storageBuffer16BitAccess",
             "storageBuffer8BitAccess", "subgroupSizeControl", "computeFullSubgroups", "cooperativeMatrix",
-            "bufferDeviceAddress", "vulkanMemoryModel")
+            "bufferDeviceAddress", "vulkanMemoryModel", "shaderSignedZeroInfNanPreserveFloat32")
+FLOAT_CONTROLS = "VK_KHR_shader_float_controls"
 # Enabled on the VkDevice when present: the schema's features, and two that code using them needs.
 ENABLED_FEATURES = FEATURES + ("vulkanMemoryModelDeviceScope", "shaderSubgroupExtendedTypes")
 
@@ -465,7 +466,7 @@ class _PhysicalDevice:
         head = _new("VkPhysicalDeviceProperties2", "PHYSICAL_DEVICE_PROPERTIES_2")
         subgroup = _new("VkPhysicalDeviceSubgroupProperties", "PHYSICAL_DEVICE_SUBGROUP_PROPERTIES")
         links = [subgroup]
-        size_control = driver = None
+        size_control = driver = float_controls = None
         if self.api >= V1_3 or "VK_EXT_subgroup_size_control" in has:
             size_control = _new("VkPhysicalDeviceSubgroupSizeControlProperties",
                                 "PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES")
@@ -473,6 +474,10 @@ class _PhysicalDevice:
         if self.api >= V1_2 or "VK_KHR_driver_properties" in has:
             driver = _new("VkPhysicalDeviceDriverProperties", "PHYSICAL_DEVICE_DRIVER_PROPERTIES")
             links.append(driver)
+        if self.api >= V1_2 or FLOAT_CONTROLS in has:  # a property, listed with the features the schema names
+            float_controls = _new("VkPhysicalDeviceFloatControlsProperties",
+                                  "PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES")
+            links.append(float_controls)
         _chain(head, links)
         lib.vkGetPhysicalDeviceProperties2(self.handle, head)
         props = head.properties
@@ -482,6 +487,8 @@ class _PhysicalDevice:
         features = {name: bool(value) for name, value in _fields(features_head.features).items()}
         for struct, _ in feature_links:
             features.update({name: bool(value) for name, value in _fields(struct).items()})
+        features["shaderSignedZeroInfNanPreserveFloat32"] = bool(
+            float_controls is not None and float_controls.shaderSignedZeroInfNanPreserveFloat32)
         self.features = features
 
         memory = ffi.new("VkPhysicalDeviceMemoryProperties*")
@@ -1099,6 +1106,8 @@ class VulkanDevice:
                 if name in dict(ffi.typeof(struct[0]).fields):
                     setattr(struct[0], name, 1)
         extensions = {ext for _, ext in links if ext}
+        if physical.api < V1_2 and FLOAT_CONTROLS in physical.usable_extensions:
+            extensions.add(FLOAT_CONTROLS)  # modules may declare SignedZeroInfNanPreserve
         self.statistics = statistics_setting(os.environ.get(STATISTICS_ENV, ""), physical.extensions, self.info.name)
         if self.statistics:  # the driver's own statistics of each pipeline (see the module docstring)
             executables = _new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR",

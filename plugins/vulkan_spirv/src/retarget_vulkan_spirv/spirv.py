@@ -41,18 +41,20 @@ OP = {
 CAPABILITY = {
     "Shader": 1, "Float16": 9, "Float64": 10, "Int64": 11, "Int16": 22, "Int8": 39,
     "StorageBuffer16BitAccess": 4433, "StorageBuffer8BitAccess": 4448, "CooperativeMatrixKHR": 6022,
-    "VulkanMemoryModel": 5345,
+    "VulkanMemoryModel": 5345, "SignedZeroInfNanPreserve": 4466,
 }
 # Capabilities that need an OpExtension below SPIR-V 1.5 (8-bit storage) or 1.3 (16-bit storage).
 CAPABILITY_EXTENSION = {"StorageBuffer16BitAccess": ("SPV_KHR_16bit_storage", (1, 3)),
                         "StorageBuffer8BitAccess": ("SPV_KHR_8bit_storage", (1, 5)),
-                        "CooperativeMatrixKHR": ("SPV_KHR_cooperative_matrix", (99, 0))}
+                        "CooperativeMatrixKHR": ("SPV_KHR_cooperative_matrix", (99, 0)),
+                        "SignedZeroInfNanPreserve": ("SPV_KHR_float_controls", (1, 4))}
 STORAGE = {"Input": 1, "Workgroup": 4, "Function": 7, "PushConstant": 9, "StorageBuffer": 12}
 DECORATION = {"Block": 2, "ArrayStride": 6, "BuiltIn": 11, "NonWritable": 24, "Binding": 33, "DescriptorSet": 34,
               "Offset": 35}
 BUILTIN = {"WorkgroupId": 26, "LocalInvocationId": 27}
 EXECUTION_MODEL_GLCOMPUTE = 5
 EXECUTION_MODE_LOCAL_SIZE = 17
+EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE = 4461
 ADDRESSING_LOGICAL, MEMORY_MODEL_GLSL450, MEMORY_MODEL_VULKAN = 0, 1, 3
 SCOPE_WORKGROUP, SCOPE_SUBGROUP = 2, 3
 COOPERATIVE_MATRIX_USE = {"a": 0, "b": 1, "acc": 2}  # MatrixAKHR, MatrixBKHR, MatrixAccumulatorKHR

@@ -61,6 +61,7 @@ CAPABILITY_FEATURES = {
     "StorageBuffer16BitAccess": "storageBuffer16BitAccess",
     "StorageBuffer8BitAccess": "storageBuffer8BitAccess",
     "CooperativeMatrixKHR": "cooperativeMatrix",
+    "SignedZeroInfNanPreserve": "shaderSignedZeroInfNanPreserveFloat32",  # a property of VK_KHR_shader_float_controls
 }
 # SPIR-V capability -> the subgroup operation (driver schema name) that grants it.
 CAPABILITY_SUBGROUP_OPS = {
@@ -71,7 +72,7 @@ CAPABILITY_SUBGROUP_OPS = {
 }
 CAPABILITIES = ("Float16", "Float64", "Int8", "Int16", "Int64", "StorageBuffer16BitAccess",
                 "StorageBuffer8BitAccess", "GroupNonUniform", "GroupNonUniformArithmetic",
-                "GroupNonUniformShuffle", "GroupNonUniformBallot", "CooperativeMatrixKHR")
+                "GroupNonUniformShuffle", "GroupNonUniformBallot", "CooperativeMatrixKHR", "SignedZeroInfNanPreserve")
 
 # The device extension each capability needs (before the Vulkan version that made it core).
 CAPABILITY_EXTENSIONS = {
@@ -80,6 +81,7 @@ CAPABILITY_EXTENSIONS = {
     "StorageBuffer16BitAccess": "VK_KHR_16bit_storage",
     "StorageBuffer8BitAccess": "VK_KHR_8bit_storage",
     "CooperativeMatrixKHR": "VK_KHR_cooperative_matrix",
+    "SignedZeroInfNanPreserve": "VK_KHR_shader_float_controls",
 }
 SUBGROUP_SIZE_CONTROL = "VK_EXT_subgroup_size_control"
 # Extensions promoted to core: a device of that version need not list them.
@@ -87,6 +89,7 @@ PROMOTED = {
     "VK_KHR_16bit_storage": (1, 1),
     "VK_KHR_8bit_storage": (1, 2),
     "VK_KHR_shader_float16_int8": (1, 2),
+    "VK_KHR_shader_float_controls": (1, 2),
     SUBGROUP_SIZE_CONTROL: (1, 3),
 }
 VULKAN_VERSIONS = ("1.1", "1.2", "1.3", "1.4")
