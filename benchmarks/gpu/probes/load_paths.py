@@ -66,6 +66,44 @@ def sampled_clocks(into: dict):
             into["watts"] = statistics.median(s[1] for s in samples)
 
 
+def timed(row: dict, run) -> dict:
+    """`row` with the median of what `run()` returns (seconds a call, a list) over about SECONDS, as `ms`, the
+    number of calls, and the SM clock and power sampled meanwhile."""
+    seconds = []
+    with sampled_clocks(row):
+        end_at = time.perf_counter() + SECONDS
+        while time.perf_counter() < end_at:
+            seconds += run()
+    row.update(ms=statistics.median(seconds[3:]) * 1e3, calls=len(seconds))
+    return row
+
+
+def cublas_row(ta, tb) -> dict:
+    """torch.matmul (cuBLAS) of two CUDA tensors, timed by CUDA events around each call."""
+    import torch
+
+    def run():
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        torch.matmul(ta, tb)
+        end.record()
+        torch.cuda.synchronize()
+        return [begin.elapsed_time(end) / 1e3]
+    return timed({"variant": "torch.matmul (cuBLAS)", "flop": 2 * ta.shape[0] * ta.shape[1] * tb.shape[1]}, run)
+
+
+def report(rows: list, json_name: str, width: int = 45) -> None:
+    """A line per row (TFLOP/s, clock, power, error), and $OUT/`json_name` when OUT is set."""
+    for row in rows:
+        row["tflops"] = row["flop"] / row["ms"] / 1e9
+        print(f"{row['variant']:<{width}} {row['ms']:.3f} ms {row['tflops']:6.1f} TFLOP/s"
+              f"  SM {row.get('sm_mhz', float('nan')):.0f} MHz {row.get('watts', float('nan')):.0f} W"
+              f"  error {row.get('max_error', float('nan')):.1e}", flush=True)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], json_name), "w") as f:
+            json.dump(rows, f, indent=1)
+
+
 def main():
     import retarget
     import retarget.kernel.ir as kir
@@ -178,49 +216,48 @@ def main():
 
     line_elements = 64  # f16 elements in a 128-byte cache line
 
+    def touched(self, operands, step, tk, sizes):
+        """(role, buffer, index) of the line a thread touches two steps ahead (A: a row of 64 elements each; B:
+        half a row), or None where `self` stages an operand not in `operands`, element by element, or computed."""
+        role = "a" if self.k_side == "col" else "b"
+        if role not in operands or self.lanes == 1 or self.layout is None:
+            return None
+        buffer, strides, _ = self.layout
+        m, kk, n = sizes
+        ahead = kir.minimum(step + 1, kir.const(kk // tk - 1))
+        t = kir.Var("tid")
+        per_row = max(1, self.cols // line_elements)
+        if role == "a":  # rows of the tile are k-runs of tk elements
+            row, col = self.origin + t // per_row, ahead * tk + (t % per_row) * line_elements
+        else:
+            row, col = ahead * tk + t // per_row, self.origin + (t % per_row) * line_elements
+        return role, buffer, row * strides[-2] + col * strides[-1]
+
     def prefetching(operands):
-        """_Staged.load that also touches, two steps ahead, one 128-byte line per thread of each operand's step
-        tile (A: a row of 64 elements each; B: half a row), summing the elements it reads into a float that an
-        impossible test stores (so that nothing removes the loads): the step after, the staging loads hit L1."""
+        """_Staged.load that also touches a line per thread two steps ahead (`touched`), summing the elements it
+        reads into a float that an impossible test stores (so that nothing removes the loads): the step after,
+        the staging loads hit L1."""
         def load(self, step, tk, unguarded, sizes, dt):
             out = shipped["load"](self, step, tk, unguarded, sizes, dt)
-            role = "a" if self.k_side == "col" else "b"
-            if role not in operands or self.lanes == 1 or self.layout is None:
+            touch = touched(self, operands, step, tk, sizes)
+            if touch is None:
                 return out
-            buffer, strides, _ = self.layout
-            m, kk, n = sizes
-            ahead = kir.minimum(step + 1, kir.const(kk // tk - 1))
-            t = kir.Var("tid")
-            per_row = max(1, self.cols // line_elements)
-            if role == "a":  # rows of the tile are k-runs of tk elements
-                row, col = self.origin + t // per_row, ahead * tk + (t % per_row) * line_elements
-            else:
-                row, col = ahead * tk + t // per_row, self.origin + (t % per_row) * line_elements
-            value = kir.Cast(kir.Load(buffer, row * strides[-2] + col * strides[-1], dtype("f16")), dtype("f32"))
+            value = kir.Cast(kir.Load(touch[1], touch[2], dtype("f16")), dtype("f32"))
             return out + [kir.Assign("rt_touch", kir.Var("rt_touch", dtype("f32")) + value)]
         return load
 
     def prefetching_late(operands):
-        """_Staged.load and .store that touch, two steps ahead, the same lines as `prefetching`, but copy 16 raw
-        bytes of each line into a private array (a 16-byte load, nothing computed from it, so nothing waits for
-        it where it is issued), used only at the end of the step, after the multiplies, by a copy to the output
-        that a flag read from A's first element never lets run: `prefetching` converts each touched f16 at once,
-        before the k-slice loop, and the warp waits there for the line's whole trip from L2."""
+        """_Staged.load and .store that touch the same lines as `prefetching`, but copy 16 raw bytes of each line
+        into a private array (a 16-byte load, nothing computed from it, so nothing waits for it where it is
+        issued), used only at the end of the step, after the multiplies, by a copy to the output that a flag
+        read from A's first element never lets run: `prefetching` converts each touched f16 at once, before the
+        k-slice loop, and the warp waits there for the line's whole trip from L2."""
         def load(self, step, tk, unguarded, sizes, dt):
             out = shipped["load"](self, step, tk, unguarded, sizes, dt)
-            role = "a" if self.k_side == "col" else "b"
-            if role not in operands or self.lanes == 1 or self.layout is None:
+            touch = touched(self, operands, step, tk, sizes)
+            if touch is None:
                 return out
-            buffer, strides, _ = self.layout
-            m, kk, n = sizes
-            ahead = kir.minimum(step + 1, kir.const(kk // tk - 1))
-            t = kir.Var("tid")
-            per_row = max(1, self.cols // line_elements)
-            if role == "a":
-                row, col = self.origin + t // per_row, ahead * tk + (t % per_row) * line_elements
-            else:
-                row, col = ahead * tk + t // per_row, self.origin + (t % per_row) * line_elements
-            at = row * strides[-2] + col * strides[-1]
+            role, buffer, at = touch
             return out + [kir.VectorCopy(f"rt_held_{role}", kir.const(0), buffer, at, 8)]
 
         def store(self, at, dt):
@@ -447,20 +484,7 @@ def main():
 
     def torch_row():
         a, b, _ = problem(size, size, size)
-        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        row = {"variant": "torch.matmul (cuBLAS)", "flop": 2 * size ** 3}
-        ms = []
-        with sampled_clocks(row):
-            end_at = time.perf_counter() + SECONDS
-            while time.perf_counter() < end_at:
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                torch.matmul(ta, tb)
-                end.record()
-                torch.cuda.synchronize()
-                ms.append(begin.elapsed_time(end))
-        row.update(ms=statistics.median(ms[3:]), calls=len(ms))
-        return row
+        return cublas_row(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda())
 
     if cuda:
         rows.append(torch_row())
@@ -480,25 +504,12 @@ def main():
         loaded = retarget.load(art, device="vulkan")
         out = loaded.main(a, np.ascontiguousarray(b.T) if change.get("bt") else b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
-        row = {"variant": name, "flop": 2 * m * n * kk, "max_error": error}
-        seconds = []
-        with sampled_clocks(row):
-            end_at = time.perf_counter() + SECONDS
-            while time.perf_counter() < end_at:
-                seconds += loaded.device.time(loaded.main.command_buffer, 10)
-        row.update(ms=statistics.median(seconds[3:]) * 1e3, calls=len(seconds))
-        rows.append(row)
+        rows.append(timed({"variant": name, "flop": 2 * m * n * kk, "max_error": error},
+                          lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
         del loaded
     if cuda:
         rows.append(torch_row())
-    for row in rows:
-        row["tflops"] = row["flop"] / row["ms"] / 1e9
-        print(f"{row['variant']:<45} {row['ms']:.3f} ms {row['tflops']:6.1f} TFLOP/s"
-              f"  SM {row.get('sm_mhz', float('nan')):.0f} MHz {row.get('watts', float('nan')):.0f} W"
-              f"  error {row.get('max_error', float('nan')):.1e}", flush=True)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "load_paths.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    report(rows, "load_paths.json")
 
 
 if __name__ == "__main__":

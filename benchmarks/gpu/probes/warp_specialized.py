@@ -23,17 +23,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "build")
 SIZE = int(os.environ.get("PROBE_SIZE", 4096))
-SECONDS = 1.5
 ENTRY = "main_dispatch_0_matmul"  # the matmul module's one kernel
 
 # name -> the defines of warp_specialized.comp
@@ -100,7 +97,7 @@ def main():
 
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(HERE, "../../../plugins/cuda/tests"))
-    from load_paths import sampled_clocks
+    from load_paths import cublas_row, report, timed
     from test_hopper_gemm import matmul_module
 
     wanted = sys.argv[1:]
@@ -109,28 +106,7 @@ def main():
     a, b = (rng.standard_normal((SIZE, SIZE)).astype(np.float16) for _ in range(2))
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     expected = (ta.double() @ tb.double()).cpu().numpy()
-    rows = []
-
-    def timed(row, run):
-        seconds = []
-        with sampled_clocks(row):
-            end_at = time.perf_counter() + SECONDS
-            while time.perf_counter() < end_at:
-                seconds += run()
-        row.update(ms=statistics.median(seconds[3:]) * 1e3, calls=len(seconds))
-        rows.append(row)
-
-    def cublas():
-        def run():
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            torch.matmul(ta, tb)
-            end.record()
-            torch.cuda.synchronize()
-            return [begin.elapsed_time(end) / 1e3]
-        timed({"variant": "torch.matmul (cuBLAS)"}, run)
-
-    cublas()
+    rows = [cublas_row(ta, tb)]
     for name in ["shipped (retarget's own kernel)", *names, "shipped again"]:
         art = retarget.compile(matmul_module(SIZE, SIZE, SIZE), "vulkan-spirv:host")
         if name in VARIANTS:
@@ -144,18 +120,11 @@ def main():
             print(f"  failed: {type(e).__name__}: {e}", flush=True)
             continue
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
-        timed({"variant": name, "max_error": error},
-              lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10))
+        rows.append(timed({"variant": name, "flop": 2 * SIZE ** 3, "max_error": error},
+                          lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
         del loaded  # its pipelines go before the next variant's
-    cublas()
-    for row in rows:
-        row["tflops"] = 2 * SIZE ** 3 / row["ms"] / 1e9
-        print(f"{row['variant']:<78} {row['ms']:.3f} ms {row['tflops']:6.1f} TFLOP/s"
-              f"  SM {row.get('sm_mhz', float('nan')):.0f} MHz {row.get('watts', float('nan')):.0f} W"
-              f"  error {row.get('max_error', float('nan')):.1e}", flush=True)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "warp_specialized.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    rows.append(cublas_row(ta, tb))
+    report(rows, "warp_specialized.json", width=78)
 
 
 if __name__ == "__main__":

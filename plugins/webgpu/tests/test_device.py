@@ -11,6 +11,7 @@ from retarget.errors import RetargetError, UnknownDeviceError
 from retarget.ir import dtypes
 from retarget.testing.graphs import mlp_module
 from retarget.testing.kernels import shared_kernel, sum_kernel
+from retarget.testing.op_cases import op_cases
 from retarget_webgpu import targets
 from retarget_webgpu.compile import compile_kernels
 from retarget_webgpu.driver import WEBGPU
@@ -20,6 +21,7 @@ from test_codegen import _with_limits  # noqa: E402
 
 rng = np.random.default_rng(3)
 DEFAULT = targets.parse("webgpu")
+OP_CASES = op_cases()
 
 
 def test_enumerate_reports_adapters_with_their_limits(webgpu_device):
@@ -102,19 +104,13 @@ def test_a_packed_bf16_kernel_reads_and_writes_one_array_of_atomic_words(webgpu_
                                rtol=2e-2, atol=2e-2)
 
 
-def _op_cases():
-    from retarget.testing.op_cases import op_cases
-
-    return op_cases()
-
-
-@pytest.mark.parametrize("case", list(_op_cases()))
+@pytest.mark.parametrize("case", list(OP_CASES))
 def test_each_scalar_op_matches_the_reference_on_the_adapter(webgpu_device, case):
     """Every op case of the reference, NaN, infinities and signed zeros included: WGSL lets a compiler assume no
     NaN or infinity, so the renderer tests for them on the bits (`rt_isnan_f32`)."""
     import ml_dtypes
 
-    kern, inputs, expected = _op_cases()[case]
+    kern, inputs, expected = OP_CASES[case]
     desc = targets.parse("host")
     try:
         compile_kernels([kern], desc)

@@ -925,7 +925,7 @@ class _Renderer:
             raise self.fail(f"compare predicate '{e.op}' is not supported by dialect {self.d.name}")
         a, b = self.expr(e.a), self.expr(e.b)
         if self.d.is_nan and e.a.dtype.kind == "float" and e.op in ("eq", "ne"):
-            if a == b:  # `x != x` is how isnan reaches a kernel
+            if e.a == e.b:  # `x != x` is how isnan reaches a kernel
                 return self.d.is_nan.format(a) if e.op == "ne" else f"(!{self.d.is_nan.format(a)})"
             if isinstance(e.b, k.Const) and math.isinf(e.b.value):  # isinf: on the bits, as NaN
                 bits = "0x7f800000u" if e.b.value > 0 else "0xff800000u"
