@@ -56,23 +56,29 @@ VARIANTS = {
 }
 
 
-def spv_path(name: str) -> str:
-    return os.path.join(BUILD, f"{SIZE}-" + "-".join(f"{k}{v}" for k, v in sorted(VARIANTS[name].items())) + ".spv")
+def source(defines: dict) -> str:
+    return defines.get("SOURCE", "warp_specialized.comp")
 
 
-def threads(name: str) -> int:
-    return 128 + 32 * VARIANTS[name]["PRODUCERS"]
+def spv_path(defines: dict) -> str:
+    flags = "-".join(f"{k}{v}" for k, v in sorted(defines.items()) if k != "SOURCE")
+    return os.path.join(BUILD, f"{os.path.splitext(source(defines))[0]}-{SIZE}-{flags}.spv")
 
 
-def build() -> None:
+def threads(defines: dict) -> int:
+    return 128 + 32 * defines.get("PRODUCERS", 0)
+
+
+def build(variants: dict) -> None:
+    """Each variant's SPIR-V into build/, by glslangValidator (GLSLANG names it)."""
     glslang = os.environ.get("GLSLANG", shutil.which("glslangValidator") or "glslangValidator")
     os.makedirs(BUILD, exist_ok=True)
-    for name, defines in VARIANTS.items():
-        flags = [f"-D{k}={v}" for k, v in {**defines, "SIZE": SIZE}.items()]
+    for defines in variants.values():
+        flags = [f"-D{k}={v}" for k, v in {**defines, "SIZE": SIZE}.items() if k != "SOURCE"]
         subprocess.run([glslang, "-V", "--target-env", "vulkan1.3", "-e", ENTRY, "--source-entrypoint", "main", *flags,
-                        os.path.join(HERE, "warp_specialized.comp"), "-o", spv_path(name)],
+                        os.path.join(HERE, source(defines)), "-o", spv_path(defines)],
                        check=True, stdout=subprocess.DEVNULL)
-        print("built", spv_path(name))
+        print("built", spv_path(defines))
 
 
 def with_kernel(art, spirv: bytes, workgroup: int):
@@ -88,9 +94,9 @@ def with_kernel(art, spirv: bytes, workgroup: int):
     return art
 
 
-def main():
+def main(variants: dict = VARIANTS, json_name: str = "warp_specialized.json"):
     if "--build" in sys.argv:
-        build()
+        build(variants)
         return
     import retarget
     import torch
@@ -101,7 +107,7 @@ def main():
     from test_hopper_gemm import matmul_module
 
     wanted = sys.argv[1:]
-    names = [n for n in VARIANTS if not wanted or any(w in n for w in wanted)]
+    names = [n for n in variants if not wanted or any(w in n for w in wanted)]
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((SIZE, SIZE)).astype(np.float16) for _ in range(2))
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
@@ -109,9 +115,9 @@ def main():
     rows = [cublas_row(ta, tb)]
     for name in ["shipped (retarget's own kernel)", *names, "shipped again"]:
         art = retarget.compile(matmul_module(SIZE, SIZE, SIZE), "vulkan-spirv:host")
-        if name in VARIANTS:
-            with open(spv_path(name), "rb") as f:
-                art = with_kernel(art, f.read(), threads(name))
+        if name in variants:
+            with open(spv_path(variants[name]), "rb") as f:
+                art = with_kernel(art, f.read(), threads(variants[name]))
         print(name, flush=True)
         try:
             loaded = retarget.load(art, device="vulkan")
@@ -124,7 +130,7 @@ def main():
                           lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
         del loaded  # its pipelines go before the next variant's
     rows.append(cublas_row(ta, tb))
-    report(rows, "warp_specialized.json", width=78)
+    report(rows, json_name, width=78)
 
 
 if __name__ == "__main__":
