@@ -20,7 +20,10 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
   second block of four warp slots started late (SPV_NV_shader_sm_builtins);
 - the larger plans of one workgroup a multiprocessor (8 subgroups), and two staged copies of 32-deep steps;
 - B's fragments loaded straight from its buffer by column-major cooperative-matrix loads (fed B transposed, so
-  the answer is right), only A staged.
+  the answer is right), only A staged;
+- each staged run moved by one OpCopyMemory (global -> shared, no registers between), where its load or its
+  store was, to see whether the driver makes it an asynchronous copy. With PROBE_PIPELINE_CACHE=FILE the device's
+  pipeline cache is written after each variant, for `vulkan_sass.py`.
 
     . benchmarks/gpu/preamble.sh; python3 benchmarks/gpu/probes/load_paths.py [NAME-SUBSTRING...]
                                                                               (carry .gl and .whl)
@@ -102,6 +105,19 @@ def report(rows: list, json_name: str, width: int = 45) -> None:
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], json_name), "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def write_pipeline_cache(device, path: str) -> None:
+    """`device`'s Vulkan pipeline cache, as the driver serializes it, into `path`."""
+    from retarget_vulkan_spirv.driver import _vk
+
+    vk = _vk()
+    size = vk.ffi.new("size_t*")
+    vk.lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, size, vk.ffi.NULL)
+    data = vk.ffi.new("char[]", size[0])
+    vk.lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, size, data)
+    with open(path, "wb") as f:
+        f.write(vk.ffi.buffer(data, size[0]))
 
 
 def main():
@@ -405,6 +421,44 @@ def main():
                            self.i32(0), w)
         return word
 
+    spirv.OP.setdefault("CopyMemory", 63)
+
+    def copy_memory(at_load):
+        """stmt_vectorcopy with each staged 16-byte run moved from the storage buffer to the shared tile by one
+        OpCopyMemory, which a compiler may make an asynchronous copy (LDGSTS, as `cp.async`), with no registers
+        between: where its load is (`at_load`; only with two staged copies, so that the copy lands in the one
+        not being read) or where its store is (the load dropped; the copy synchronous in the step's store phase)."""
+        def run_key(name, index):
+            return name, repr(index)
+
+        def copy(self, s):
+            src_storage, dst_storage = self.buffer(s.src)[2], self.buffer(s.dst)[2]
+            if not hasattr(self, "rt_stores"):  # each staged run's stores, in program order: registers -> (tile, index)
+                self.rt_stores, self.rt_loads, self.rt_phase = {}, {}, {}
+                for st in kir.walk_stmts(self.k.body):
+                    if isinstance(st, kir.VectorCopy) and self.buffer(st.dst)[2] == "Workgroup":
+                        self.rt_stores.setdefault(run_key(st.src, st.src_index), []).append((st.dst, st.dst_index))
+            key = run_key(s.dst, s.dst_index)
+            if src_storage == "StorageBuffer" and key in self.rt_stores:
+                done, stored = self.rt_phase.get(key, (0, False))
+                done += stored  # the first load after a store goes with the next store
+                self.rt_phase[key] = done, False
+                if at_load:
+                    tile, index = self.rt_stores[key][done]
+                    self.emit("CopyMemory", self.word(tile, index, s.lanes), self.word(s.src, s.src_index, s.lanes))
+                else:
+                    self.rt_loads[key] = s.src, s.src_index
+                return
+            if dst_storage == "Workgroup" and run_key(s.src, s.src_index) in self.rt_stores:
+                done, _ = self.rt_phase.get(run_key(s.src, s.src_index), (0, False))
+                self.rt_phase[run_key(s.src, s.src_index)] = done, True
+                if not at_load:
+                    buffer, index = self.rt_loads[run_key(s.src, s.src_index)]
+                    self.emit("CopyMemory", self.word(s.dst, s.dst_index, s.lanes), self.word(buffer, index, s.lanes))
+                return
+            return shipped["copy"](self, s)
+        return copy
+
     def no_load(self, pointer, t):
         word = self.op("Bitcast", self.t_u32, self.i32(0x3C003C00))  # staged words made of ones
         return self.op("CompositeConstruct", t, word, word, word, word)
@@ -432,6 +486,11 @@ def main():
         ("8 subgroups of 64x64 (128x256), tile_k 32", {"plans": {"NVIDIA": [(2, 4, 4, 4, 2)]}}),
         ("8 subgroups of 64x64 (256x128), tile_k 32", {"plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}}),
         ("4 subgroups of 64x64 (128x128), tile_k 32, 2 copies", {"plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
+        ("copy memory at the store (1 copy of 64)", {"copy": copy_memory(at_load=False)}),
+        ("copy memory at the load, tile_k 32, 2 copies",
+         {"copy": copy_memory(at_load=True), "plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
+        ("copy memory at the load, tile_k 16, 2 copies",
+         {"copy": copy_memory(at_load=True), "plans": {"NVIDIA": [(2, 2, 4, 4, 1)]}}),
         ("tiles in pairs, workgroups 132 apart", {"staged": paired(132)}),
         ("tiles in pairs, workgroups 66 apart", {"staged": paired(66)}),
         ("tiles in pairs, workgroups 1 apart", {"staged": paired(1)}),
@@ -506,6 +565,8 @@ def main():
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
         rows.append(timed({"variant": name, "flop": 2 * m * n * kk, "max_error": error},
                           lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
+        if os.environ.get("PROBE_PIPELINE_CACHE"):  # the device's pipelines so far, for vulkan_sass.py
+            write_pipeline_cache(loaded.device, os.environ["PROBE_PIPELINE_CACHE"])
         del loaded
     if cuda:
         rows.append(torch_row())
