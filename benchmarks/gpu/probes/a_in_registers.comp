@@ -10,7 +10,8 @@
 // 2c, 2c + 1, 2c + 8, 2c + 9 in elements 0-3, then row g + 8 at the same columns in elements 4-7.
 // Within each 16-deep k-slice, k is permuted so that those four columns are adjacent in memory (physical
 // column 4c + j), one 8-byte load a row; B's rows are staged under the same permutation, so the product is
-// unchanged. LAYOUT_PROBE 1 builds instead a kernel that writes each lane's A and B fragment elements, loaded from
+// unchanged. PACKED_A 1 reads A from a buffer packed by the harness, each load's 32 lanes 256 contiguous bytes
+// (A's [64-row block][k-slice][fragment row i][half h][lane] words) instead of 32 bytes of each of 8 rows. LAYOUT_PROBE 1 builds instead a kernel that writes each lane's A and B fragment elements, loaded from
 // A and B, to C's first 512 elements, to read the order off a device.
 #version 460
 #extension GL_KHR_cooperative_matrix : require
@@ -21,6 +22,12 @@
 
 #ifndef LAYOUT_PROBE
 #define LAYOUT_PROBE 0
+#endif
+#ifndef PACKED_BOTH
+#define PACKED_BOTH 0
+#endif
+#ifndef LOAD_AFTER
+#define LOAD_AFTER 0
 #endif
 
 layout(local_size_x = 128) in;
@@ -47,6 +54,82 @@ void main() {
         for (uint e = 0; e < fa.length(); e++) c[base_c + t * fa.length() + e] = fa[e];
         for (uint e = 0; e < fb.length(); e++) c[base_c + 256 + t * fb.length() + e] = fb[e];
     }
+}
+#elif PACKED_BOTH
+// A and B both read from buffers packed in fragment order (the harness packs them): fragment (row block R,
+// k-slice S) of A is 32 lanes x 16 bytes at word (R * K / 16 + S) * 32, each lane's 8 elements in the driver's
+// order; B's (column block C, k-slice S) likewise. No workgroup memory, no barrier: each subgroup loads its own
+// fragments, RING k-slices ahead, one 16-byte load a fragment.
+layout(set = 0, binding = 0) readonly buffer InAw { uvec4 aw[]; };
+const uint N = SIZE;
+const uint K = SIZE;
+const uint ALL_SLICES = K / 16;
+ACC acc[16];
+uvec4 ring_a[RING][4];
+uvec4 ring_b[RING][4];
+uint a_first, b_first;
+
+void load_slice(uint slice, uint r) {
+    [[unroll]] for (uint i = 0; i < 4; i++) {
+        ring_a[r][i] = aw[a_first + (i * ALL_SLICES + slice) * 32];
+        ring_b[r][i] = b[b_first + (i * ALL_SLICES + slice) * 32];
+    }
+}
+
+FA a_fragment(uvec4 w) {
+    FA f;
+    f16vec2 p;
+    p = unpackFloat2x16(w.x); f[0] = p.x; f[1] = p.y;
+    p = unpackFloat2x16(w.y); f[2] = p.x; f[3] = p.y;
+    p = unpackFloat2x16(w.z); f[4] = p.x; f[5] = p.y;
+    p = unpackFloat2x16(w.w); f[6] = p.x; f[7] = p.y;
+    return f;
+}
+
+FB b_fragment(uvec4 w) {
+    FB f;
+    f16vec2 p;
+    p = unpackFloat2x16(w.x); f[0] = p.x; f[1] = p.y;
+    p = unpackFloat2x16(w.y); f[2] = p.x; f[3] = p.y;
+    p = unpackFloat2x16(w.z); f[4] = p.x; f[5] = p.y;
+    p = unpackFloat2x16(w.w); f[6] = p.x; f[7] = p.y;
+    return f;
+}
+
+void main() {
+    uint tile = gl_WorkGroupID.x;
+    uint m0 = (tile / (N / 128)) * 128, n0 = (tile % (N / 128)) * 128;
+    uint t = gl_LocalInvocationID.x;
+    uint sg = t / 32, lane = t % 32;
+    uint wm = (sg / 2) * 64, wn = (sg % 2) * 64;
+    a_first = (base_a >> 3) + (m0 + wm) / 16 * ALL_SLICES * 32 + lane;
+    b_first = (base_b >> 3) + (n0 + wn) / 16 * ALL_SLICES * 32 + lane;
+    [[unroll]] for (uint q = 0; q < 16; q++) acc[q] = ACC(0.0);
+    [[unroll]] for (uint r = 0; r < RING; r++) load_slice(r, r);
+    [[dont_unroll]] for (uint s = 0; s < ALL_SLICES; s += RING) {
+        [[unroll]] for (uint r = 0; r < RING; r++) {
+            FA fa[4];
+            FB fb[4];
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                fa[i] = a_fragment(ring_a[r][i]);
+                fb[i] = b_fragment(ring_b[r][i]);
+            }
+#if !LOAD_AFTER
+            load_slice(min(s + r + RING, ALL_SLICES - 1), r);  // past the end: a harmless reload
+#endif
+            [[unroll]] for (uint i = 0; i < 4; i++)
+                [[unroll]] for (uint j = 0; j < 4; j++)
+                    acc[i * 4 + j] = coopMatMulAdd(fa[i], fb[j], acc[i * 4 + j]);
+#if LOAD_AFTER  // after the multiplies, so that the fragments may share the ring's registers
+            load_slice(min(s + r + RING, ALL_SLICES - 1), r);
+#endif
+        }
+    }
+    [[unroll]] for (uint i = 0; i < 4; i++)
+        [[unroll]] for (uint j = 0; j < 4; j++) {
+            OUT h = OUT(acc[i * 4 + j]);
+            coopMatStore(h, c, base_c + (m0 + wm + 16 * i) * N + n0 + wn + 16 * j, N, gl_CooperativeMatrixLayoutRowMajor);
+        }
 }
 #else
 
@@ -75,9 +158,16 @@ uint sb_word(uint copy, uint idx) { return copy * TK * BS + permuted_row(idx / (
 void load_b(uint step, uint t) { [[unroll]] for (uint i = 0; i < PB; i++) rb[i] = b[b_word(step, t + 128 * i)]; }
 void store_b(uint copy, uint t) { [[unroll]] for (uint i = 0; i < PB; i++) sb[sb_word(copy, t + 128 * i)] = rb[i]; }
 
+#ifndef PACKED_A
+#define PACKED_A 0
+#endif
 void load_a(uint slice, uint r) {
+#if PACKED_A  // timing only: each load's 32 lanes read 256 contiguous bytes, as if A were stored fragment by fragment
+    [[unroll]] for (uint q = 0; q < 8; q++) ring[r][q] = a[a_lane + (slice * 8 + q) * 32];
+#else
     [[unroll]] for (uint i = 0; i < 4; i++)
         [[unroll]] for (uint h = 0; h < 2; h++) ring[r][i * 2 + h] = a[a_lane + (16 * i + 8 * h) * (K / 4) + slice * 4];
+#endif
 }
 
 FA fragment(uint r, uint i) {
@@ -112,7 +202,11 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     uint sg = t / 32, lane = t % 32;
     uint wm = (sg / 2) * 64, wn = (sg % 2) * 64;
+#if PACKED_A
+    a_lane = (base_a >> 2) + (m0 + wm) / 64 * ALL_SLICES * 8 * 32 + lane;
+#else
     a_lane = (base_a >> 2) + (m0 + wm + lane / 4) * (K / 4) + lane % 4;
+#endif
     [[unroll]] for (uint q = 0; q < 16; q++) acc[q] = ACC(0.0);
     [[unroll]] for (uint r = 0; r < RING; r++) load_a(r, r);
     load_b(0, t);

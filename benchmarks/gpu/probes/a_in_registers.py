@@ -42,7 +42,43 @@ VARIANTS = {
     "A in registers, ring of 1, B 2 copies of 64": dict(SOURCE=SOURCE, RING=1, BCOPIES=2, TK=64),
     "A in registers, ring of 1, B 1 copy of 64": dict(SOURCE=SOURCE, RING=1, BCOPIES=1, TK=64),
     "A in registers, ring of 2, B 1 copy of 32": dict(SOURCE=SOURCE, RING=2, BCOPIES=1, TK=32),
+    "A and B packed in fragment order, no workgroup memory, ring of 2": dict(SOURCE=SOURCE, PACKED_BOTH=1, RING=2),
+    "A and B packed in fragment order, no workgroup memory, ring of 1": dict(SOURCE=SOURCE, PACKED_BOTH=1, RING=1),
+    "A and B packed in fragment order, no workgroup memory, ring of 4": dict(SOURCE=SOURCE, PACKED_BOTH=1, RING=4),
+    "A and B packed in fragment order, no workgroup memory, ring of 2, loads after the multiplies":
+        dict(SOURCE=SOURCE, PACKED_BOTH=1, RING=2, LOAD_AFTER=1),
+    "A and B packed in fragment order, no workgroup memory, ring of 4, loads after the multiplies":
+        dict(SOURCE=SOURCE, PACKED_BOTH=1, RING=4, LOAD_AFTER=1),
+    "A in registers, ring of 2, B 1 copy of 64, A packed":
+        dict(SOURCE=SOURCE, RING=2, BCOPIES=1, TK=64, PACKED_A=1),
+    "A in registers, ring of 1, B 1 copy of 64, A packed":
+        dict(SOURCE=SOURCE, RING=1, BCOPIES=1, TK=64, PACKED_A=1),
 }
+
+
+# (row, column) of each lane's 8 elements in NVIDIA's 16x16 f16 fragments (read off the H100 by `fragment_layout`)
+LANE, ELEMENT = np.meshgrid(np.arange(32), np.arange(8), indexing="ij")
+A_ROWS = LANE // 4 + 8 * (ELEMENT // 4)
+A_COLS = 2 * (LANE % 4) + ELEMENT % 2 + 8 * (ELEMENT // 2 % 2)
+B_ROWS, B_COLS = A_COLS, A_ROWS  # B's lane 4n + c holds column n (then n + 8) at A's columns as rows
+
+
+def packed(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """x's 16x16 blocks, each as 32 lanes x 8 elements in fragment order; blocks [block row][block column]."""
+    blocks = x.reshape(x.shape[0] // 16, 16, x.shape[1] // 16, 16).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(blocks[:, :, rows, cols]).reshape(x.shape)
+
+
+def fragment_order(defines: dict, a: np.ndarray, b: np.ndarray):
+    """A and B as a variant reads them: PACKED_BOTH reads A's fragments by (row block, k-slice) and B's by
+    (column block, k-slice), so B's blocks are packed transposed."""
+    if defines.get("PACKED_A"):  # [64-row block][k-slice][i][h][g][c][j]: row 64 block + 16 i + 8 h + g, k 16 slice + 4 c + j
+        m, kk = a.shape
+        blocks = a.reshape(m // 64, 4, 2, 8, kk // 16, 4, 4).transpose(0, 4, 1, 2, 3, 5, 6)
+        return np.ascontiguousarray(blocks).reshape(a.shape), b
+    if defines.get("PACKED_BOTH"):
+        return packed(a, A_ROWS, A_COLS), packed(np.ascontiguousarray(b.T), B_COLS, B_ROWS)
+    return a, b
 
 
 def fragment_layout() -> None:
@@ -69,4 +105,4 @@ if __name__ == "__main__":
     else:
         sys.path.insert(0, os.path.join(HERE, "../../../plugins/cuda/tests"))
         fragment_layout()
-        warp_specialized.main(VARIANTS, "a_in_registers.json")
+        warp_specialized.main(VARIANTS, "a_in_registers.json", fragment_order)

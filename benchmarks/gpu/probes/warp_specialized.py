@@ -94,7 +94,9 @@ def with_kernel(art, spirv: bytes, workgroup: int):
     return art
 
 
-def main(variants: dict = VARIANTS, json_name: str = "warp_specialized.json"):
+def main(variants: dict = VARIANTS, json_name: str = "warp_specialized.json", inputs=lambda defines, a, b: (a, b)):
+    """Each variant checked and timed beside retarget's own kernel and cuBLAS; `inputs(defines, a, b)` gives what
+    a variant's kernel is called with (A and B, or a layout of them that it reads)."""
     if "--build" in sys.argv:
         build(variants)
         return
@@ -121,7 +123,7 @@ def main(variants: dict = VARIANTS, json_name: str = "warp_specialized.json"):
         print(name, flush=True)
         try:
             loaded = retarget.load(art, device="vulkan")
-            out = loaded.main(a, b).astype(np.float64)
+            out = loaded.main(*(inputs(variants[name], a, b) if name in variants else (a, b))).astype(np.float64)
         except Exception as e:  # a variant the driver refuses: say so and go on
             print(f"  failed: {type(e).__name__}: {e}", flush=True)
             continue
