@@ -9,6 +9,11 @@ RING k-slices ahead, and puts them into the fragments element by element. B alon
 barriers a step, as shipped) or two (one barrier). The element order a fragment holds is the driver's: the layout
 probe reads it off the device first, and every variant is checked against float64.
 
+Read from A as it lies (row-major), each such load touches 8 rows and so 8 cache lines for 256 bytes, and the
+variants cost what staging costs. The `A packed` variants read A packed by the harness in the order the lanes
+load it (256 contiguous bytes a load); the `A and B packed` ones read both operands as whole 16-byte fragments and
+use no workgroup memory at all.
+
 The kernels are hand-written GLSL (`a_in_registers.comp`, built by glslangValidator into `build/`), put in
 place of retarget's matmul kernel and run as `warp_specialized.py` runs its own; the same schedule written in
 GLSL with A staged is the baseline to compare with (glslang's code for the shipped schedule runs below our
@@ -72,7 +77,8 @@ def packed(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 def fragment_order(defines: dict, a: np.ndarray, b: np.ndarray):
     """A and B as a variant reads them: PACKED_BOTH reads A's fragments by (row block, k-slice) and B's by
     (column block, k-slice), so B's blocks are packed transposed."""
-    if defines.get("PACKED_A"):  # [64-row block][k-slice][i][h][g][c][j]: row 64 block + 16 i + 8 h + g, k 16 slice + 4 c + j
+    if defines.get("PACKED_A"):
+        # [64-row block][k-slice][i][h][g][c][j] holds row 64 block + 16 i + 8 h + g, column 16 slice + 4 c + j
         m, kk = a.shape
         blocks = a.reshape(m // 64, 4, 2, 8, kk // 16, 4, 4).transpose(0, 4, 1, 2, 3, 5, 6)
         return np.ascontiguousarray(blocks).reshape(a.shape), b
