@@ -459,6 +459,83 @@ def main():
             return shipped["copy"](self, s)
         return copy
 
+    # A packed in fragment order ([16-row block][k-slice][lane][element], the element order NVIDIA's driver gives a
+    # 16x16 f16 fragment, read off the H100 by a_in_registers.py): each lane loads its whole A fragment, 16 bytes,
+    # into a ring of private words one k-slice ahead, and the fragment is built from them element by element; B is
+    # staged as shipped. A FragmentLoad of stride 0 from the ring marks such a build for the codegen.
+    spirv.OP.setdefault("CompositeInsert", 82)
+    lane_of, element_of = np.meshgrid(np.arange(32), np.arange(8), indexing="ij")
+    fragment_rows = lane_of // 4 + 8 * (element_of // 4)
+    fragment_cols = 2 * (lane_of % 4) + element_of % 2 + 8 * (element_of // 2 % 2)
+
+    def fragment_packed(x):
+        blocks = x.reshape(x.shape[0] // 16, 16, x.shape[1] // 16, 16).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(blocks[:, :, fragment_rows, fragment_cols]).reshape(x.shape)
+
+    def a_in_registers(self, op, tiles, setup, compute, epilogue, schedule):
+        """_staged_matmul with A's fragments loaded from A packed in fragment order (the variant is fed A so
+        packed), a k-slice ahead, and A not staged."""
+        a = op.operands[0]
+        buffer = self.strided_operand(a, len(op.result.type.shape))[0]
+        kk, tk, width = a.type.shape[-1], tiles.tile_k, 16
+        slices, ring = kk // width, "rt_ring"
+        names = {}
+
+        def packed_index(slice_, i):
+            block = (kir.Var(tiles.m0) + kir.Var(names["sr"])) // width + i
+            return ((block * slices + slice_) * 32 + kir.Var(names["lane"])) * 8
+
+        def ring_setup(t):
+            body = setup(t)
+            for st in body:
+                if isinstance(st, kir.Assign) and st.var.startswith(("sr", "lane")):
+                    names["sr" if st.var.startswith("sr") else "lane"] = st.var
+            rows = sum(1 for st in body if isinstance(st, kir.Fragment) and st.role == "a")
+            names["rows"] = rows
+            # 8 elements of padding: the bounds check sees a fragment build as a 16-element read
+            return body + [kir.Local(ring, 8 * rows + 8, dtype("f16"))] + [
+                kir.VectorCopy(ring, kir.const(8 * i), buffer, packed_index(kir.const(0), i), 8) for i in range(rows)]
+
+        def from_ring(t, step):
+            [loop] = compute(t, step)
+            ahead = kir.minimum(step * (tk // width) + kir.Var(loop.var) + 1, kir.const(slices - 1))
+            body, i = [], 0
+            for st in loop.body:
+                if isinstance(st, kir.FragmentLoad) and st.buffer == t.a_tile:
+                    st = kir.FragmentLoad(st.name, ring, kir.const(8 * i), 0)
+                    i += 1
+                    if i == names["rows"]:  # every A fragment built: the ring takes the next slice's
+                        body.append(st)
+                        body += [kir.VectorCopy(ring, kir.const(8 * r), buffer, packed_index(ahead, r), 8)
+                                 for r in range(names["rows"])]
+                        continue
+                body.append(st)
+            return [kir.Loop(loop.var, loop.extent, body, loop.kind)]
+
+        return shipped["staged"](self, op, tiles, ring_setup, from_ring, epilogue, schedule)
+
+    def built_from_words(self, s):
+        """stmt_fragmentload; for a load of stride 0 from the ring, the fragment built from its 16-byte word."""
+        if s.stride != 0 or s.buffer != "rt_ring":
+            return shipped["fragload"](self, s)
+        _, type_id, var = self.fragment(s.name)
+        word = self.op("Load", self.words(), self.word(s.buffer, s.index, 8))
+        half = self.m.type_float(16)
+        halves2 = self.m.type("TypeVector", half, 2)
+        value = self.op("Load", type_id, var)
+        for w in range(4):
+            pair = self.op("Bitcast", halves2, self.op("CompositeExtract", self.t_u32, word, w))
+            for e in range(2):
+                value = self.op("CompositeInsert", type_id, self.op("CompositeExtract", half, pair, e), value, 2 * w + e)
+        self.emit("Store", var, value)
+
+    def b_only(method):
+        """_Staged.load or .store for B; nothing for A."""
+        return lambda self, *args: method(self, *args) if self.k_side == "row" else []
+
+    a_packed = {"staged": a_in_registers, "load": b_only(shipped["load"]), "store": b_only(shipped["store"]),
+                "fragload": built_from_words, "pack_a": fragment_packed}
+
     def no_load(self, pointer, t):
         word = self.op("Bitcast", self.t_u32, self.i32(0x3C003C00))  # staged words made of ones
         return self.op("CompositeConstruct", t, word, word, word, word)
@@ -486,6 +563,7 @@ def main():
         ("8 subgroups of 64x64 (128x256), tile_k 32", {"plans": {"NVIDIA": [(2, 4, 4, 4, 2)]}}),
         ("8 subgroups of 64x64 (256x128), tile_k 32", {"plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}}),
         ("4 subgroups of 64x64 (128x128), tile_k 32, 2 copies", {"plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
+        ("A packed in fragment order, built in registers a k-slice ahead; B staged", a_packed),
         ("copy memory at the store (1 copy of 64)", {"copy": copy_memory(at_load=False)}),
         ("copy memory at the load, tile_k 32, 2 copies",
          {"copy": copy_memory(at_load=True), "plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
@@ -561,7 +639,8 @@ def main():
             for key, where in points.items():
                 setattr(*where, shipped[key])
         loaded = retarget.load(art, device="vulkan")
-        out = loaded.main(a, np.ascontiguousarray(b.T) if change.get("bt") else b).astype(np.float64)
+        fed_a = change["pack_a"](a) if "pack_a" in change else a
+        out = loaded.main(fed_a, np.ascontiguousarray(b.T) if change.get("bt") else b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
         rows.append(timed({"variant": name, "flop": 2 * m * n * kk, "max_error": error},
                           lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
