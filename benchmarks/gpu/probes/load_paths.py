@@ -21,6 +21,8 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
 - the larger plans of one workgroup a multiprocessor (8 subgroups), and two staged copies of 32-deep steps;
 - B's fragments loaded straight from its buffer by column-major cooperative-matrix loads (fed B transposed, so
   the answer is right), only A staged;
+- A packed in fragment order (the variant is fed it so) and each lane's A fragment loaded into registers a
+  k-slice ahead and built element by element, only B staged;
 - each staged run moved by one OpCopyMemory (global -> shared, no registers between), where its load or its
   store was, to see whether the driver makes it an asynchronous copy. With PROBE_PIPELINE_CACHE=FILE the device's
   pipeline cache is written after each variant, for `vulkan_sass.py`.
@@ -526,7 +528,8 @@ def main():
         for w in range(4):
             pair = self.op("Bitcast", halves2, self.op("CompositeExtract", self.t_u32, word, w))
             for e in range(2):
-                value = self.op("CompositeInsert", type_id, self.op("CompositeExtract", half, pair, e), value, 2 * w + e)
+                element = self.op("CompositeExtract", half, pair, e)
+                value = self.op("CompositeInsert", type_id, element, value, 2 * w + e)
         self.emit("Store", var, value)
 
     def b_only(method):
