@@ -116,10 +116,10 @@ def main():
             model, inputs = zoo.make(name)
             onnx_path = Path(tmp) / f"{name}.onnx"
             zoo.export_onnx(name, onnx_path)
-            rows.append({"model": name, "path": "torch",
-                         "seconds": median_seconds(lambda: retarget.compile(model, "vmvx", example_inputs=inputs), args.repeats)})
-            rows.append({"model": name, "path": "onnx",
-                         "seconds": median_seconds(lambda: retarget.compile(str(onnx_path), "vmvx"), args.repeats)})
+            compile_torch = lambda model=model, inputs=inputs: retarget.compile(model, "vmvx", example_inputs=inputs)
+            compile_onnx = lambda onnx_path=onnx_path: retarget.compile(str(onnx_path), "vmvx")
+            rows.append({"model": name, "path": "torch", "seconds": median_seconds(compile_torch, args.repeats)})
+            rows.append({"model": name, "path": "onnx", "seconds": median_seconds(compile_onnx, args.repeats)})
     module, x, _ = mlp_module(batch=1, features=224, hidden=512)
     fn = retarget.load(retarget.compile(module, "vmvx"), "local-sync").predict
     fn(x)

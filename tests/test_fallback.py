@@ -11,7 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import numpy as np  # noqa: E402
-
 import retarget  # noqa: E402
 from retarget.passes.placement import PlacementError  # noqa: E402
 from retarget.testing import zoo  # noqa: E402

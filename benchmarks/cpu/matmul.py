@@ -13,7 +13,6 @@ import statistics
 import time
 
 import numpy as np
-
 import retarget
 from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
 
@@ -43,7 +42,7 @@ def main():
     for device in ("local-sync", "local-task"):
         mm = retarget.load(art, device).mm
         np.testing.assert_allclose(mm(a, b), a @ b, rtol=1e-3, atol=1e-3)
-        print(f"retarget llvm-cpu {device:10s} {flops / median_s(lambda: mm(a, b)) / 1e9:7.1f} GFLOP/s")
+        print(f"retarget llvm-cpu {device:10s} {flops / median_s(lambda mm=mm: mm(a, b)) / 1e9:7.1f} GFLOP/s")
     print(f"numpy (BLAS)                 {flops / median_s(lambda: a @ b) / 1e9:7.1f} GFLOP/s")
 
 

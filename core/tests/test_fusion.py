@@ -1,7 +1,6 @@
 """Dispatch formation: which ops share a kernel, and that fused code computes the same thing."""
 
 import numpy as np
-
 import retarget
 from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
 from retarget.passes.conv_folding import fold_conv_scales

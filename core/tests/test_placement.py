@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-
 import retarget
 from retarget.errors import InputError, ModuleFormatError, UnknownDeviceError
 from retarget.ir.core import Builder, Function, Module, TensorType, Value

@@ -89,7 +89,8 @@ def test_an_npy_header_promising_more_than_the_file_holds_is_refused_before_allo
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 2**20)})
         f.write(bytes(16))
-    with pytest.raises(InputError, match=r"header promises 4,611,686,018,427,387,904 bytes of data and the file holds 16"):
+    with pytest.raises(InputError,
+                       match=r"header promises 4,611,686,018,427,387,904 bytes of data and the file holds 16"):
         parse_input(f"@{path}")
 
 
@@ -214,7 +215,8 @@ def test_an_array_on_a_device_is_refused_naming_the_argument(predict):
         def __dlpack_device__(self):
             return (2, 1)
 
-    with pytest.raises(InputError, match=r"input 0 \('x'\) of predict is an array on cuda:1; this module runs on local"):
+    with pytest.raises(InputError,
+                       match=r"input 0 \('x'\) of predict is an array on cuda:1; this module runs on local"):
         predict[0](CudaTensor())
 
 

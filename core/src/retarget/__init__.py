@@ -47,4 +47,5 @@ def devices() -> list:
     return all_devices()
 
 
-__all__ = ["Artifact", "DeviceArray", "LoadedModule", "RetargetError", "compile", "devices", "drivers", "load", "plugins", "targets"]
+__all__ = ["Artifact", "DeviceArray", "LoadedModule", "RetargetError", "compile", "devices", "drivers", "load",
+           "plugins", "targets"]

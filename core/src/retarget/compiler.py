@@ -59,7 +59,8 @@ def resolve_target(spec: str | TargetDesc) -> tuple[object, TargetDesc, str | No
     if backend is None:
         raise UnknownTargetError(
             f"unknown target '{spec}'",
-            hint=suggestion(name, backends) + " (`retarget targets` lists them; a backend may need its plugin installed)",
+            hint=suggestion(name, backends)
+            + " (`retarget targets` lists them; a backend may need its plugin installed)",
         )
     if arch:
         return backend, backend.parse(arch), None

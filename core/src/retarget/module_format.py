@@ -128,7 +128,8 @@ def read(path: str | os.PathLike, *, mmap: bool = True, trusted_keys=None) -> Ar
     must be signed by one of them (`signing.py`); that is checked before the manifest is read."""
     path = Path(path)
     if not path.exists():
-        raise ModuleFormatError(f"{path}: no such module file", hint="compile one with `retarget compile MODEL -o FILE.rtm`")
+        raise ModuleFormatError(f"{path}: no such module file",
+                                hint="compile one with `retarget compile MODEL -o FILE.rtm`")
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, struct.error) as e:
@@ -144,7 +145,8 @@ def read(path: str | os.PathLike, *, mmap: bool = True, trusted_keys=None) -> Ar
                 raise ModuleFormatError(f"{path}: entry '{name}' has the wrong size or is compressed",
                                         hint="the file was modified after compilation; recompile it")
             if mmap and name == CONSTANTS and info.file_size:
-                data = np.memmap(path, dtype=np.uint8, mode="r", offset=_data_offset(zf, info, path), shape=(info.file_size,))
+                data = np.memmap(path, dtype=np.uint8, mode="r", offset=_data_offset(zf, info, path),
+                                 shape=(info.file_size,))
             else:
                 data = _read_entry(zf, name, path)
             if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
@@ -174,7 +176,8 @@ def _manifest(zf: zipfile.ZipFile, path: Path, trusted_keys=None) -> dict:
         raise ModuleFormatError(f"{path}: manifest.json is not valid JSON ({type(e).__name__}: {e})",
                                 hint="recompile the module") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ModuleFormatError(f"{path} is a zip file but not a retarget module", hint="compile one with `retarget compile`")
+        raise ModuleFormatError(f"{path} is a zip file but not a retarget module",
+                                hint="compile one with `retarget compile`")
     version = manifest.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise ModuleFormatError(f"{path}: manifest field format_version is not an integer", hint="recompile the module")
@@ -194,7 +197,8 @@ def _entry_info(zf: zipfile.ZipFile, name: str, path: Path) -> zipfile.ZipInfo:
     try:
         return zf.getinfo(name)
     except KeyError:
-        raise ModuleFormatError(f"{path}: entry '{name}' is missing", hint="the file is incomplete; recompile it") from None
+        raise ModuleFormatError(f"{path}: entry '{name}' is missing",
+                                hint="the file is incomplete; recompile it") from None
 
 
 def _read_entry(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
@@ -205,7 +209,8 @@ def _read_entry(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
     try:
         return zf.read(name)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, struct.error) as e:
-        raise ModuleFormatError(f"{path}: cannot read entry '{name}' ({e})", hint="the file is truncated; recompile it") from None
+        raise ModuleFormatError(f"{path}: cannot read entry '{name}' ({e})",
+                                hint="the file is truncated; recompile it") from None
 
 
 def _data_offset(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> int:
@@ -217,7 +222,8 @@ def _data_offset(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> int:
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     offset = info.header_offset + 30 + name_len + extra_len
     if offset + info.file_size > os.path.getsize(path):
-        raise ModuleFormatError(f"{path}: entry '{info.filename}' runs past the end of the file", hint="recompile the module")
+        raise ModuleFormatError(f"{path}: entry '{info.filename}' runs past the end of the file",
+                                hint="recompile the module")
     return offset
 
 

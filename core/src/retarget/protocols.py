@@ -314,7 +314,9 @@ class ExecutableLoader(Protocol):
 
     format: str
 
-    def load(self, binary: ExecutableBinary) -> list[Callable[[list[np.ndarray]], Callable[[tuple[int, int, int]], None]]]: ...
+    def load(
+        self, binary: ExecutableBinary
+    ) -> list[Callable[[list[np.ndarray]], Callable[[tuple[int, int, int]], None]]]: ...
     def can_load(self, target: TargetDesc) -> str | None: ...
 
 

@@ -594,7 +594,8 @@ def parse_input(text: str) -> np.ndarray:
         return read_npy(text[1:])
     shape_text, sep, values = text.partition("=")
     if not sep:
-        raise InputError(f"input '{text}' has no '='", hint="write SHAPExDTYPE=VALUES, e.g. 2x2xf32=1 2 3 4, or @file.npy")
+        raise InputError(f"input '{text}' has no '='",
+                         hint="write SHAPExDTYPE=VALUES, e.g. 2x2xf32=1 2 3 4, or @file.npy")
     *dims, dtype_name = shape_text.split("x")
     try:
         shape = tuple(int(d) for d in dims)

@@ -109,11 +109,13 @@ def test_casts(op, src, dst, x, ref):
     ("exp", np.exp), ("log", lambda x: np.log(np.abs(x))), ("sqrt", lambda x: np.sqrt(np.abs(x))),
     ("rsqrt", lambda x: 1 / np.sqrt(np.abs(x))), ("tanh", np.tanh), ("absf", np.abs), ("floor", np.floor),
     ("ceil", np.ceil), ("erf", np.vectorize(math.erf)), ("sin", np.sin), ("cos", np.cos),
-    ("exp2", np.exp2), ("log2", lambda x: np.log2(np.abs(x))), ("round", lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5)),
+    ("exp2", np.exp2), ("log2", lambda x: np.log2(np.abs(x))),
+    ("round", lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5)),
     ("roundeven", np.round),
 ])
 def test_math_unary_ops(op, ref):
-    pre = "%x = math.absf %a : tensor<4xf32>" if op in ("log", "sqrt", "rsqrt", "log2") else "%x = arith.addf %a, %a : tensor<4xf32>"
+    pre = "%x = math.absf %a : tensor<4xf32>" if op in ("log", "sqrt", "rsqrt", "log2") \
+        else "%x = arith.addf %a, %a : tensor<4xf32>"
     text = f"""func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {{
       {pre}
       %0 = math.{op} %x : tensor<4xf32>

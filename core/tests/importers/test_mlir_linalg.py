@@ -58,11 +58,13 @@ def test_generic_form_of_matmul_imports_like_the_pretty_form():
 
 
 def test_batch_matmul_and_matvec():
-    text = """func.func @f(%a: tensor<2x3x4xf32>, %b: tensor<2x4x5xf32>, %m: tensor<3x4xf32>, %v: tensor<4xf32>) -> (tensor<2x3x5xf32>, tensor<3xf32>) {
+    text = """func.func @f(%a: tensor<2x3x4xf32>, %b: tensor<2x4x5xf32>, %m: tensor<3x4xf32>, %v: tensor<4xf32>)
+           -> (tensor<2x3x5xf32>, tensor<3xf32>) {
       %z = arith.constant 0.0 : f32
       %e = tensor.empty() : tensor<2x3x5xf32>
       %f = linalg.fill ins(%z : f32) outs(%e : tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
-      %0 = linalg.batch_matmul ins(%a, %b : tensor<2x3x4xf32>, tensor<2x4x5xf32>) outs(%f : tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+      %0 = linalg.batch_matmul ins(%a, %b : tensor<2x3x4xf32>, tensor<2x4x5xf32>) outs(%f : tensor<2x3x5xf32>)
+           -> tensor<2x3x5xf32>
       %e1 = tensor.empty() : tensor<3xf32>
       %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<3xf32>) -> tensor<3xf32>
       %1 = linalg.matvec ins(%m, %v : tensor<3x4xf32>, tensor<4xf32>) outs(%f1 : tensor<3xf32>) -> tensor<3xf32>
@@ -103,7 +105,8 @@ def test_conv_2d_nhwc_hwcf_with_strides():
 
 
 def test_conv_2d_nchw_fchw():
-    text = """func.func @f(%x: tensor<1x3x6x6xf32>, %w: tensor<4x3x3x3xf32>, %c: tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32> {
+    text = """func.func @f(%x: tensor<1x3x6x6xf32>, %w: tensor<4x3x3x3xf32>, %c: tensor<1x4x4x4xf32>)
+           -> tensor<1x4x4x4xf32> {
       %0 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
            ins(%x, %w : tensor<1x3x6x6xf32>, tensor<4x3x3x3xf32>) outs(%c : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
       return %0 : tensor<1x4x4x4xf32>

@@ -33,7 +33,8 @@ def test_jax_export_matches_jax_outputs(name, rtol):
 
 def test_dot_general_with_batch_and_contracting_dims():
     text = """func.func @main(%a: tensor<2x3x4xf32>, %b: tensor<2x5x4xf32>) -> tensor<2x3x5xf32> {
-      %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [2], precision = [DEFAULT, DEFAULT] : (tensor<2x3x4xf32>, tensor<2x5x4xf32>) -> tensor<2x3x5xf32>
+      %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [2],
+           precision = [DEFAULT, DEFAULT] : (tensor<2x3x4xf32>, tensor<2x5x4xf32>) -> tensor<2x3x5xf32>
       return %0 : tensor<2x3x5xf32>
     }"""
     a, b = r(2, 3, 4), r(2, 5, 4)
@@ -42,7 +43,10 @@ def test_dot_general_with_batch_and_contracting_dims():
 
 def test_dot_general_generic_form_reads_dot_dimension_numbers():
     text = """func.func @main(%a: tensor<4x3xf32>, %b: tensor<4x5xf32>) -> tensor<3x5xf32> {
-      %0 = "stablehlo.dot_general"(%a, %b) <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]>}> : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+      %0 = "stablehlo.dot_general"(%a, %b)
+           <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [0],
+             rhs_contracting_dimensions = [0]>}>
+           : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
       return %0 : tensor<3x5xf32>
     }"""
     a, b = r(4, 3), r(4, 5)
@@ -51,7 +55,10 @@ def test_dot_general_generic_form_reads_dot_dimension_numbers():
 
 def test_convolution_nchw_layout_with_feature_groups():
     text = """func.func @main(%x: tensor<1x4x5x5xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x3x3xf32> {
-      %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]} {batch_group_count = 1 : i64, feature_group_count = 2 : i64} : (tensor<1x4x5x5xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x3x3xf32>
+      %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1],
+           window = {stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]}
+           {batch_group_count = 1 : i64, feature_group_count = 2 : i64}
+           : (tensor<1x4x5x5xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x3x3xf32>
       return %0 : tensor<1x4x3x3xf32>
     }"""
     x, w = r(1, 4, 5, 5), r(4, 2, 3, 3)
@@ -81,7 +88,8 @@ def test_reduce_with_region_and_nonidentity_init():
 def test_reduce_window_max_with_padding():
     text = """func.func @main(%a: tensor<1x4x4x1xf32>) -> tensor<1x2x2x1xf32> {
       %init = stablehlo.constant dense<0xFF800000> : tensor<f32>
-      %0 = "stablehlo.reduce_window"(%a, %init) <{padding = dense<[[0, 0], [1, 1], [1, 1], [0, 0]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 3, 3, 1>, window_strides = array<i64: 1, 2, 2, 1>}> ({
+      %0 = "stablehlo.reduce_window"(%a, %init) <{padding = dense<[[0, 0], [1, 1], [1, 1], [0, 0]]> : tensor<4x2xi64>,
+           window_dimensions = array<i64: 1, 3, 3, 1>, window_strides = array<i64: 1, 2, 2, 1>}> ({
       ^bb0(%x: tensor<f32>, %y: tensor<f32>):
         %m = stablehlo.maximum %x, %y : tensor<f32>
         stablehlo.return %m : tensor<f32>
@@ -95,12 +103,14 @@ def test_reduce_window_max_with_padding():
 
 
 def test_shape_ops_iota_compare_select_convert():
-    text = """func.func @main(%a: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<4x3xf32>, tensor<1x2xf32>, tensor<3x5xf32>, tensor<2x3xi32>) {
+    text = """func.func @main(%a: tensor<2x3xf32>)
+           -> (tensor<3x2xf32>, tensor<4x3xf32>, tensor<1x2xf32>, tensor<3x5xf32>, tensor<2x3xi32>) {
       %0 = stablehlo.transpose %a, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
       %1 = stablehlo.concatenate %a, %a, dim = 0 : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
       %2 = stablehlo.slice %a [0:1, 0:3:2] : (tensor<2x3xf32>) -> tensor<1x2xf32>
       %z = stablehlo.constant dense<0.0> : tensor<f32>
-      %3 = stablehlo.pad %a, %z, low = [0, 1], high = [1, 1], interior = [0, 0] : (tensor<2x3xf32>, tensor<f32>) -> tensor<3x5xf32>
+      %3 = stablehlo.pad %a, %z, low = [0, 1], high = [1, 1], interior = [0, 0]
+           : (tensor<2x3xf32>, tensor<f32>) -> tensor<3x5xf32>
       %i = stablehlo.iota dim = 1 : tensor<2x3xi32>
       %c = stablehlo.convert %a : (tensor<2x3xf32>) -> tensor<2x3xi32>
       %p = stablehlo.compare GT, %i, %c, SIGNED : (tensor<2x3xi32>, tensor<2x3xi32>) -> tensor<2x3xi1>
@@ -121,7 +131,8 @@ def test_shape_ops_iota_compare_select_convert():
     ("exponential", np.exp), ("tanh", np.tanh), ("logistic", lambda x: 1 / (1 + np.exp(-x))),
     ("negate", np.negative), ("abs", np.abs), ("rsqrt", lambda x: 1 / np.sqrt(np.abs(x) + 1))])
 def test_unary_ops(op, ref):
-    pre = "%x = stablehlo.abs %a : tensor<4xf32>\n %one = stablehlo.constant dense<1.0> : tensor<4xf32>\n %y = stablehlo.add %x, %one : tensor<4xf32>" \
+    pre = ("%x = stablehlo.abs %a : tensor<4xf32>\n %one = stablehlo.constant dense<1.0> : tensor<4xf32>\n"
+           " %y = stablehlo.add %x, %one : tensor<4xf32>") \
         if op == "rsqrt" else "%y = stablehlo.add %a, %a : tensor<4xf32>"
     text = f"""func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{
       {pre}
@@ -167,7 +178,11 @@ def test_gather_of_rows_is_an_embedding_lookup():
     """`w[i]` for a 2-D index: JAX's gather with one collapsed dim and full slices."""
     text = """func.func @main(%w: tensor<10x8xf32>, %i: tensor<2x3xi32>) -> tensor<2x3x8xf32> {
       %0 = stablehlo.broadcast_in_dim %i, dims = [0, 1] : (tensor<2x3xi32>) -> tensor<2x3x1xi32>
-      %1 = "stablehlo.gather"(%w, %0) <{dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 2>, indices_are_sorted = false, slice_sizes = array<i64: 1, 8>}> : (tensor<10x8xf32>, tensor<2x3x1xi32>) -> tensor<2x3x8xf32>
+      %1 = "stablehlo.gather"(%w, %0)
+           <{dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0],
+               start_index_map = [0], index_vector_dim = 2>,
+             indices_are_sorted = false, slice_sizes = array<i64: 1, 8>}>
+           : (tensor<10x8xf32>, tensor<2x3x1xi32>) -> tensor<2x3x8xf32>
       return %1 : tensor<2x3x8xf32>
     }"""
     w, i = r(10, 8), np.array([[1, 2, 3], [9, 0, 5]], np.int32)
@@ -176,7 +191,11 @@ def test_gather_of_rows_is_an_embedding_lookup():
 
 def test_gather_of_columns_puts_the_offset_dim_first():
     text = """func.func @main(%x: tensor<4x5xf32>, %i: tensor<2x1xi32>) -> tensor<4x2xf32> {
-      %0 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<offset_dims = [0], collapsed_slice_dims = [1], start_index_map = [1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 4, 1>}> : (tensor<4x5xf32>, tensor<2x1xi32>) -> tensor<4x2xf32>
+      %0 = "stablehlo.gather"(%x, %i)
+           <{dimension_numbers = #stablehlo.gather<offset_dims = [0], collapsed_slice_dims = [1],
+               start_index_map = [1], index_vector_dim = 1>,
+             indices_are_sorted = false, slice_sizes = array<i64: 4, 1>}>
+           : (tensor<4x5xf32>, tensor<2x1xi32>) -> tensor<4x2xf32>
       return %0 : tensor<4x2xf32>
     }"""
     x = r(4, 5)
@@ -185,7 +204,11 @@ def test_gather_of_columns_puts_the_offset_dim_first():
 
 def test_gather_with_batching_dims_is_take_along_axis():
     text = """func.func @main(%x: tensor<4x5xf32>, %i: tensor<4x2x1xi32>) -> tensor<4x2xf32> {
-      %0 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [1], operand_batching_dims = [0], start_indices_batching_dims = [0], start_index_map = [1], index_vector_dim = 2>, indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}> : (tensor<4x5xf32>, tensor<4x2x1xi32>) -> tensor<4x2xf32>
+      %0 = "stablehlo.gather"(%x, %i)
+           <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [1], operand_batching_dims = [0],
+               start_indices_batching_dims = [0], start_index_map = [1], index_vector_dim = 2>,
+             indices_are_sorted = false, slice_sizes = array<i64: 1, 1>}>
+           : (tensor<4x5xf32>, tensor<4x2x1xi32>) -> tensor<4x2xf32>
       return %0 : tensor<4x2xf32>
     }"""
     x, i = r(4, 5), np.array([[0, 4], [1, 1], [3, 2], [4, 0]], np.int32)
@@ -195,7 +218,11 @@ def test_gather_with_batching_dims_is_take_along_axis():
 def test_gather_of_windows_clamps_their_starts():
     """Two index components, a window of 2 along the last dim: starts past the end move back in."""
     text = """func.func @main(%x: tensor<4x5xf32>, %i: tensor<3x2xi32>) -> tensor<3x2xf32> {
-      %0 = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}> : (tensor<4x5xf32>, tensor<3x2xi32>) -> tensor<3x2xf32>
+      %0 = "stablehlo.gather"(%x, %i)
+           <{dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0],
+               start_index_map = [0, 1], index_vector_dim = 1>,
+             indices_are_sorted = false, slice_sizes = array<i64: 1, 2>}>
+           : (tensor<4x5xf32>, tensor<3x2xi32>) -> tensor<3x2xf32>
       return %0 : tensor<3x2xf32>
     }"""
     x, i = r(4, 5), np.array([[0, 1], [3, 4], [9, -2]], np.int32)
@@ -204,9 +231,12 @@ def test_gather_of_windows_clamps_their_starts():
 
 
 def test_dynamic_slice_and_update_at_runtime_starts():
-    text = """func.func @main(%x: tensor<4x5xf32>, %u: tensor<2x2xf32>, %i: tensor<i32>, %j: tensor<i32>) -> (tensor<2x2xf32>, tensor<4x5xf32>) {
-      %0 = stablehlo.dynamic_slice %x, %i, %j, sizes = [2, 2] : (tensor<4x5xf32>, tensor<i32>, tensor<i32>) -> tensor<2x2xf32>
-      %1 = stablehlo.dynamic_update_slice %x, %u, %i, %j : (tensor<4x5xf32>, tensor<2x2xf32>, tensor<i32>, tensor<i32>) -> tensor<4x5xf32>
+    text = """func.func @main(%x: tensor<4x5xf32>, %u: tensor<2x2xf32>, %i: tensor<i32>, %j: tensor<i32>)
+           -> (tensor<2x2xf32>, tensor<4x5xf32>) {
+      %0 = stablehlo.dynamic_slice %x, %i, %j, sizes = [2, 2]
+           : (tensor<4x5xf32>, tensor<i32>, tensor<i32>) -> tensor<2x2xf32>
+      %1 = stablehlo.dynamic_update_slice %x, %u, %i, %j
+           : (tensor<4x5xf32>, tensor<2x2xf32>, tensor<i32>, tensor<i32>) -> tensor<4x5xf32>
       return %0, %1 : tensor<2x2xf32>, tensor<4x5xf32>
     }"""
     x, u = r(4, 5), r(2, 2)
@@ -290,7 +320,8 @@ def test_reduce_of_values_and_indices_is_argmax_with_first_index_on_ties():
       %i = stablehlo.iota dim = 1 : tensor<3x5xi32>
       %lo = stablehlo.constant dense<0xFF800000> : tensor<f32>
       %z = stablehlo.constant dense<0> : tensor<i32>
-      %1:2 = stablehlo.reduce(%x init: %lo), (%i init: %z) across dimensions = [1] : (tensor<3x5xf32>, tensor<3x5xi32>, tensor<f32>, tensor<i32>) -> (tensor<3xf32>, tensor<3xi32>)
+      %1:2 = stablehlo.reduce(%x init: %lo), (%i init: %z) across dimensions = [1]
+           : (tensor<3x5xf32>, tensor<3x5xi32>, tensor<f32>, tensor<i32>) -> (tensor<3xf32>, tensor<3xi32>)
        reducer(%a: tensor<f32>, %c: tensor<f32>) (%b: tensor<i32>, %d: tensor<i32>)  {
         %2 = stablehlo.compare GT, %a, %c, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
         %3 = stablehlo.compare NE, %a, %a, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
@@ -327,7 +358,12 @@ def _correlate(x, w, pad, lhs_dilation=(1, 1)):
 def test_convolution_with_input_dilation_is_a_transposed_convolution():
     """What `jax.lax.conv_transpose(x, k, (2, 2), "SAME")` emits in NHWC / HWIO."""
     text = """func.func @main(%x: tensor<1x4x4x3xf32>, %k: tensor<3x3x3x2xf32>) -> tensor<1x8x8x2xf32> {
-      %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {stride = [1, 1], pad = [[2, 1], [2, 1]], lhs_dilate = [2, 2], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]} : (tensor<1x4x4x3xf32>, tensor<3x3x3x2xf32>) -> tensor<1x8x8x2xf32>
+      %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f],
+           window = {stride = [1, 1], pad = [[2, 1], [2, 1]], lhs_dilate = [2, 2], rhs_dilate = [1, 1],
+                     reverse = [false, false]}
+           {batch_group_count = 1 : i64, feature_group_count = 1 : i64,
+            precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]}
+           : (tensor<1x4x4x3xf32>, tensor<3x3x3x2xf32>) -> tensor<1x8x8x2xf32>
       return %0 : tensor<1x8x8x2xf32>
     }"""
     x, k = r(1, 4, 4, 3), r(3, 3, 3, 2)
@@ -337,7 +373,11 @@ def test_convolution_with_input_dilation_is_a_transposed_convolution():
 
 def test_convolution_with_window_reversal_and_negative_padding():
     text = """func.func @main(%x: tensor<1x2x5x5xf32>, %k: tensor<3x2x2x3xf32>) -> tensor<1x3x3x2xf32> {
-      %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[-1, 0], [0, -1]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [true, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<1x2x5x5xf32>, tensor<3x2x2x3xf32>) -> tensor<1x3x3x2xf32>
+      %0 = stablehlo.convolution(%x, %k) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1],
+           window = {stride = [1, 1], pad = [[-1, 0], [0, -1]], lhs_dilate = [1, 1], rhs_dilate = [1, 1],
+                     reverse = [true, false]}
+           {batch_group_count = 1 : i64, feature_group_count = 1 : i64}
+           : (tensor<1x2x5x5xf32>, tensor<3x2x2x3xf32>) -> tensor<1x3x3x2xf32>
       return %0 : tensor<1x3x3x2xf32>
     }"""
     x, k = r(1, 2, 5, 5), r(3, 2, 2, 3)
@@ -348,7 +388,8 @@ def test_convolution_with_window_reversal_and_negative_padding():
 def test_pad_with_interior_and_negative_edges():
     text = """func.func @main(%x: tensor<4x5xf32>) -> tensor<7x15xf32> {
       %v = stablehlo.constant dense<5.000000e-01> : tensor<f32>
-      %0 = stablehlo.pad %x, %v, low = [1, 0], high = [-1, 2], interior = [1, 2] : (tensor<4x5xf32>, tensor<f32>) -> tensor<7x15xf32>
+      %0 = stablehlo.pad %x, %v, low = [1, 0], high = [-1, 2], interior = [1, 2]
+           : (tensor<4x5xf32>, tensor<f32>) -> tensor<7x15xf32>
       return %0 : tensor<7x15xf32>
     }"""
     x = r(4, 5)

@@ -49,7 +49,8 @@ def test_unary_ops(op, ref):
 def test_matmul_reshape_transpose():
     text = """func.func @f(%a: tensor<1x3x4xf32>, %b: tensor<1x4x5xf32>) -> tensor<5x3xf32> {
       %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
-      %0 = tosa.matmul %a, %b, %zp, %zp : (tensor<1x3x4xf32>, tensor<1x4x5xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x3x5xf32>
+      %0 = tosa.matmul %a, %b, %zp, %zp
+           : (tensor<1x3x4xf32>, tensor<1x4x5xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x3x5xf32>
       %s = tosa.const_shape {values = dense<[3, 5]> : tensor<2xindex>} : () -> !tosa.shape<2>
       %1 = tosa.reshape %0, %s : (tensor<1x3x5xf32>, !tosa.shape<2>) -> tensor<3x5xf32>
       %2 = tosa.transpose %1 {perms = array<i32: 1, 0>} : (tensor<3x5xf32>) -> tensor<5x3xf32>
@@ -62,8 +63,10 @@ def test_matmul_reshape_transpose():
 def test_conv2d_nhwc_with_bias_and_padding():
     text = """func.func @f(%x: tensor<1x5x5x2xf32>, %w: tensor<3x3x3x2xf32>, %b: tensor<3xf32>) -> tensor<1x5x5x3xf32> {
       %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
-      %0 = tosa.conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>}
-           : (tensor<1x5x5x2xf32>, tensor<3x3x3x2xf32>, tensor<3xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x5x5x3xf32>
+      %0 = tosa.conv2d %x, %w, %b, %zp, %zp
+           {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>}
+           : (tensor<1x5x5x2xf32>, tensor<3x3x3x2xf32>, tensor<3xf32>, tensor<1xf32>, tensor<1xf32>)
+           -> tensor<1x5x5x3xf32>
       return %0 : tensor<1x5x5x3xf32>
     }"""
     x, w, b = r(1, 5, 5, 2), r(3, 3, 3, 2), r(3)
@@ -78,8 +81,10 @@ def test_conv2d_nhwc_with_bias_and_padding():
 def test_depthwise_conv2d_multiplier_two():
     text = """func.func @f(%x: tensor<1x4x4x2xf32>, %w: tensor<2x2x2x2xf32>, %b: tensor<4xf32>) -> tensor<1x3x3x4xf32> {
       %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
-      %0 = tosa.depthwise_conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>}
-           : (tensor<1x4x4x2xf32>, tensor<2x2x2x2xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x3x3x4xf32>
+      %0 = tosa.depthwise_conv2d %x, %w, %b, %zp, %zp
+           {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>}
+           : (tensor<1x4x4x2xf32>, tensor<2x2x2x2xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>)
+           -> tensor<1x3x3x4xf32>
       return %0 : tensor<1x3x3x4xf32>
     }"""
     x, w, b = r(1, 4, 4, 2), r(2, 2, 2, 2), r(4)
@@ -91,10 +96,14 @@ def test_depthwise_conv2d_multiplier_two():
 
 
 def test_pools_reduce_and_argmax():
-    text = """func.func @f(%x: tensor<1x4x4x2xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x1x4x2xf32>, tensor<1x4x2xi32>) {
+    text = """func.func @f(%x: tensor<1x4x4x2xf32>)
+           -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x1x4x2xf32>, tensor<1x4x2xi32>) {
       %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
-      %0 = tosa.max_pool2d %x {kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x2xf32>) -> tensor<1x2x2x2xf32>
-      %1 = tosa.avg_pool2d %x, %zp, %zp {acc_type = f32, kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x2xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x2xf32>
+      %0 = tosa.max_pool2d %x {kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>}
+           : (tensor<1x4x4x2xf32>) -> tensor<1x2x2x2xf32>
+      %1 = tosa.avg_pool2d %x, %zp, %zp
+           {acc_type = f32, kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>}
+           : (tensor<1x4x4x2xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x2xf32>
       %2 = tosa.reduce_sum %x {axis = 1 : i32} : (tensor<1x4x4x2xf32>) -> tensor<1x1x4x2xf32>
       %3 = tosa.argmax %x {axis = 1 : i32} : (tensor<1x4x4x2xf32>) -> tensor<1x4x2xi32>
       return %0, %1, %2, %3 : tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x1x4x2xf32>, tensor<1x4x2xi32>
@@ -109,7 +118,8 @@ def test_pools_reduce_and_argmax():
 
 
 def test_concat_pad_slice_tile():
-    text = """func.func @f(%a: tensor<2x3xf32>) -> (tensor<4x3xf32>, tensor<3x5xf32>, tensor<1x2xf32>, tensor<4x6xf32>) {
+    text = """func.func @f(%a: tensor<2x3xf32>)
+           -> (tensor<4x3xf32>, tensor<3x5xf32>, tensor<1x2xf32>, tensor<4x6xf32>) {
       %0 = tosa.concat %a, %a {axis = 0 : i32} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
       %p = tosa.const_shape {values = dense<[0, 1, 1, 1]> : tensor<4xindex>} : () -> !tosa.shape<4>
       %v = "tosa.const"() <{values = dense<7.0> : tensor<1xf32>}> : () -> tensor<1xf32>
@@ -130,7 +140,8 @@ def test_concat_pad_slice_tile():
 
 
 def test_cast_select_compare_gather():
-    text = """func.func @f(%a: tensor<1x4x2xf32>, %i: tensor<1x3xi32>) -> (tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<1x3x2xf32>) {
+    text = """func.func @f(%a: tensor<1x4x2xf32>, %i: tensor<1x3xi32>)
+           -> (tensor<1x4x2xf32>, tensor<1x4x2xi32>, tensor<1x3x2xf32>) {
       %z = "tosa.const"() <{values = dense<0.0> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
       %c = tosa.greater %a, %z : (tensor<1x4x2xf32>, tensor<1x1x1xf32>) -> tensor<1x4x2xi1>
       %n = tosa.negate %a : (tensor<1x4x2xf32>) -> tensor<1x4x2xf32>
@@ -253,10 +264,14 @@ def test_transpose_conv2d_matches_the_spec_loop(stride, out_pad):
     x, w, b = r(1, 3, 4, 2), r(3, 3, 2, 2), r(3)
     ref = transpose_conv_reference(x, w, b, stride, out_pad)
     out_type = "x".join(map(str, ref.shape)) + "xf32"
-    text = f"""func.func @f(%x: tensor<1x3x4x2xf32>, %w: tensor<3x3x2x2xf32>, %b: tensor<3xf32>) -> tensor<{out_type}> {{
+    text = f"""func.func @f(%x: tensor<1x3x4x2xf32>, %w: tensor<3x3x2x2xf32>, %b: tensor<3xf32>)
+           -> tensor<{out_type}> {{
       %zp = "tosa.const"() <{{values = dense<0.0> : tensor<1xf32>}}> : () -> tensor<1xf32>
-      %0 = tosa.transpose_conv2d %x, %w, %b, %zp, %zp {{acc_type = f32, out_pad = array<i64: {", ".join(map(str, out_pad))}>, stride = array<i64: {stride[0]}, {stride[1]}>}}
-           : (tensor<1x3x4x2xf32>, tensor<3x3x2x2xf32>, tensor<3xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<{out_type}>
+      %0 = tosa.transpose_conv2d %x, %w, %b, %zp, %zp
+           {{acc_type = f32, out_pad = array<i64: {", ".join(map(str, out_pad))}>,
+             stride = array<i64: {stride[0]}, {stride[1]}>}}
+           : (tensor<1x3x4x2xf32>, tensor<3x3x2x2xf32>, tensor<3xf32>, tensor<1xf32>, tensor<1xf32>)
+           -> tensor<{out_type}>
       return %0 : tensor<{out_type}>
     }}"""
     np.testing.assert_allclose(run(text, x, w, b)[0], ref, rtol=1e-4, atol=1e-5)

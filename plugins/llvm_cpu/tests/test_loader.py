@@ -1,10 +1,10 @@
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
-from retarget.local_drivers import LOCAL_TASK
 from retarget.errors import UnknownDeviceError
 from retarget.ir.dtypes import f32
 from retarget.kernel import ir as k
+from retarget.local_drivers import LOCAL_TASK
 from retarget_llvm_cpu import targets
 from retarget_llvm_cpu.compile import compile_kernels
 from retarget_llvm_cpu.loader import LlvmCpuLoader

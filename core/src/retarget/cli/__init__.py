@@ -240,7 +240,8 @@ def compile_(
     source: Annotated[Path, typer.Argument(help="Model: .mlir (linalg/TOSA/StableHLO/graph IR), .onnx or .pt2.")],
     target: Annotated[list[str], typer.Option(
         "--target", "-t", "--iree-hal-target-backends",
-        help="BACKEND[:ARCH], repeatable: vmvx, llvm-cpu:host, cuda:h100, ... (`retarget targets` lists them).")] = None,
+        help="BACKEND[:ARCH], repeatable: vmvx, llvm-cpu:host, cuda:h100, ... "
+             "(`retarget targets` lists them).")] = None,
     fallback: Annotated[list[str] | None, typer.Option(
         "--fallback",
         help="BACKEND[:ARCH] that runs what the targets refuse, e.g. llvm-cpu: the module is split between "
@@ -377,10 +378,12 @@ def describe_function(fn) -> dict:
 def run(
     module: Annotated[Path, typer.Argument(help="A .rtm module from `retarget compile`.")],
     device: DeviceOption = None,
-    function: Annotated[str | None, typer.Option("--function", "-f", help="Function to call (default: the only one).")] = None,
+    function: Annotated[str | None, typer.Option(
+        "--function", "-f", help="Function to call (default: the only one).")] = None,
     input: Annotated[list[str] | None, typer.Option(
         "--input", "-i",
-        help="Repeat once per argument: SHAPExDTYPE=VALUES (`2x2xf32=1 2 3 4`), a splat (`1x224xf32=0`), or `@x.npy`.")] = None,
+        help="Repeat once per argument: SHAPExDTYPE=VALUES (`2x2xf32=1 2 3 4`), a splat (`1x224xf32=0`), "
+             "or `@x.npy`.")] = None,
     output: Annotated[list[str] | None, typer.Option(
         "--output", help="Save results as .npy, repeat once per result.")] = None,
     list_functions: Annotated[bool, typer.Option("--list-functions", help="Print the signatures and exit.")] = False,
@@ -422,12 +425,14 @@ def run(
     results = list(results) if isinstance(results, tuple) else [results]
     if output:
         if len(output) != len(results):
-            raise InputError(f"{len(results)} results but {len(output)} --output files", hint="give one --output per result")
+            raise InputError(f"{len(results)} results but {len(output)} --output files",
+                             hint="give one --output per result")
         for path, value in zip(output, results):
             np.save(path, value)
     if as_json:
         return _print_json({"device": loaded.describe_devices(), "function": function,
-                            "results": [{"shape": list(r.shape), "dtype": str(r.dtype), "values": r.tolist()} for r in results]})
+                            "results": [{"shape": list(r.shape), "dtype": str(r.dtype), "values": r.tolist()}
+                                        for r in results]})
     err.print(f"EXEC @{function} on {loaded.describe_devices()}")
     for i, (r, t) in enumerate(zip(results, fn.output_types)):
         out.print(f"result[{i}]: {t}")
@@ -492,7 +497,8 @@ def export_(
 
 @app.command()
 def check(
-    source: Annotated[Path, typer.Argument(help="A check-style .mlir file: zero-argument functions using check.expect_*.")],
+    source: Annotated[Path, typer.Argument(
+        help="A check-style .mlir file: zero-argument functions using check.expect_*.")],
     target: Annotated[list[str], typer.Option("--target", "-t", "--iree-hal-target-backends",
                                               help="BACKEND[:ARCH] to compile for.")] = None,
     device: Annotated[str, typer.Option("--device", "-d", help="DRIVER[:ID] to run on, or auto.")] = "auto",

@@ -183,7 +183,8 @@ def _reshape(name, types, attrs):
 
 def _transpose(name, types, attrs):
     perm = tuple(attrs["perm"])
-    _check(sorted(perm) == list(range(types[0].rank)), f"perm {list(perm)} is not a permutation of rank {types[0].rank}")
+    _check(sorted(perm) == list(range(types[0].rank)),
+           f"perm {list(perm)} is not a permutation of rank {types[0].rank}")
     return [TensorType(tuple(types[0].shape[p] for p in perm), types[0].dtype)]
 
 
@@ -276,7 +277,8 @@ def _conv2d(name, types, attrs):
     o, ci, kh, kw = w.shape
     _check(all(_is_int(d) for d in w.shape) and _is_int(c),
            f"channels and filter sizes must be static, got {x} and {w} (only batch and image sizes may be symbolic)")
-    _check(groups >= 1 and c % groups == 0 and o % groups == 0, f"groups={groups} must divide {c} in and {o} out channels")
+    _check(groups >= 1 and c % groups == 0 and o % groups == 0,
+           f"groups={groups} must divide {c} in and {o} out channels")
     _check(ci * groups == c, f"filter has {ci} input channels per group, input has {c} channels in {groups} groups")
     return [TensorType((n, o, _window(h, kh, sh, pt, pb, dh), _window(wd, kw, sw, pl, pr, dw)), x.dtype)]
 
@@ -298,7 +300,8 @@ def _reduce(name, types, attrs):
     t = types[0]
     _check(attrs["kind"] in REDUCE_KINDS, f"kind must be one of {', '.join(REDUCE_KINDS)}")
     axes = tuple(attrs["axes"])
-    _check(all(0 <= a < t.rank for a in axes) and len(set(axes)) == len(axes), f"axes {list(axes)} invalid for rank {t.rank}")
+    _check(all(0 <= a < t.rank for a in axes) and len(set(axes)) == len(axes),
+           f"axes {list(axes)} invalid for rank {t.rank}")
     keep = attrs.get("keepdims", False)
     if keep:
         return [TensorType(tuple(1 if d in axes else s for d, s in enumerate(t.shape)), t.dtype)]
@@ -416,4 +419,5 @@ def infer_types(name: str, types: list[TensorType], attrs: dict, loc: Location |
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
         # an attribute of the wrong kind, e.g. axes = "x" (text from elsewhere is not always what the printer wrote)
         raise VerificationError(f"'{name}'{where}: malformed attributes ({type(e).__name__}: {e})",
-                                hint="attributes: " + ", ".join(f"{k} = {v!r}"[:80] for k, v in attrs.items())) from None
+                                hint="attributes: " + ", ".join(f"{k} = {v!r}"[:80]
+                                                                for k, v in attrs.items())) from None

@@ -481,8 +481,9 @@ class _Lowering:
             first[axis] = k.const(0)
             return [Assign(best, self.value(src, first)), Assign(where, k.const(0, op.result.type.dtype)),
                     Loop(r, src.type.shape[axis], [
-                        Assign(where, Select(better, Cast(Var(r), op.result.type.dtype), Var(where, op.result.type.dtype))),
-                        Assign(best, Select(better, x, Var(best, dt)))])]  # noqa: E501
+                        Assign(where, Select(better, Cast(Var(r), op.result.type.dtype),
+                                             Var(where, op.result.type.dtype))),
+                        Assign(best, Select(better, x, Var(best, dt)))])]
 
         def with_store(out_idx):
             return element(out_idx) + [self.store(out_idx)]
@@ -545,7 +546,8 @@ class _Lowering:
                 Loop(kv, steps, [Loop(r, mr, [
                     Assign(a_val, _widen(a_at(Var(r)), acc_dt)),
                     Loop(j, nt, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
-                                                           k.Binary("mul", Var(a_val, acc_dt), _widen(b_at(Var(j)), acc_dt))))],
+                                                           k.Binary("mul", Var(a_val, acc_dt),
+                                                                    _widen(b_at(Var(j)), acc_dt))))],
                          REG)], "unroll")]),
                 Loop(r, mr, [Loop(j, nt, [self.store(bvars + [m0 + Var(r), n0 + Var(j)]) if last else
                                           Store("out0", at, Load(acc, cell, acc_dt))], REG)], "unroll"),

@@ -600,7 +600,8 @@ class Parser:
                 raise self.error(
                     f"unsupported op '{name}'",
                     op_pos,
-                    hint=f"no reader for the '{dialect}' dialect's op '{name}'; see `retarget import --help` for the supported ops",
+                    hint=f"no reader for the '{dialect}' dialect's op '{name}'; "
+                    "see `retarget import --help` for the supported ops",
                 )
             handler(self, op)
         self._trailing_location()
@@ -713,7 +714,7 @@ class Parser:
                 self.expect(":")
                 self.expect("{")
 
-                def blob():
+                def blob(key=key):
                     name = self._match(_SUFFIX_ID) if not self.peek('"') else self.string()
                     self.expect(":")
                     pos = self.pos

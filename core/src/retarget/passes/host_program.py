@@ -91,7 +91,8 @@ def plan_function(fn: Function, dispatches: list[Dispatch], entry_index: dict[st
                                [slot(v) for v in d.inputs], [slot(v) for v in d.outputs]) for d in dispatches])
     names = fn.arg_names or [None] * len(fn.args)
     return {
-        "inputs": [{"name": n or f"arg{i}", "type": str(a.type), "slot": slot(a)} for i, (n, a) in enumerate(zip(names, fn.args))],
+        "inputs": [{"name": n or f"arg{i}", "type": str(a.type), "slot": slot(a)}
+                   for i, (n, a) in enumerate(zip(names, fn.args))],
         "outputs": [{"type": str(v.type), "slot": slot(v)} for v in fn.returns],
         "arena_bytes": arena,
         "program": program,

@@ -18,7 +18,8 @@ def canonicalize(module: Module) -> Module:
             same = _identity_operand(op)
             if same is not None:
                 replace[op.result] = same
-            elif op.name == "rt.reshape" and op.operands[0].owner is not None and op.operands[0].owner.name == "rt.reshape":
+            elif (op.name == "rt.reshape" and op.operands[0].owner is not None
+                  and op.operands[0].owner.name == "rt.reshape"):
                 op.operands = [op.operands[0].owner.operands[0]]
         fn.returns = [replace.get(v, v) for v in fn.returns]
         eliminate_dead_ops(fn)

@@ -83,7 +83,9 @@ _BINARY = {
     "atan2": np.arctan2,
     "shr": np.right_shift,
 }
-_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+_COMPARE = {
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal
+}
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "and": np.all, "or": np.any}
 
 for _name, _fn in _UNARY.items():

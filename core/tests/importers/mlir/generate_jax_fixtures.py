@@ -39,7 +39,8 @@ save("jax_cnn", cnn, [r(2, 12, 12, 3), r(3, 3, 3, 8), r(3, 3, 8, 8), r(8, 5)])
 D, H, T = 16, 2, 6
 def block(x, wq, wk, wv, wo, g1, be1, w1, w2):
     def ln(z, g, b):
-        mu = z.mean(-1, keepdims=True); var = ((z - mu) ** 2).mean(-1, keepdims=True)
+        mu = z.mean(-1, keepdims=True)
+        var = ((z - mu) ** 2).mean(-1, keepdims=True)
         return (z - mu) / jnp.sqrt(var + 1e-5) * g + b
     h = ln(x, g1, be1)
     q, k, v = h @ wq, h @ wk, h @ wv
@@ -52,4 +53,5 @@ def block(x, wq, wk, wv, wo, g1, be1, w1, w2):
     o = jnp.einsum("bhts,bhsd->bhtd", a, v).transpose(0, 2, 1, 3).reshape(x.shape)
     x = x + o @ wo
     return x + jax.nn.gelu(ln(x, g1, be1) @ w1, approximate=False) @ w2
-save("jax_transformer", block, [r(2, T, D, scale=1.0), r(D, D), r(D, D), r(D, D), r(D, D), 1 + r(D, scale=0.1), r(D, scale=0.1), r(D, 32), r(32, D)])
+save("jax_transformer", block, [r(2, T, D, scale=1.0), r(D, D), r(D, D), r(D, D), r(D, D), 1 + r(D, scale=0.1),
+                                r(D, scale=0.1), r(D, 32), r(32, D)])

@@ -38,7 +38,8 @@ def _codegen_fingerprint() -> str:
 
 def key(kernel_texts: list[str], triple: str, cpu: str, features: tuple[str, ...]) -> str:
     h = hashlib.sha256()
-    for part in (*kernel_texts, triple, cpu, ",".join(features), llvmlite.__version__, __version__, _codegen_fingerprint()):
+    for part in (*kernel_texts, triple, cpu, ",".join(features), llvmlite.__version__, __version__,
+                 _codegen_fingerprint()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

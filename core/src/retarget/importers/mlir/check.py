@@ -109,7 +109,8 @@ def evaluate_checks(checks: list[Check], results: list) -> list[tuple[bool, str]
         message = f"{c.location}: expect_{c.kind}"
         if not ok:
             diff = np.abs(actual.astype(np.float64) - np.asarray(expected, dtype=np.float64))
-            message += f" failed: max abs diff {np.nanmax(diff) if diff.size else 0:g} (atol {c.atol:g}, rtol {c.rtol:g})\n" \
+            message += f" failed: max abs diff {np.nanmax(diff) if diff.size else 0:g} " \
+                       f"(atol {c.atol:g}, rtol {c.rtol:g})\n" \
                        f"  actual:   {actual}\n  expected: {expected}"
         out.append((ok, message))
     return out

@@ -824,14 +824,16 @@ def _reduce_window(cv: Converter, op: MOp):
     rest = [d for d in range(4) if d not in spatial]
     perm = rest + spatial
     attrs = {"kernel": tuple(window[d] for d in spatial), "strides": tuple(strides[d] for d in spatial),
-             "pad": (padding[2 * spatial[0]], padding[2 * spatial[0] + 1], padding[2 * spatial[1]], padding[2 * spatial[1] + 1])}
+             "pad": (padding[2 * spatial[0]], padding[2 * spatial[0] + 1],
+                     padding[2 * spatial[1]], padding[2 * spatial[1] + 1])}
     xn = transpose(b, x, perm)
     if kind == "max":
         y = b.op("rt.max_pool2d", [xn], attrs)
     else:
         attrs["count_include_pad"] = True
         y = b.op("rt.avg_pool2d", [xn], attrs)
-        y = b.op("rt.mul", [y, b.constant(np.array(attrs["kernel"][0] * attrs["kernel"][1], dtype=y.type.dtype.np_dtype))])
+        y = b.op("rt.mul", [y, b.constant(np.array(attrs["kernel"][0] * attrs["kernel"][1],
+                                                   dtype=y.type.dtype.np_dtype))])
     y = transpose(b, y, [perm.index(d) for d in range(4)])
     return _with_init(cv, y, init, kind)
 

@@ -206,7 +206,8 @@ def insert_slice(cv: Converter, op: MOp, src: Value, dst: Value, offsets, stride
             start = [0] * dst.type.rank
             limit = list(dst.type.shape)
             start[dim], limit[dim] = lo, hi
-            return b.op("rt.slice", [dst], {"start": tuple(start), "limit": tuple(limit), "stride": (1,) * dst.type.rank})
+            return b.op("rt.slice", [dst],
+                        {"start": tuple(start), "limit": tuple(limit), "stride": (1,) * dst.type.rank})
 
         middle = place(src, part(off, off + size) if size != total else dst, dim + 1)
         pieces = ([part(0, off)] if off else []) + [middle] + ([part(off + size, total)] if off + size < total else [])

@@ -248,7 +248,7 @@ def test_the_support_table_names_real_ops_and_types_with_reasons(target):
     desc, table = _support(target)
     assert isinstance(table, SupportTable), f"support() returned {type(table).__name__}, not a SupportTable"
     kinds = ("float", "int", "uint", "bool")
-    for key, why in table.ops.items():
+    for key, _why in table.ops.items():
         op, _, at = key.partition(":")
         assert op in OPS, f"ops[{key!r}]: no graph op {op!r}"
         assert not at or at in DTYPES or at in kinds, f"ops[{key!r}]: {at!r} is not an element type or kind"
