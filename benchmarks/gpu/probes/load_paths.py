@@ -514,7 +514,11 @@ def main():
                 body.append(st)
             return [kir.Loop(loop.var, loop.extent, body, loop.kind)]
 
-        return shipped["staged"](self, op, tiles, ring_setup, from_ring, epilogue, schedule)
+        body = shipped["staged"](self, op, tiles, ring_setup, from_ring, epilogue, schedule)
+        for st in kir.walk_stmts(body):
+            if isinstance(st, kir.Local) and st.name == tiles.a_tile:
+                st.size = 8  # nothing staged
+        return body
 
     def built_from_words(self, s):
         """stmt_fragmentload; for a load of stride 0 from the ring, the fragment built from its 16-byte word."""
@@ -538,6 +542,9 @@ def main():
 
     a_packed = {"staged": a_in_registers, "load": b_only(shipped["load"]), "store": b_only(shipped["store"]),
                 "fragload": built_from_words, "pack_a": fragment_packed}
+    # B's copies only: the larger plans fit where A takes no shared memory
+    b_bytes = property(lambda p: p.stages * p.stage_elements[1] * p.shape.dtype.itemsize
+                       + p.subgroups * p.shape.m * p.c_stride * p.shape.acc.itemsize)
 
     def no_load(self, pointer, t):
         word = self.op("Bitcast", self.t_u32, self.i32(0x3C003C00))  # staged words made of ones
@@ -567,6 +574,12 @@ def main():
         ("8 subgroups of 64x64 (256x128), tile_k 32", {"plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}}),
         ("4 subgroups of 64x64 (128x128), tile_k 32, 2 copies", {"plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
         ("A packed in fragment order, built in registers a k-slice ahead; B staged", a_packed),
+        ("A packed ..., 8 subgroups (256x128), tile_k 64",
+         {**a_packed, "plans": {"NVIDIA": [(4, 2, 4, 4, 4)]}, "tile_bytes": b_bytes}),
+        ("A packed ..., 8 subgroups (128x256), tile_k 64",
+         {**a_packed, "plans": {"NVIDIA": [(2, 4, 4, 4, 4)]}, "tile_bytes": b_bytes}),
+        ("A packed ..., 8 subgroups (256x128), tile_k 32",
+         {**a_packed, "plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}, "tile_bytes": b_bytes}),
         ("copy memory at the store (1 copy of 64)", {"copy": copy_memory(at_load=False)}),
         ("copy memory at the load, tile_k 32, 2 copies",
          {"copy": copy_memory(at_load=True), "plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
