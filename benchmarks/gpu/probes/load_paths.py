@@ -21,8 +21,8 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
 - the larger plans of one workgroup a multiprocessor (8 subgroups), and two staged copies of 32-deep steps;
 - B's fragments loaded straight from its buffer by column-major cooperative-matrix loads (fed B transposed, so
   the answer is right), only A staged;
-- A packed in fragment order (the variant is fed it so) and each lane's A fragment loaded into registers a
-  k-slice ahead and built element by element, only B staged;
+- A (or A and B) packed in fragment order (the variant is fed it so) and each lane's fragments loaded into
+  registers a k-slice ahead and built element by element, only B staged (or nothing, and no barriers);
 - each staged run moved by one OpCopyMemory (global -> shared, no registers between), where its load or its
   store was, to see whether the driver makes it an asynchronous copy. With PROBE_PIPELINE_CACHE=FILE the device's
   pipeline cache is written after each variant, for `vulkan_sass.py`.
@@ -471,58 +471,85 @@ def main():
     fragment_cols = 2 * (lane_of % 4) + element_of % 2 + 8 * (element_of // 2 % 2)
 
     def fragment_packed(x):
+        """x's 16x16 blocks, each as 32 lanes x 8 elements in fragment order, blocks [block row][block column].
+        B's lane 4n + c holds column n (then n + 8) at the rows that A's lane 4g + c holds as columns of row g,
+        so B is packed the same way from B transposed."""
         blocks = x.reshape(x.shape[0] // 16, 16, x.shape[1] // 16, 16).transpose(0, 2, 1, 3)
         return np.ascontiguousarray(blocks[:, :, fragment_rows, fragment_cols]).reshape(x.shape)
 
-    def a_in_registers(self, op, tiles, setup, compute, epilogue, schedule):
-        """_staged_matmul with A's fragments loaded from A packed in fragment order (the variant is fed A so
-        packed), a k-slice ahead, and A not staged."""
-        a = op.operands[0]
-        buffer = self.strided_operand(a, len(op.result.type.shape))[0]
-        kk, tk, width = a.type.shape[-1], tiles.tile_k, 16
-        slices, ring = kk // width, "rt_ring"
-        names = {}
+    def in_registers(roles):
+        """_staged_matmul with the `roles` operands' fragments ("a", "b") loaded from the operand packed in
+        fragment order (the variant is fed it so: A by [row block][k-slice], B by [column block][k-slice]), a
+        k-slice ahead, into a ring of private words, and those operands not staged. With both, nothing is staged
+        and the reduction loop has no barriers."""
+        def staged(self, op, tiles, setup, compute, epilogue, schedule):
+            kk, tk, width = op.operands[0].type.shape[-1], tiles.tile_k, 16
+            slices, names = kk // width, {}
+            rank = len(op.result.type.shape)
+            buffers = {r: self.strided_operand(x, rank)[0] for r, x in zip("ab", op.operands)}
+            def packed_index(role, slice_, i):
+                start, offset = (tiles.m0, "sr") if role == "a" else (tiles.n0, "sc")  # named by _staged_matmul
+                block = (kir.Var(start) + kir.Var(names[offset])) // width + i
+                return ((block * slices + slice_) * 32 + kir.Var(names["lane"])) * 8
 
-        def packed_index(slice_, i):
-            block = (kir.Var(tiles.m0) + kir.Var(names["sr"])) // width + i
-            return ((block * slices + slice_) * 32 + kir.Var(names["lane"])) * 8
+            def copies(role, slice_):
+                return [kir.VectorCopy(f"rt_ring_{role}", kir.const(8 * i), buffers[role],
+                                       packed_index(role, slice_, i), 8) for i in range(names[role])]
 
-        def ring_setup(t):
-            body = setup(t)
-            for st in body:
-                if isinstance(st, kir.Assign) and st.var.startswith(("sr", "lane")):
-                    names["sr" if st.var.startswith("sr") else "lane"] = st.var
-            rows = sum(1 for st in body if isinstance(st, kir.Fragment) and st.role == "a")
-            names["rows"] = rows
-            # 8 elements of padding: the bounds check sees a fragment build as a 16-element read
-            return body + [kir.Local(ring, 8 * rows + 8, dtype("f16"))] + [
-                kir.VectorCopy(ring, kir.const(8 * i), buffer, packed_index(kir.const(0), i), 8) for i in range(rows)]
+            def ring_setup(t):
+                body = setup(t)
+                for st in body:
+                    if isinstance(st, kir.Assign) and st.var.startswith(("sr", "sc", "lane")):
+                        names[next(p for p in ("sr", "sc", "lane") if st.var.startswith(p))] = st.var
+                for role in "ab":
+                    names[role] = sum(1 for st in body if isinstance(st, kir.Fragment) and st.role == role)
+                # 8 elements of padding: the bounds check sees a fragment build as a 16-element read
+                return body + [kir.Local(f"rt_ring_{r}", 8 * names[r] + 8, dtype("f16")) for r in roles] + [
+                    c for r in roles for c in copies(r, kir.const(0))]
 
-        def from_ring(t, step):
-            [loop] = compute(t, step)
-            ahead = kir.minimum(step * (tk // width) + kir.Var(loop.var) + 1, kir.const(slices - 1))
-            body, i = [], 0
-            for st in loop.body:
-                if isinstance(st, kir.FragmentLoad) and st.buffer == t.a_tile:
-                    st = kir.FragmentLoad(st.name, ring, kir.const(8 * i), 0)
-                    i += 1
-                    if i == names["rows"]:  # every A fragment built: the ring takes the next slice's
+            def from_ring(t, step):
+                [loop] = compute(t, step)
+                ahead = kir.minimum(step * (tk // width) + kir.Var(loop.var) + 1, kir.const(slices - 1))
+                tile = {"a": t.a_tile, "b": t.b_tile}
+                body, built = [], dict.fromkeys(roles, 0)
+                for st in loop.body:
+                    role = next((r for r in roles if isinstance(st, kir.FragmentLoad) and st.buffer == tile[r]), None)
+                    if role is None:
                         body.append(st)
-                        body += [kir.VectorCopy(ring, kir.const(8 * r), buffer, packed_index(ahead, r), 8)
-                                 for r in range(names["rows"])]
                         continue
-                body.append(st)
-            return [kir.Loop(loop.var, loop.extent, body, loop.kind)]
+                    body.append(kir.FragmentLoad(st.name, f"rt_ring_{role}", kir.const(8 * built[role]), 0))
+                    built[role] += 1
+                    if built[role] == names[role]:  # every fragment built: the ring takes the next slice's
+                        body += copies(role, ahead)
+                return [kir.Loop(loop.var, loop.extent, body, loop.kind)]
 
-        body = shipped["staged"](self, op, tiles, ring_setup, from_ring, epilogue, schedule)
-        for st in kir.walk_stmts(body):
-            if isinstance(st, kir.Local) and st.name == tiles.a_tile:
-                st.size = 8  # nothing staged
-        return body
+            body = shipped["staged"](self, op, tiles, ring_setup, from_ring, epilogue, schedule)
+            unstaged = {tiles.a_tile if r == "a" else tiles.b_tile for r in roles}
+            for st in kir.walk_stmts(body):
+                if isinstance(st, kir.Local) and st.name in unstaged:
+                    st.size = 8  # nothing staged
+            if roles == "ab":  # nothing in shared memory before the epilogue: no barriers around the steps
+                body = drop_step_barriers(body)
+            return body
+        return staged
+
+    def drop_step_barriers(body):
+        """`body` without the barrier before the reduction loop and those inside it."""
+        out = []
+        for i, st in enumerate(body):
+            following = body[i + 1] if i + 1 < len(body) else None
+            if isinstance(st, kir.Barrier) and isinstance(following, kir.Loop) and following.var.startswith("kt"):
+                continue
+            if isinstance(st, kir.Loop) and st.var.startswith("kt"):
+                st = kir.Loop(st.var, st.extent, [x for x in st.body if not isinstance(x, kir.Barrier)], st.kind)
+            elif isinstance(st, kir.If):
+                st = kir.If(st.cond, drop_step_barriers(st.body))
+            out.append(st)
+        return out
 
     def built_from_words(self, s):
         """stmt_fragmentload; for a load of stride 0 from the ring, the fragment built from its 16-byte word."""
-        if s.stride != 0 or s.buffer != "rt_ring":
+        if s.stride != 0 or not s.buffer.startswith("rt_ring"):
             return shipped["fragload"](self, s)
         _, type_id, var = self.fragment(s.name)
         word = self.op("Load", self.words(), self.word(s.buffer, s.index, 8))
@@ -540,8 +567,11 @@ def main():
         """_Staged.load or .store for B; nothing for A."""
         return lambda self, *args: method(self, *args) if self.k_side == "row" else []
 
-    a_packed = {"staged": a_in_registers, "load": b_only(shipped["load"]), "store": b_only(shipped["store"]),
+    a_packed = {"staged": in_registers("a"), "load": b_only(shipped["load"]), "store": b_only(shipped["store"]),
                 "fragload": built_from_words, "pack_a": fragment_packed}
+    both_packed = {"staged": in_registers("ab"), "load": lambda self, *args: [], "store": lambda self, *args: [],
+                   "fragload": built_from_words, "pack_a": fragment_packed,
+                   "pack_b": lambda b: fragment_packed(np.ascontiguousarray(b.T))}
     # B's copies only: the larger plans fit where A takes no shared memory
     b_bytes = property(lambda p: p.stages * p.stage_elements[1] * p.shape.dtype.itemsize
                        + p.subgroups * p.shape.m * p.c_stride * p.shape.acc.itemsize)
@@ -574,6 +604,7 @@ def main():
         ("8 subgroups of 64x64 (256x128), tile_k 32", {"plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}}),
         ("4 subgroups of 64x64 (128x128), tile_k 32, 2 copies", {"plans": {"NVIDIA": [(2, 2, 4, 4, 2)]}}),
         ("A packed in fragment order, built in registers a k-slice ahead; B staged", a_packed),
+        ("A and B packed, both built in registers, no staging and no barriers", both_packed),
         ("A packed ..., 8 subgroups (256x128), tile_k 64",
          {**a_packed, "plans": {"NVIDIA": [(4, 2, 4, 4, 4)]}, "tile_bytes": b_bytes}),
         ("A packed ..., 8 subgroups (128x256), tile_k 64",
@@ -656,7 +687,8 @@ def main():
                 setattr(*where, shipped[key])
         loaded = retarget.load(art, device="vulkan")
         fed_a = change["pack_a"](a) if "pack_a" in change else a
-        out = loaded.main(fed_a, np.ascontiguousarray(b.T) if change.get("bt") else b).astype(np.float64)
+        fed_b = change["pack_b"](b) if "pack_b" in change else np.ascontiguousarray(b.T) if change.get("bt") else b
+        out = loaded.main(fed_a, fed_b).astype(np.float64)
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
         rows.append(timed({"variant": name, "flop": 2 * m * n * kk, "max_error": error},
                           lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
