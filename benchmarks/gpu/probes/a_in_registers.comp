@@ -76,25 +76,19 @@ void load_slice(uint slice, uint r) {
     }
 }
 
-FA a_fragment(uvec4 w) {
-    FA f;
-    f16vec2 p;
-    p = unpackFloat2x16(w.x); f[0] = p.x; f[1] = p.y;
-    p = unpackFloat2x16(w.y); f[2] = p.x; f[3] = p.y;
-    p = unpackFloat2x16(w.z); f[4] = p.x; f[5] = p.y;
-    p = unpackFloat2x16(w.w); f[6] = p.x; f[7] = p.y;
-    return f;
-}
-
-FB b_fragment(uvec4 w) {
-    FB f;
-    f16vec2 p;
-    p = unpackFloat2x16(w.x); f[0] = p.x; f[1] = p.y;
-    p = unpackFloat2x16(w.y); f[2] = p.x; f[3] = p.y;
-    p = unpackFloat2x16(w.z); f[4] = p.x; f[5] = p.y;
-    p = unpackFloat2x16(w.w); f[6] = p.x; f[7] = p.y;
-    return f;
-}
+// a fragment of type T from one lane's 16-byte word, its 8 elements in order
+#define FROM_WORD(T, name)                                          \
+    T name(uvec4 w) {                                               \
+        T f;                                                        \
+        [[unroll]] for (uint q = 0; q < 4; q++) {                   \
+            f16vec2 p = unpackFloat2x16(w[q]);                      \
+            f[2 * q] = p.x;                                         \
+            f[2 * q + 1] = p.y;                                     \
+        }                                                           \
+        return f;                                                   \
+    }
+FROM_WORD(FA, a_fragment)
+FROM_WORD(FB, b_fragment)
 
 void main() {
     uint tile = gl_WorkGroupID.x;

@@ -65,7 +65,8 @@ VARIANTS = {
 LANE, ELEMENT = np.meshgrid(np.arange(32), np.arange(8), indexing="ij")
 A_ROWS = LANE // 4 + 8 * (ELEMENT // 4)
 A_COLS = 2 * (LANE % 4) + ELEMENT % 2 + 8 * (ELEMENT // 2 % 2)
-B_ROWS, B_COLS = A_COLS, A_ROWS  # B's lane 4n + c holds column n (then n + 8) at A's columns as rows
+# B's lane 4n + c holds column n (then n + 8) at the rows that A's lane 4g + c holds as columns of row g: B
+# transposed packs in A's order
 
 
 def packed(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -76,14 +77,14 @@ def packed(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 def fragment_order(defines: dict, a: np.ndarray, b: np.ndarray):
     """A and B as a variant reads them: PACKED_BOTH reads A's fragments by (row block, k-slice) and B's by
-    (column block, k-slice), so B's blocks are packed transposed."""
+    (column block, k-slice), so B is packed transposed."""
     if defines.get("PACKED_A"):
         # [64-row block][k-slice][i][h][g][c][j] holds row 64 block + 16 i + 8 h + g, column 16 slice + 4 c + j
         m, kk = a.shape
         blocks = a.reshape(m // 64, 4, 2, 8, kk // 16, 4, 4).transpose(0, 4, 1, 2, 3, 5, 6)
         return np.ascontiguousarray(blocks).reshape(a.shape), b
     if defines.get("PACKED_BOTH"):
-        return packed(a, A_ROWS, A_COLS), packed(np.ascontiguousarray(b.T), B_COLS, B_ROWS)
+        return packed(a, A_ROWS, A_COLS), packed(np.ascontiguousarray(b.T), A_ROWS, A_COLS)
     return a, b
 
 

@@ -374,9 +374,10 @@ def main():
         fields = {name: substitute(v, table) if isinstance(v, kir.Expr) else v for name, v in vars(e).items()}
         return type(e)(**fields)
 
-    def a_only(method):
-        """_Staged.load or .store for A; nothing for B."""
-        return lambda self, *args: method(self, *args) if self.k_side == "col" else []
+    def staged_only(side, method):
+        """_Staged.load or .store for the operand whose reduction runs along `side` ("col": A, "row": B); nothing
+        for the other."""
+        return lambda self, *args: method(self, *args) if self.k_side == side else []
 
     def column_major(self, s):
         """stmt_fragmentload, column-major where the statement's stride is negative."""
@@ -391,8 +392,8 @@ def main():
                        + p.subgroups * p.shape.m * p.c_stride * p.shape.acc.itemsize)
 
     def b_direct(**how):
-        return {"staged": direct_b(**how), "load": a_only(shipped["load"]), "store": a_only(shipped["store"]),
-                "fragload": column_major, "bt": True}
+        return {"staged": direct_b(**how), "load": staged_only("col", shipped["load"]),
+                "store": staged_only("col", shipped["store"]), "fragload": column_major, "bt": True}
 
     def windowed(words):
         """word() with storage-buffer word indices kept below `words` (a power of two)."""
@@ -466,16 +467,13 @@ def main():
     # into a ring of private words one k-slice ahead, and the fragment is built from them element by element; B is
     # staged as shipped. A FragmentLoad of stride 0 from the ring marks such a build for the codegen.
     spirv.OP.setdefault("CompositeInsert", 82)
-    lane_of, element_of = np.meshgrid(np.arange(32), np.arange(8), indexing="ij")
-    fragment_rows = lane_of // 4 + 8 * (element_of // 4)
-    fragment_cols = 2 * (lane_of % 4) + element_of % 2 + 8 * (element_of // 2 % 2)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from a_in_registers import A_COLS, A_ROWS, packed  # the driver's element order, read off the H100 there
 
     def fragment_packed(x):
-        """x's 16x16 blocks, each as 32 lanes x 8 elements in fragment order, blocks [block row][block column].
-        B's lane 4n + c holds column n (then n + 8) at the rows that A's lane 4g + c holds as columns of row g,
-        so B is packed the same way from B transposed."""
-        blocks = x.reshape(x.shape[0] // 16, 16, x.shape[1] // 16, 16).transpose(0, 2, 1, 3)
-        return np.ascontiguousarray(blocks[:, :, fragment_rows, fragment_cols]).reshape(x.shape)
+        """x in fragment order (a_in_registers.packed). B's lane 4n + c holds column n (then n + 8) at the rows
+        that A's lane 4g + c holds as columns of row g, so B is packed the same way from B transposed."""
+        return packed(x, A_ROWS, A_COLS)
 
     def in_registers(roles):
         """_staged_matmul with the `roles` operands' fragments ("a", "b") loaded from the operand packed in
@@ -563,11 +561,8 @@ def main():
                 value = self.op("CompositeInsert", type_id, element, value, 2 * w + e)
         self.emit("Store", var, value)
 
-    def b_only(method):
-        """_Staged.load or .store for B; nothing for A."""
-        return lambda self, *args: method(self, *args) if self.k_side == "row" else []
-
-    a_packed = {"staged": in_registers("a"), "load": b_only(shipped["load"]), "store": b_only(shipped["store"]),
+    a_packed = {"staged": in_registers("a"), "load": staged_only("row", shipped["load"]),
+                "store": staged_only("row", shipped["store"]),
                 "fragload": built_from_words, "pack_a": fragment_packed}
     both_packed = {"staged": in_registers("ab"), "load": lambda self, *args: [], "store": lambda self, *args: [],
                    "fragload": built_from_words, "pack_a": fragment_packed,

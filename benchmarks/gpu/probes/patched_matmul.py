@@ -51,15 +51,9 @@ def main():
     print(f"{args.target} {args.dtype} {args.patch}: {ms:.3f} ms, {2 * args.size ** 3 / ms / 1e9:.1f} TFLOP/s, "
           f"max error {err:.1e} of the largest", flush=True)
     if args.pipeline_cache:
-        from retarget_vulkan_spirv.driver import _vk
+        from load_paths import write_pipeline_cache  # beside this script
 
-        vk = _vk()
-        size = vk.ffi.new("size_t*")
-        vk.lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, size, vk.ffi.NULL)
-        data = vk.ffi.new("char[]", size[0])
-        vk.lib.vkGetPipelineCacheData(device.handle, device.pipeline_cache, size, data)
-        with open(args.pipeline_cache, "wb") as f:
-            f.write(vk.ffi.buffer(data, size[0]))
+        write_pipeline_cache(device, args.pipeline_cache)
 
 
 if __name__ == "__main__":
