@@ -122,6 +122,25 @@ def write_pipeline_cache(device, path: str) -> None:
         f.write(vk.ffi.buffer(data, size[0]))
 
 
+def validated(art) -> list[str]:
+    """What PROBE_SPIRV_VAL (a spirv-val that knows cooperative matrices) says of each kernel of `art`."""
+    if not os.environ.get("PROBE_SPIRV_VAL"):
+        return []
+    import tempfile
+
+    from retarget_vulkan_spirv import container
+    said = []
+    for exe in art.manifest["executables"]:
+        for meta in container.unpack(bytes(art.entries[exe["path"]])):
+            with tempfile.NamedTemporaryFile(suffix=".spv") as f:
+                f.write(container.words(meta))
+                f.flush()
+                run = subprocess.run([os.environ["PROBE_SPIRV_VAL"], "--target-env", "vulkan1.3", f.name],
+                                     capture_output=True, text=True)
+            said.append(f"{meta['name']}: " + ("valid" if run.returncode == 0 else run.stderr.strip()))
+    return said
+
+
 def main():
     import retarget
     import retarget.kernel.ir as kir
@@ -147,7 +166,8 @@ def main():
               "plans": (targets, "LARGE_FRAGMENT_PLANS"), "staged": (lower._GpuLowering, "_staged_matmul"),
               "load": (lower._Staged, "load"), "store": (lower._Staged, "store"),
               "fragload": (codegen._Codegen, "stmt_fragmentload"),
-              "tile_bytes": (lower.FragmentTiles, "shared_bytes")}
+              "tile_bytes": (lower.FragmentTiles, "shared_bytes"), "loop": (codegen._Codegen, "stmt_loop"),
+              "spread": (lower, "_spread")}
     shipped = {key: getattr(*where) for key, where in points.items()}
 
     def retiled(tile_of):
@@ -424,6 +444,116 @@ def main():
                            self.i32(0), w)
         return word
 
+    def tiled(tiles):
+        """word() with A's and B's 16-byte words relabelled so that each workgroup's step tile is one contiguous
+        block (`tiles`: buffer -> (rows, words) of a step tile; 4096x4096 f16 only). Timing only: every word is
+        still read once a tile row, so the lines and bytes from L2 are shipped's; only their addresses, and so
+        the pages, become local (16 KB a tile instead of 128 or 64 rows 8 KB apart)."""
+        def word(self, name, index, lanes):
+            if self.buffer(name)[2] != "StorageBuffer" or name not in tiles:
+                return shipped["word"](self, name, index, lanes)
+            assert size == 4096 and lanes == 8, "tiled() relabels 4096x4096 f16 words"
+            rows, words = tiles[name]
+            lr, lc = int(np.log2(rows)), int(np.log2(words))
+            at = self.int_op("IAdd", self.bases[name], self.expr(index))
+            w = self.op("ShiftRightArithmetic", self.t_i32, at, self.i32(3))
+            base = self.op("BitwiseAnd", self.t_i32, w, self.i32(-(1 << 21)))  # keep what lies past the matrix
+
+            def bits(shift, mask, to):
+                v = self.op("BitwiseAnd", self.t_i32, self.op("ShiftRightArithmetic", self.t_i32, w, self.i32(shift)),
+                            self.i32(mask))
+                return self.op("ShiftLeftLogical", self.t_i32, v, self.i32(to))
+            parts = [bits(9 + lr, (1 << (12 - lr)) - 1, 9 + lr),  # tile row
+                     bits(lc, (1 << (9 - lc)) - 1, lr + lc),  # tile column
+                     bits(9, rows - 1, lc),  # row in the tile
+                     bits(0, words - 1, 0)]  # word in the row
+            for part in parts:
+                base = self.op("BitwiseOr", self.t_i32, base, part)
+            return self.op("AccessChain", self.m.pointer("StorageBuffer", self.words()), self.word_view(name),
+                           self.i32(0), base)
+        return word
+
+    def device_only(device):
+        """Storage memory types with those the host can map last: device-local memory outside the BAR, written
+        and read through the driver's staging copies (shipped prefers device-local memory the host can map)."""
+        return sorted(device.storage_memory_types, key=lambda t: bool(device.memory_flags[t] & driver.HOST_VISIBLE))
+
+    # A follower held a step behind a leader on the same tile and multiprocessor (timing only). The two
+    # workgroups of a multiprocessor that run one tile started together or a little apart gained nothing (fifth
+    # and sixth sessions): if the one whose loads hit L1 runs faster, it catches up and they miss together again.
+    # Here the leader (first block of four warp slots) writes, as it issues step s's loads, s to a flag of its
+    # multiprocessor (an element of the output that no tile of this variant writes), and the follower waits, as
+    # it issues its own, until the flag reaches s + 1: then the leader's loads of step s are done and their lines
+    # are in L1. The wait is a bounded spin, so a pairing that the hardware does not make costs time, not a hang.
+    flag_at = lambda: kir.const((size - 5) * size) + kir.maximum(kir.minimum(kir.Var("rt_smid"), kir.const(255)),
+                                                                   kir.const(0)) * 64  # a line each
+    WAIT_LIMIT, WAIT_BACKOFF = 4096, 16
+
+    def lagged(steps):
+        """_Staged.load for `lagged_load`: the follower waits until the leader issues step s + `steps`."""
+        def load(self, step, tk, unguarded, sizes, dt):
+            out = shipped["load"](self, step, tk, unguarded, sizes, dt)
+            if self.k_side != "col":  # once a step, with A's loads
+                return out
+            role = second_slots(None)
+            lead = kir.If(kir.Compare("eq", role, kir.const(0)),
+                          [kir.Store("out0", flag_at(), kir.Cast(step, dtype("f16")))])
+            follow = kir.If(kir.Compare("eq", role, kir.const(1)), [kir.Loop("rt_wait", step + steps, [])])
+            return [lead, follow, *out]
+        return load
+
+    def waiting_loop(self, s):
+        """stmt_loop, with `rt_wait` spelled as a spin: re-read the flag (a Volatile load) until it reaches the
+        loop's extent, at most WAIT_LIMIT times."""
+        if s.var != "rt_wait":
+            return shipped["loop"](self, s)
+        m = self.m
+        f16 = m.type_float(16)
+        count = self.variable("rt_wait_count", self.t_i32)
+        self.emit("Store", count, self.i32(0))
+        target = self.expr(kir.Cast(s.extent, dtype("f32")))
+        flag_word = self.word("out0", flag_at(), 8)
+        header, body, cont, merge = m.id(), m.id(), m.id(), m.id()
+        self.emit("Branch", header)
+        self.label(header)
+        self.emit("LoopMerge", merge, cont, 0)
+        self.emit("Branch", body)
+        self.label(body)
+        word = self.op("Load", self.words(), flag_word, VOLATILE)
+        halves = self.op("Bitcast", m.type("TypeVector", f16, 2), self.op("CompositeExtract", self.t_u32, word, 0))
+        flag = self.op("FConvert", self.t_f32, self.op("CompositeExtract", f16, halves, 0))
+        n = self.op("IAdd", self.t_i32, self.op("Load", self.t_i32, count), self.i32(1))
+        backoff = n
+        for _ in range(WAIT_BACKOFF):  # about 8 clocks each: fewer polls of the flag's line
+            backoff = self.op("BitwiseAnd", self.t_i32, self.op("IAdd", self.t_i32, self.op(
+                "IMul", self.t_i32, backoff, self.i32(5)), self.i32(7)), self.i32(0xFFFFF))
+        rare = self.op("IEqual", self.t_bool, backoff, self.i32(12345))  # counts a poll twice at times
+        n = self.op("IAdd", self.t_i32, n, self.op("Select", self.t_i32, rare, self.i32(1), self.i32(0)))
+        self.emit("Store", count, n)
+        self.emit("Branch", cont)
+        self.label(cont)
+        more = self.op("LogicalAnd", self.t_bool, self.op("FOrdLessThan", self.t_bool, flag, target),
+                       self.op("SLessThan", self.t_bool, n, self.i32(WAIT_LIMIT)))
+        self.emit("BranchConditional", more, header, merge)
+        self.label(merge)
+
+    # Contiguous step tiles ran 12% slower than shipped: a load instruction whose 32 lanes read 512 contiguous
+    # bytes is slower than one that reads 4 lines 8 KB apart (A's shipped loads), as if the lines of one
+    # instruction queued at one L2 slice. B's shipped loads read 2 rows of 256 bytes, 2 pairs of adjacent lines.
+    class LineSpread(lower._Spread):
+        """Threads over a block wider than a line in line-wide chunks: a subgroup's 32 lanes on 4 rows of one
+        line each (8 words of 16 bytes), each element a row further down or, past the last row, the next line
+        of the row."""
+        def offset(self, e):
+            per_pass = self.threads // 8
+            chunks = self.rows // per_pass
+            return (e % chunks) * per_pass, (e // chunks) * 8
+
+    def line_spread(rows, cols, threads, t, along_rows):
+        if along_rows or cols <= 8 or cols % 8 or threads % 8 or rows % (threads // 8):
+            return shipped["spread"](rows, cols, threads, t, along_rows)
+        return LineSpread(t // 8, t % 8, rows, cols, threads, threads, rows * cols // threads, False)
+
     spirv.OP.setdefault("CopyMemory", 63)
 
     def copy_memory(at_load):
@@ -592,6 +722,9 @@ def main():
         ("loads in their own 2 MB page, its first line (timing only)", {"word": paged(1 << 21, 8)}),
         ("loads in their own 2 MB page, its first 8 KB (timing only)", {"word": paged(1 << 21, 512)}),
         ("no global loads (timing only)", {"copy": global_loads(no_load)}),
+        ("wide rows loaded a line a row (B: 4 rows of one line an instruction)", {"spread": line_spread}),
+        ("step tiles contiguous, 16 KB each (timing only)", {"word": tiled({"in0": (128, 8), "in1": (64, 16)})}),
+        ("buffers in device-only memory (not host-visible)", {"memory": device_only}),
         ("2 subgroups of 64x64 (128x64), tile_k 32", {"plans": {"NVIDIA": [(2, 1, 4, 4, 2)]}}),
         ("2 subgroups of 64x64 (64x128), tile_k 32", {"plans": {"NVIDIA": [(1, 2, 4, 4, 2)]}}),
         ("2 subgroups of 64x64 (128x64), tile_k 64", {"plans": {"NVIDIA": [(2, 1, 4, 4, 4)]}}),
@@ -617,6 +750,10 @@ def main():
         ("one tile for workgroups 132 apart (timing only)", {"staged": same_tile(132)}),
         ("one tile for workgroups 1 apart (timing only)", {"staged": same_tile(1)}),
         ("one tile a multiprocessor (SM id; timing only)", {"staged": tile_of_sm, "builtins": with_sm_id}),
+        ("one tile a multiprocessor, second slots a step behind the first (SM id; timing only)",
+         {"staged": tile_of_sm, "builtins": with_sm_id, "load": lagged(1), "loop": waiting_loop}),
+        ("one tile a multiprocessor, second slots no later than the first (SM id; timing only)",
+         {"staged": tile_of_sm, "builtins": with_sm_id, "load": lagged(0), "loop": waiting_loop}),
         ("one tile a multiprocessor, second slots spin 200 (SM id; timing only)",
          {"staged": staggered(200, second_slots, sm_tile), "builtins": with_sm_id}),
         ("one tile a multiprocessor, second slots spin 600 (SM id; timing only)",
@@ -674,16 +811,28 @@ def main():
         a, b, expected = problem(m, n, kk)
         try:
             art = retarget.compile(matmul_module(m, n, kk), os.environ.get("PROBE_TARGET", "vulkan-spirv:host"))
-            if "PROBE_TARGET" in os.environ:  # compile only
-                print(name, "compiles", flush=True)
+            if "PROBE_TARGET" in os.environ:  # compile only; PROBE_SPIRV_VAL names a spirv-val to check each kernel
+                print(name, "compiles", *validated(art), flush=True)
                 continue
         finally:
             for key, where in points.items():
                 setattr(*where, shipped[key])
-        loaded = retarget.load(art, device="vulkan")
-        fed_a = change["pack_a"](a) if "pack_a" in change else a
-        fed_b = change["pack_b"](b) if "pack_b" in change else np.ascontiguousarray(b.T) if change.get("bt") else b
-        out = loaded.main(fed_a, fed_b).astype(np.float64)
+        allocate = driver.VulkanDevice.allocate
+        if "memory" in change:  # the module's buffers from other memory types
+            driver.VulkanDevice.allocate = lambda self, nbytes: driver.VulkanBuffer(
+                self, nbytes, change["memory"](self), driver.STORAGE_USAGE)
+        try:
+            loaded = retarget.load(art, device="vulkan")
+            fed_a = change["pack_a"](a) if "pack_a" in change else a
+            fed_b = change["pack_b"](b) if "pack_b" in change else np.ascontiguousarray(b.T) if change.get("bt") else b
+            out = loaded.main(fed_a, fed_b).astype(np.float64)
+        finally:
+            driver.VulkanDevice.allocate = allocate
+        if "memory" in change:
+            print(name, "memory types", [driver.MEMORY_FLAGS[i] for i in range(6)
+                                         if loaded.device.memory_flags[change["memory"](loaded.device)[0]] >> i & 1],
+                  "shipped", [driver.MEMORY_FLAGS[i] for i in range(6)
+                              if loaded.device.memory_flags[loaded.device.storage_memory_types[0]] >> i & 1])
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
         rows.append(timed({"variant": name, "flop": 2 * m * n * kk, "max_error": error},
                           lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))
