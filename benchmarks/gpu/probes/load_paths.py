@@ -819,8 +819,8 @@ def main():
                 setattr(*where, shipped[key])
         allocate = driver.VulkanDevice.allocate
         if "memory" in change:  # the module's buffers from other memory types
-            driver.VulkanDevice.allocate = lambda self, nbytes: driver.VulkanBuffer(
-                self, nbytes, change["memory"](self), driver.STORAGE_USAGE)
+            driver.VulkanDevice.allocate = lambda self, nbytes, types=change["memory"]: driver.VulkanBuffer(
+                self, nbytes, types(self), driver.STORAGE_USAGE)
         try:
             loaded = retarget.load(art, device="vulkan")
             fed_a = change["pack_a"](a) if "pack_a" in change else a
