@@ -25,12 +25,18 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
   registers a k-slice ahead and built element by element, only B staged (or nothing, and no barriers);
 - each staged run moved by one OpCopyMemory (global -> shared, no registers between), where its load or its
   store was, to see whether the driver makes it an asynchronous copy. With PROBE_PIPELINE_CACHE=FILE the device's
-  pipeline cache is written after each variant, for `vulkan_sass.py`.
+  pipeline cache is written after each variant, for `vulkan_sass.py`;
+- the buffers in device-only memory instead of the device-local memory the host can map;
+- timing only: A's and B's words relabelled so that each step tile is one contiguous 16 KB block (page locality);
+- timing only: one tile a multiprocessor, the second workgroup held a step (or no step) behind the first by a
+  flag it spins on, so that its loads find the first's lines in L1;
+- B's loads spread a line a row (a subgroup's lanes on 4 rows of one line each, as A's are).
 
     . benchmarks/gpu/preamble.sh; python3 benchmarks/gpu/probes/load_paths.py [NAME-SUBSTRING...]
                                                                               (carry .gl and .whl)
 NAME-SUBSTRINGs pick variants by name. PROBE_SIZE sets the size (4096); PROBE_TARGET=vulkan-spirv:hopper
-only compiles each variant, for a check on a machine without the GPU.
+only compiles each variant, for a check on a machine without the GPU, and with PROBE_SPIRV_VAL=.venv/bin/spirv-val
+also validates each kernel.
 """
 
 from __future__ import annotations
