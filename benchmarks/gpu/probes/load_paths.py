@@ -743,6 +743,7 @@ def main():
          {**a_packed, "plans": {"NVIDIA": [(4, 2, 4, 4, 4)]}, "tile_bytes": b_bytes}),
         ("A packed ..., 8 subgroups (128x256), tile_k 64",
          {**a_packed, "plans": {"NVIDIA": [(2, 4, 4, 4, 4)]}, "tile_bytes": b_bytes}),
+        ("A packed ..., 4 subgroups (128x128), B in 2 copies (one barrier a step)", {**a_packed, "tile_bytes": b_bytes}),
         ("A packed ..., 8 subgroups (256x128), tile_k 32",
          {**a_packed, "plans": {"NVIDIA": [(4, 2, 4, 4, 2)]}, "tile_bytes": b_bytes}),
         ("copy memory at the store (1 copy of 64)", {"copy": copy_memory(at_load=False)}),
