@@ -836,11 +836,10 @@ def main():
             out = loaded.main(fed_a, fed_b).astype(np.float64)
         finally:
             driver.VulkanDevice.allocate = allocate
-        if "memory" in change:
-            print(name, "memory types", [driver.MEMORY_FLAGS[i] for i in range(6)
-                                         if loaded.device.memory_flags[change["memory"](loaded.device)[0]] >> i & 1],
-                  "shipped", [driver.MEMORY_FLAGS[i] for i in range(6)
-                              if loaded.device.memory_flags[loaded.device.storage_memory_types[0]] >> i & 1])
+        if "memory" in change:  # the memory type each first tries, as the device dump names its flags
+            named = loaded.device.physical.details["memory_types"]
+            print(name, "memory types", named[change["memory"](loaded.device)[0]]["flags"],
+                  "shipped", named[loaded.device.storage_memory_types[0]]["flags"])
         error = float(np.abs(out - expected).max() / np.abs(expected).max())
         rows.append(timed({"variant": name, "flop": 2 * m * n * kk, "max_error": error},
                           lambda device=loaded.device, buffer=loaded.main.command_buffer: device.time(buffer, 10)))

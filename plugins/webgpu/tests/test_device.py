@@ -107,7 +107,7 @@ def test_a_packed_bf16_kernel_reads_and_writes_one_array_of_atomic_words(webgpu_
 @pytest.mark.parametrize("case", list(OP_CASES))
 def test_each_scalar_op_matches_the_reference_on_the_adapter(webgpu_device, case):
     """Every op case of the reference, NaN, infinities and signed zeros included: WGSL lets a compiler assume no
-    NaN or infinity, so the renderer tests for them on the bits (`rt_isnan_f32`)."""
+    NaN or infinity, so the renderer tests for them on the bits (`_WGSL_NAN` in the shared renderer)."""
     import ml_dtypes
 
     kern, inputs, expected = OP_CASES[case]
