@@ -30,7 +30,9 @@ buffer) or the plan, then times 4096^3 f16 (median of the submits in about 1.5 s
 - timing only: A's and B's words relabelled so that each step tile is one contiguous 16 KB block (page locality);
 - timing only: one tile a multiprocessor, the second workgroup held a step (or no step) behind the first by a
   flag it spins on, so that its loads find the first's lines in L1;
-- B's loads spread a line a row (a subgroup's lanes on 4 rows of one line each, as A's are).
+- B's loads spread a line a row (a subgroup's lanes on 4 rows of one line each, as A's are);
+- every 32-byte sector of the lines two steps ahead touched (one f16 each, held raw), A and B, A or B;
+- shapes whose rows are not a power of two bytes apart (A's, or A's and B's).
 
     . benchmarks/gpu/preamble.sh; python3 benchmarks/gpu/probes/load_paths.py [NAME-SUBSTRING...]
                                                                               (carry .gl and .whl)
@@ -321,6 +323,55 @@ def main():
             return [flag, *(kir.Local(f"rt_held_{r}", 8, dtype("f16")) for r in operands),
                     *shipped["staged"](self, op, tiles, *args)]
         load, store = prefetching_late(operands)
+        return {"staged": staged, "load": load, "store": store}
+
+    def sector_touches(self, operands, step, tk, sizes, threads=128):
+        """(role, buffer, indices) of this thread's share of one f16 in every 32-byte sector of the tile that
+        step `step + 1` stages (two steps ahead of the multiplies), or None where `self` is not prefetched.
+        NVIDIA's L1 fills only the sectors a load asks for, so `touched`'s one element a line brought a quarter
+        of each line into L1: the prefetch probes before the tenth session never prefetched whole lines."""
+        role = "a" if self.k_side == "col" else "b"
+        if role not in operands or self.lanes == 1 or self.layout is None:
+            return None
+        buffer, strides, _ = self.layout
+        ahead = kir.minimum(step + 1, kir.const(sizes[1] // tk - 1))
+        per_row = self.cols // 16  # 32-byte sectors in a row of the tile (A: tk of k; B: the tile's columns)
+        count = self.rows * per_row
+        assert count == 4 * threads, (self.rows, self.cols)  # rt_held_* hold 4 (NVIDIA's plan)
+        t, at = kir.Var("tid"), []
+        for j in range(count // threads):  # a subgroup's lanes on consecutive sectors: 8 lines an instruction
+            r, c = (t + j * threads) // per_row, ((t + j * threads) % per_row) * 16
+            row, col = (self.origin + r, ahead * tk + c) if role == "a" else (ahead * tk + r, self.origin + c)
+            at.append(row * strides[-2] + col * strides[-1])
+        return role, buffer, at
+
+    def sector_prefetch(operands):
+        """late_prefetch with every sector of the step-after-next's lines touched (`sector_touches`): each touch
+        a scalar f16 load held raw in a private array, copied out at the step's end only under the flag that
+        never holds."""
+        def load(self, step, tk, unguarded, sizes, dt):
+            out = shipped["load"](self, step, tk, unguarded, sizes, dt)
+            touch = sector_touches(self, operands, step, tk, sizes)
+            if touch is None:
+                return out
+            role, buffer, at = touch
+            return out + [kir.Store(f"rt_held_{role}", kir.const(j), kir.Load(buffer, i, dtype("f16")))
+                          for j, i in enumerate(at)]
+
+        def store(self, at, dt):
+            out = shipped["store"](self, at, dt)
+            role = "a" if self.k_side == "col" else "b"
+            if role not in operands or self.lanes == 1 or self.layout is None:
+                return out
+            never = kir.Compare("eq", kir.Var("rt_flag", dtype("f32")), kir.const(60000.0, dtype("f32")))
+            held = [kir.Store("out0", kir.const(j), kir.Load(f"rt_held_{role}", kir.const(j), dtype("f16")))
+                    for j in range(4)]
+            return out + [kir.If(never, held)]
+
+        def staged(self, op, tiles, *args):
+            flag = kir.Assign("rt_flag", kir.Cast(kir.Load("in0", kir.const(0), dtype("f16")), dtype("f32")))
+            return [flag, *(kir.Local(f"rt_held_{r}", 4, dtype("f16")) for r in operands),
+                    *shipped["staged"](self, op, tiles, *args)]
         return {"staged": staged, "load": load, "store": store}
 
     def sinking(self, op, tiles, *args):
@@ -780,6 +831,9 @@ def main():
         ("prefetch A and B two steps ahead, used at the step's end", late_prefetch("ab")),
         ("prefetch A two steps ahead, used at the step's end", late_prefetch("a")),
         ("prefetch B two steps ahead, used at the step's end", late_prefetch("b")),
+        ("prefetch every sector of A and B two steps ahead, held raw", sector_prefetch("ab")),
+        ("prefetch every sector of A two steps ahead, held raw", sector_prefetch("a")),
+        ("prefetch every sector of B two steps ahead, held raw", sector_prefetch("b")),
         ("stagger: odd workgroups spin 200", {"staged": staggered(200, lambda w: w % 2)}),
         ("stagger: odd 132-blocks spin 100", {"staged": staggered(100, lambda w: w // 132 % 2)}),
         ("stagger: odd 132-blocks spin 200", {"staged": staggered(200, lambda w: w // 132 % 2)}),
@@ -787,6 +841,9 @@ def main():
         ("shape 4224x4096x4096: 1056 tiles, 4 whole waves", {"mnk": (size + 128, size, size)}),
         ("shape 4096x4096x8192: twice the steps a tile", {"mnk": (size, size, 2 * size)}),
         ("shape 4096x4096x2048: half the steps a tile", {"mnk": (size, size, size // 2)}),
+        ("shape 4096x4096x4160: A's rows 8320 bytes apart (not a power of two)", {"mnk": (size, size, size + 64)}),
+        ("shape 4096x4224x4224: A's and B's rows 8448 bytes apart, 1056 tiles",
+         {"mnk": (size, size + 128, size + 128)}),
         ("shipped again", {}),
     ]
     wanted = sys.argv[1:]
