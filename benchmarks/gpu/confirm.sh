@@ -7,7 +7,9 @@
 #  zoo:       the zoo suite beside torch (run.sh: $OUT/zoo.txt, zoo.json, zoo.png);
 #  sanitizer: compute-sanitizer's memcheck, leak check included, on every reliability case;
 #  calls:     the transformer block dispatch by dispatch (calls.py);
-#  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py).
+#  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py);
+#  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
+#             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run.
 #   . benchmarks/gpu/preamble.sh; OUT=/tmp/out STEPS="pytest gemm fp16" bash benchmarks/gpu/confirm.sh   (carry .gl .whl)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,6 +38,15 @@ fi
 if step calls; then
   timeout 90 python3 benchmarks/gpu/calls.py --models transformer_block --repeats 20 --per-dispatch 12 2>&1 \
     | grep -v "relative error" | tail -26
+fi
+if step differential; then
+  for pair in vulkan-spirv:host=vulkan cuda:host=cuda webgpu-spirv:host=webgpu; do
+    for run in "gemm f16 0 40 2048" "gemm f32 0 30 1024" "graph f32 0 60 256" "graph f16 0 30 256"; do
+      set -- $run
+      timeout 150 python3 -m retarget.testing.differential --pair "$pair" --family "$1" --dtype "$2" --seed "$3" \
+        --count "$4" --max-size "$5" 2>&1 | grep -v -i warn | sed "s|^|$pair $1 $2: |" | tail -12
+    done
+  done | tee "$OUT/differential.txt"
 fi
 step small && timeout 120 python3 benchmarks/gpu/small_convs.py --variants none default --repeats 40 2>&1 | tail -34
 echo "confirm.sh: results in $OUT"

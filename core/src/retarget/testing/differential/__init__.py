@@ -1,0 +1,396 @@
+"""Differential testing: seeded random torch models, compiled for several targets, checked against float64.
+
+Model `seed` of a family is always the same, so a finding reproduces from its seed alone:
+
+    python -m retarget.testing.differential --count 200                          # CPU targets
+    python -m retarget.testing.differential --pair vulkan-spirv=vulkan --family gemm --dtype f16 --max-size 2048
+    python -m retarget.testing.differential --pair llvm-cpu=local-task --seed 117 --count 1 --show
+
+Families:
+- `graph`: a chain of 2-7 ops drawn from `GRAPH_OPS` (elementwise, broadcasts, reductions, softmax, layer and
+  batch norms, convolutions, pools, linear layers, permutes, slices, concatenations, pads, selects) on random
+  shapes, odd sizes included;
+- `gemm`: one matmul, linear layer, batched matmul or convolution of random size (up to `max_size`), ragged
+  and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run.
+
+A result is wrong when its relative error (`numerics.relative_error`) against the same model in float64 passes
+`TOLERANCE` for the family and dtype. An op that a target refuses with a `RetargetError` is counted as refused,
+not as a finding; any other exception is a finding.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...errors import RetargetError
+from ..numerics import relative_error
+
+__all__ = ["DTYPES", "FAMILIES", "TOLERANCE", "Finding", "Report", "check", "make_model"]
+
+# relative error against float64 that a result may have, by family and dtype. In f16 the reference has the
+# same f16 inputs and weights; a gemm's error is its output's rounding and the order of its f32 sums, while
+# each op of a graph rounds its result to f16 where the float64 reference does not.
+TOLERANCE = {("graph", "f32"): 1e-4, ("gemm", "f32"): 1e-4, ("graph", "f16"): 1e-2, ("gemm", "f16"): 4e-3}
+DTYPES = ("f16", "f32")
+
+
+@dataclass
+class Finding:
+    seed: int
+    target: str
+    device: str
+    kind: str  # "wrong" or "error"
+    detail: str
+    ops: list[str]
+
+    def command(self, family: str, dtype: str) -> str:
+        return (f"python -m retarget.testing.differential --family {family} --dtype {dtype} --seed {self.seed} "
+                f"--count 1 --pair {self.target}={self.device} --show")
+
+
+@dataclass
+class Report:
+    models: int = 0
+    outcomes: Counter = field(default_factory=Counter)  # "ok", "refused", "wrong", "error"
+    findings: list[Finding] = field(default_factory=list)
+    worst: dict = field(default_factory=dict)  # "target=device" -> largest relative error among the right ones
+    refusals: Counter = field(default_factory=Counter)  # each refusal's first line -> how often
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{k} {self.outcomes[k]}" for k in ("ok", "refused", "wrong", "error"))
+        worst = ", ".join(f"{pair} {err:.1e}" for pair, err in self.worst.items())
+        lines = [f"{self.models} models in {self.seconds:.0f} s: {counts}; largest error {worst or '-'}"]
+        lines += [f"  refused {n}x: {why}" for why, n in self.refusals.most_common(3)]
+        return "\n".join(lines)
+
+    def refused(self, why: str, times: int = 1) -> None:
+        """Counts a refusal under its message's first line (its hint and "and 2 more ops" left out)."""
+        self.outcomes["refused"] += times
+        self.refusals[why.splitlines()[0].split(" (and ")[0][:300]] += times  # "(and 2 more ops)" apart
+
+
+# -- the ops a graph is made of: each builder gets (rng, shape, new_param) and returns (name, fn) or None,
+# fn(module, values) -> tensor; new_param(tensor) registers a weight and gives its index
+
+def _torch():
+    import torch
+    import torch.nn.functional as F
+    return torch, F
+
+
+def _unary(r, s, p):
+    torch, F = _torch()
+    table = {
+        "relu": F.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "gelu": F.gelu, "silu": F.silu,
+        "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "relu6": F.relu6, "elu": F.elu,
+        "leaky_relu": lambda x: F.leaky_relu(x, 0.1), "softplus": F.softplus, "erf": torch.erf, "abs": torch.abs,
+        "neg": torch.neg, "sin": torch.sin, "cos": torch.cos, "square": lambda x: x * x,
+        "exp": lambda x: torch.exp(x.clamp(-5, 5)), "log": lambda x: torch.log(x.abs() + 1),
+        "sqrt": lambda x: torch.sqrt(x.abs()), "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5),
+        "reciprocal": lambda x: 1.0 / (x.abs() + 1), "clamp": lambda x: x.clamp(-0.5, 0.7)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _binary(r, s, p):
+    torch, _ = _torch()
+    table = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum,
+             "minimum": torch.minimum, "div": lambda a, b: a / (b.abs() + 1)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, j, f=table[name]: f(v[i], v[j])  # j: a value of the same shape (see _grow)
+
+
+def _broadcast(r, s, p):
+    torch, _ = _torch()
+    shape = [d if r.random() < 0.5 else 1 for d in s][r.randrange(len(s)) if r.random() < 0.3 else 0:]
+    w = p(torch.randn(*shape))
+    name = r.choice(["add", "mul", "sub"])
+    return f"{name} (broadcast {shape})", lambda m, v, i: getattr(torch, name)(v[i], m.weights[w])
+
+
+def _reduce(r, s, p):
+    torch, _ = _torch()
+    d, keep, name = r.randrange(len(s)), r.random() < 0.5, r.choice(["sum", "mean", "amax", "amin"])
+    return f"{name}(dim={d}, keepdim={keep})", lambda m, v, i: getattr(torch, name)(v[i], dim=d, keepdim=keep)
+
+
+def _linear(r, s, p):
+    torch, F = _torch()
+    out = r.randint(1, 40)
+    w, b = p(torch.randn(out, s[-1]) * s[-1] ** -0.5), (p(torch.randn(out)) if r.random() < 0.7 else None)
+    return f"linear({s[-1]}->{out})", lambda m, v, i: F.linear(v[i], m.weights[w], None if b is None else m.weights[b])
+
+
+def _conv_args(r, s):
+    """(out channels, kernel, stride, padding, dilation, groups) that fit an NCHW shape `s`, or None."""
+    c, k = s[1], r.choice([1, 3, 5])
+    stride, pad, dil, groups = r.choice([1, 1, 2]), r.randint(0, k // 2), r.choice([1, 1, 2]), r.choice([1, 1, s[1]])
+    if min(s[2], s[3]) + 2 * pad - dil * (k - 1) - 1 < 0:
+        return None
+    return (c if groups == c else r.randint(1, 16)), k, stride, pad, dil, groups
+
+
+def _conv(r, s, p):
+    torch, F = _torch()
+    args = len(s) == 4 and _conv_args(r, s)
+    if not args:
+        return None
+    out, k, stride, pad, dil, groups = args
+    w = p(torch.randn(out, s[1] // groups, k, k) * (s[1] // groups * k * k) ** -0.5)
+    b = p(torch.randn(out)) if r.random() < 0.5 else None
+    return (f"conv2d({s[1]}->{out}, k{k}, s{stride}, p{pad}, d{dil}, g{groups})",
+            lambda m, v, i: F.conv2d(v[i], m.weights[w], None if b is None else m.weights[b], stride, pad, dil, groups))
+
+
+def _pool(r, s, p):
+    _, F = _torch()
+    k, stride = r.choice([2, 3]), r.choice([1, 2])
+    pad = r.randint(0, k // 2)
+    if len(s) != 4 or min(s[2], s[3]) + 2 * pad < k:
+        return None
+    name = r.choice(["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"])
+    if name == "max_pool2d":
+        return f"max_pool2d(k{k}, s{stride}, p{pad})", lambda m, v, i: F.max_pool2d(v[i], k, stride, pad)
+    if name == "avg_pool2d":
+        return (f"avg_pool2d(k{k}, s{stride}, p{pad})",
+                lambda m, v, i: F.avg_pool2d(v[i], k, stride, pad, count_include_pad=False))
+    return "adaptive_avg_pool2d(1)", lambda m, v, i: F.adaptive_avg_pool2d(v[i], 1)
+
+
+def _batch_norm(r, s, p):
+    torch, F = _torch()
+    if len(s) != 4:
+        return None
+    c = s[1]
+    mean, var, w, b = p(torch.randn(c) * 0.3), p(torch.rand(c) + 0.5), p(torch.randn(c)), p(torch.randn(c))
+    return "batch_norm", lambda m, v, i: F.batch_norm(v[i], m.weights[mean], m.weights[var], m.weights[w],
+                                                      m.weights[b], False, 0.1, 1e-5)
+
+
+def _softmax(r, s, p):
+    _, F = _torch()
+    d, f = r.randrange(len(s)), r.choice([F.softmax, F.log_softmax])
+    return f"{f.__name__}(dim={d})", lambda m, v, i: f(v[i], dim=d)
+
+
+def _layer_norm(r, s, p):
+    torch, F = _torch()
+    w, b = p(torch.randn(s[-1])), p(torch.randn(s[-1]))
+    return "layer_norm", lambda m, v, i: F.layer_norm(v[i], (s[-1],), m.weights[w], m.weights[b])
+
+
+def _permute(r, s, p):
+    perm = list(range(len(s)))
+    r.shuffle(perm)
+    return f"permute{tuple(perm)}", lambda m, v, i: v[i].permute(*perm).contiguous()
+
+
+def _flatten(r, s, p):
+    return "flatten(1)", lambda m, v, i: v[i].flatten(1)
+
+
+def _slice(r, s, p):
+    if s[-1] < 3:
+        return None
+    start, step = r.randint(0, s[-1] - 2), r.choice([1, 2])
+    return f"[..., {start}::{step}]", lambda m, v, i: v[i][..., start::step]
+
+
+def _pad(r, s, p):
+    _, F = _torch()
+    pads = [r.randint(0, 2) for _ in range(4 if len(s) >= 2 else 2)]
+    return f"pad{pads}", lambda m, v, i: F.pad(v[i], pads)
+
+
+def _select(r, s, p):
+    torch, _ = _torch()
+    return "where(x > 0.1, x, y / 2)", lambda m, v, i, j: torch.where(v[i] > 0.1, v[i], v[j] * 0.5)
+
+
+def _concat(r, s, p):
+    torch, _ = _torch()
+    return "cat(dim=-1)", lambda m, v, i, j: torch.cat([v[i], v[j]], dim=-1)
+
+
+# name -> (builder, whether it takes a second value: "same" shape, "rows" (all but the last dim), or None)
+GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
+    "unary": (_unary, None), "binary": (_binary, "same"), "broadcast": (_broadcast, None), "reduce": (_reduce, None),
+    "linear": (_linear, None), "conv2d": (_conv, None), "pool": (_pool, None), "batch_norm": (_batch_norm, None),
+    "softmax": (_softmax, None), "layer_norm": (_layer_norm, None), "permute": (_permute, None),
+    "flatten": (_flatten, None), "slice": (_slice, None), "pad": (_pad, None), "select": (_select, "same"),
+    "concat": (_concat, "rows"),
+}
+MAX_ELEMENTS = 200_000  # per value, so that a graph stays quick on the slowest CPU target
+
+
+class _Model:
+    """A torch module that applies its steps in turn, each to earlier values; the last value is the output."""
+
+    def __new__(cls, steps, weights):
+        torch, _ = _torch()
+
+        class RandomModel(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.steps = steps
+                self.weights = torch.nn.ParameterList([torch.nn.Parameter(w, requires_grad=False) for w in weights])
+
+            def forward(self, *inputs):
+                values = list(inputs)
+                for _, fn, args in self.steps:
+                    values.append(fn(self, values, *args))
+                return values[-1]
+
+        return RandomModel().eval()
+
+
+def _graph(r: random.Random, max_size: int):
+    torch, _ = _torch()
+    rank = r.choice([2, 3, 4, 4])
+    if rank == 4:
+        shape = [r.randint(1, 3), r.randint(1, 12), r.randint(3, 15), r.randint(3, 15)]
+    else:
+        shape = [r.randint(1, 4)] + [r.randint(1, min(17, max_size)) for _ in range(rank - 1)]
+    inputs, weights, steps, shapes = [torch.randn(*shape)], [], [], [tuple(shape)]
+
+    def param(t):
+        weights.append(t)
+        return len(weights) - 1
+
+    goal = r.randint(2, 7)
+    for _ in range(200):
+        if len(steps) == goal:
+            break
+        i = r.randrange(len(shapes))
+        name = r.choice(sorted(GRAPH_OPS))
+        build, second = GRAPH_OPS[name]
+        before = len(weights)
+        built = build(r, shapes[i], param)
+        if built is None:
+            continue
+        partners = [j for j, t in enumerate(shapes)
+                    if (t == shapes[i] if second == "same" else t[:-1] == shapes[i][:-1])]
+        args = (i,) if second is None else (i, r.choice(partners))
+        step = (built[0], built[1], args)
+        try:
+            with torch.no_grad():
+                out = _Model(steps + [step], weights)(*inputs)
+        except (RuntimeError, ValueError, IndexError):  # torch refuses the shapes: draw again
+            del weights[before:]
+            continue
+        if not 0 < out.numel() <= MAX_ELEMENTS:
+            del weights[before:]
+            continue
+        steps.append(step)
+        shapes.append(tuple(out.shape))
+    return steps, weights, inputs
+
+
+def _size(r: random.Random, limit: int) -> int:
+    """Ragged or tile-aligned (a multiple of 64), small or near `limit`."""
+    if r.random() < 0.4 and limit >= 64:
+        return 64 * r.randint(1, limit // 64)
+    return r.randint(1, limit) if r.random() < 0.5 else r.randint(max(1, limit // 2), limit)
+
+
+def _gemm(r: random.Random, max_size: int):
+    torch, F = _torch()
+    kind = r.choice(["matmul", "linear", "bmm", "conv2d"])
+    weights = []
+    if kind == "conv2d":
+        c, o, hw = _size(r, min(max_size, 256)), _size(r, min(max_size, 256)), r.randint(3, 28)
+        x, k = torch.randn(r.randint(1, 2), c, hw, hw), r.choice([1, 3])
+        weights = [torch.randn(o, c, k, k) * (c * k * k) ** -0.5]
+        return [(f"conv2d({c}->{o}, k{k}, {hw}x{hw})",
+                 lambda m, v, i: F.conv2d(v[i], m.weights[0], padding=k // 2), (0,))], weights, [x]
+    m_, n, k = _size(r, max_size), _size(r, max_size), _size(r, max_size)
+    if kind == "bmm":
+        b = r.randint(2, 4)
+        x, weights = torch.randn(b, m_, k), [torch.randn(b, k, n) * k ** -0.5]
+        return [(f"bmm({b}x{m_}x{k} @ {k}x{n})", lambda mod, v, i: torch.bmm(v[i], mod.weights[0]), (0,))], weights, [x]
+    x = torch.randn(m_, k)
+    if kind == "matmul":
+        weights = [torch.randn(k, n) * k ** -0.5]
+        return [(f"matmul({m_}x{k} @ {k}x{n})",
+                 lambda mod, v, i: torch.matmul(v[i], mod.weights[0]), (0,))], weights, [x]
+    weights = [torch.randn(n, k) * k ** -0.5, torch.randn(n)]
+    epilogue = r.choice(["", "relu", "gelu"])
+    act = {"": lambda t: t, "relu": F.relu, "gelu": F.gelu}[epilogue]
+    return ([(f"linear({m_}x{k} -> {n}){' + ' + epilogue if epilogue else ''}",
+              lambda mod, v, i: act(F.linear(v[i], mod.weights[0], mod.weights[1])), (0,))], weights, [x])
+
+
+FAMILIES = {"graph": _graph, "gemm": _gemm}
+
+
+def make_model(seed: int, family: str = "graph", dtype: str = "f32", max_size: int = 256):
+    """(model, inputs, the ops' names) for `seed`: the same on every run and machine."""
+    torch, _ = _torch()
+    r = random.Random(f"{family}:{seed}")
+    with torch.random.fork_rng():  # the caller's random state is left as it was
+        torch.manual_seed(r.randrange(1 << 31))
+        steps, weights, inputs = FAMILIES[family](r, max_size)
+    model = _Model(steps, weights)
+    if dtype == "f16":
+        model, inputs = model.half(), [x.half() for x in inputs]
+    return model, tuple(inputs), [name for name, _, _ in steps]
+
+
+def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str = "f32", max_size: int = 256,
+          tolerance: float | None = None, progress: Callable[[str], None] | None = None) -> Report:
+    """Each model of `seeds`, imported once, compiled for each (target, device) pair and run there."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    import retarget
+    from retarget.compiler import import_model
+
+    limit = TOLERANCE[family, dtype] if tolerance is None else tolerance
+    report, start = Report(), time.perf_counter()
+    for seed in seeds:
+        model, inputs, ops = make_model(seed, family, dtype, max_size)
+        with torch.no_grad():
+            expected = copy.deepcopy(model).double()(*[x.double() for x in inputs]).numpy()
+        report.models += 1
+        try:
+            module = import_model(model, example_inputs=inputs)
+        except RetargetError as e:  # the importer refuses an op: every pair is refused
+            report.refused(f"the importer: {e.message}", len(pairs))
+            if progress:
+                progress(f"seed {seed}: refused by the importer: {str(e).splitlines()[0]}")
+            continue
+        for target, device in pairs:
+            try:
+                loaded = retarget.load(retarget.compile(module, target), device=device)
+                out = np.asarray(loaded.main(*[x.numpy() for x in inputs]))
+            except RetargetError as e:
+                report.refused(f"{target}: {e.message}")
+                if progress:
+                    progress(f"seed {seed} on {target}={device}: refused: {str(e).splitlines()[0]}")
+                continue
+            except Exception:  # noqa: BLE001 - anything else is what we are looking for
+                report.outcomes["error"] += 1
+                report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops))
+                continue
+            error = relative_error(out, expected) if out.shape == expected.shape else float("inf")
+            if error <= limit:
+                report.outcomes["ok"] += 1
+                pair = f"{target}={device}"
+                report.worst[pair] = max(report.worst.get(pair, 0.0), error)
+            else:
+                report.outcomes["wrong"] += 1
+                detail = (f"relative error {error:.3g} (tolerance {limit:g})" if out.shape == expected.shape
+                          else f"shape {out.shape}, expected {expected.shape}")
+                report.findings.append(Finding(seed, target, device, "wrong", detail, ops))
+        if progress:
+            progress(f"seed {seed}: {' -> '.join(ops)}")
+    report.seconds = time.perf_counter() - start
+    return report

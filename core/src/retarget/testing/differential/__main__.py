@@ -1,0 +1,73 @@
+"""`python -m retarget.testing.differential`: random models on several targets, checked against float64.
+
+Each --pair is TARGET=DEVICE (default: vmvx=local-sync and llvm-cpu=local-task, where installed). Model SEED of
+a family is the same on every run, so a finding's seed reproduces it; --show prints each model's ops and every
+pair's error. The exit code is 1 if anything was wrong or raised something other than a RetargetError.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import DTYPES, FAMILIES, check
+
+
+def _pair(text: str) -> tuple[str, str]:
+    target, sep, device = text.partition("=")
+    if not sep or not target or not device:
+        raise argparse.ArgumentTypeError(f"{text!r}: write TARGET=DEVICE, for example vulkan-spirv=vulkan")
+    return target, device
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retarget.testing.differential", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", type=_pair, action="append", default=None, metavar="TARGET=DEVICE",
+                        help="a target and the device to run it on (repeat for several)")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="graph")
+    parser.add_argument("--dtype", choices=DTYPES, default="f32")
+    parser.add_argument("--seed", type=int, default=0, help="the first model's seed (default 0)")
+    parser.add_argument("--count", type=int, default=50, help="models to check (default 50)")
+    parser.add_argument("--max-size", type=int, default=256, help="largest matmul side of the gemm family")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="relative error allowed (default: TOLERANCE, by family and dtype)")
+    parser.add_argument("--show", action="store_true", help="print each model's ops as it is checked")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+
+    import retarget
+
+    installed = retarget.targets()
+    pairs = args.pair or [(t, d) for t, d in (("vmvx", "local-sync"), ("llvm-cpu", "local-task")) if t in installed]
+    unknown = [t for t, _ in pairs if t.split(":")[0] not in installed]
+    if unknown:
+        parser.error(f"target {', '.join(unknown)} is not installed (installed: {', '.join(sorted(installed))})")
+    devices = retarget.devices()
+    for _, device in pairs:
+        driver, _, index = device.partition(":")
+        found = [d for d in devices if d.driver == driver and (not index or d.id == index)]
+        if not any(d.available for d in found):
+            why = "; ".join(d.reason for d in found if d.reason) or "no such driver or device (see: retarget devices)"
+            parser.error(f"device {device} cannot run here: {why}")
+    show = (lambda line: print(line, file=sys.stderr, flush=True)) if args.show else None
+    report = check(range(args.seed, args.seed + args.count), pairs, args.family, args.dtype, args.max_size,
+                   args.tolerance, progress=show)
+    if args.json:
+        print(json.dumps({"family": args.family, "dtype": args.dtype, "pairs": [f"{t}={d}" for t, d in pairs],
+                          "models": report.models, "outcomes": dict(report.outcomes), "largest_error": report.worst,
+                          "refusals": dict(report.refusals),
+                          "seconds": round(report.seconds, 1),
+                          "findings": [{**vars(f), "command": f.command(args.family, args.dtype)}
+                                       for f in report.findings]}, indent=1))
+    else:
+        print(report.summary())
+        for f in report.findings:
+            print(f"\nseed {f.seed} on {f.target}={f.device}: {f.kind}: {f.detail.rstrip()}\n  ops: "
+                  f"{' -> '.join(f.ops)}\n  again: {f.command(args.family, args.dtype)}")
+    return 1 if report.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
