@@ -9,7 +9,8 @@
 #  calls:     the transformer block dispatch by dispatch (calls.py);
 #  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py);
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
-#             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run.
+#             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run
+#             (DIFF_PAIRS="TARGET=DEVICE ..." picks the pairs, one call each if the three overrun 10 minutes).
 #   . benchmarks/gpu/preamble.sh; OUT=/tmp/out STEPS="pytest gemm fp16" bash benchmarks/gpu/confirm.sh   (carry .gl .whl)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,7 +41,7 @@ if step calls; then
     | grep -v "relative error" | tail -26
 fi
 if step differential; then
-  for pair in vulkan-spirv:host=vulkan cuda:host=cuda webgpu-spirv:host=webgpu; do
+  for pair in ${DIFF_PAIRS:-vulkan-spirv:host=vulkan cuda:host=cuda webgpu-spirv:host=webgpu}; do
     for run in "gemm f16 0 40 2048" "gemm f32 0 30 1024" "graph f32 0 60 256" "graph f16 0 30 256"; do
       set -- $run
       timeout 150 python3 -m retarget.testing.differential --pair "$pair" --family "$1" --dtype "$2" --seed "$3" \
