@@ -35,9 +35,10 @@ def test_model_seed_is_the_same_on_every_call_and_leaves_torch_random_state_alon
 
 
 def test_graphs_draw_every_op_kind_over_a_few_seeds():
-    names = " ".join(" ".join(make_model(seed)[2]) for seed in range(60))
-    for kind in ("conv2d", "linear", "pool", "batch_norm", "softmax", "layer_norm", "permute", "cat", "pad",
-                 "where", "sum", "amax", "[..."):
+    names = " ".join(" ".join(make_model(seed)[2]) for seed in range(100))
+    for kind in ("conv2d", "conv1d", "linear", "pool", "batch_norm", "softmax", "layer_norm", "permute", "cat", "pad",
+                 "where", "sum", "amax", "[...", "attention", "index_select", "var", "chunk", "expand", "argmax",
+                 "ties to even"):
         assert kind in names, kind
 
 
@@ -110,3 +111,24 @@ def test_cli_json_report_and_exit_code():
 def test_cli_bad_pair_is_one_clear_line(pair, message):
     run = _cli("--pair", pair)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_nan_and_infinities_must_be_where_float64_has_them():
+    from retarget.testing.differential import _error
+
+    expected = np.array([1.0, np.nan, -np.inf, 2.0])
+    assert _error(np.array([1.0, np.nan, -np.inf, 2.0]), expected) == 0.0
+    assert _error(np.array([1.0, 0.5, -np.inf, 2.0]), expected) == float("inf")  # a number for NaN
+    assert _error(np.array([1.0, np.nan, np.inf, 2.0]), expected) == float("inf")  # the infinity's sign
+    assert _error(np.array([np.nan, np.nan, -np.inf, 2.0]), expected) == float("inf")  # NaN for a number
+    assert _error(np.array([1.0, np.nan, -np.inf, 2.5]), expected) == pytest.approx(0.25)
+
+
+def test_a_nan_for_a_number_is_reported_as_such(monkeypatch):
+    def poison(out):
+        out = out.astype(np.float32).copy()
+        out.flat[0] = np.nan
+        return out
+    _patched_load(monkeypatch, poison)
+    report = check(range(1), VMVX)
+    assert report.findings[0].kind == "wrong" and "NaN or an infinity" in report.findings[0].detail

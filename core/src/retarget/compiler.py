@@ -30,7 +30,7 @@ from .passes.dynamic_plan import apply_dims, format_dynamic_program, is_dynamic,
 from .passes.host_program import ConstantPool, format_program, plan_function, plan_partitioned_function
 from .passes.precision import precision_dtype, set_precision
 from .passes.quantize import quantize_weights, scheme
-from .passes.simplify import canonicalize, fold_constants
+from .passes.simplify import canonicalize, fold_constants, narrow_index_constants
 from .plugin_manager import manager
 from .protocols import SupportTable, TargetDesc
 
@@ -39,6 +39,7 @@ HOST_DRIVERS = ("local-task", "local-sync")  # a placement whose targets run onl
 GRAPH_PASSES: list[tuple[str, Callable[[Module], Module]]] = [
     ("canonicalize", canonicalize),
     ("fold-constants", fold_constants),
+    ("narrow-index-constants", narrow_index_constants),
     ("fold-conv-scales", fold_conv_scales),
     ("canonicalize", canonicalize),
 ]

@@ -274,6 +274,29 @@ def test_the_mlp_runs_on_webgpu_and_matches_numpy(webgpu_device):
         np.testing.assert_allclose(m.predict(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_causal_attention_and_constant_gather_indices_run_on_webgpu(webgpu_device):
+    """torch gives a causal mask and index_select's indices as bool and i64 tensors, which WGSL cannot store: the
+    mask is now computed in the kernel from i32 iotas and the indices narrowed to i32 (found by
+    `retarget.testing.differential`, which saw both refused)."""
+    torch = pytest.importorskip("torch")
+    from retarget.compiler import import_model
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("rows", torch.tensor([3, 0, 0, 5, 1], dtype=torch.int64))
+
+        def forward(self, x):
+            y = torch.nn.functional.scaled_dot_product_attention(x, x * 0.5, torch.tanh(x), is_causal=True)
+            return torch.index_select(y, 1, self.rows)
+
+    x = torch.from_numpy(rng.standard_normal((2, 6, 8)).astype(np.float32))
+    with torch.no_grad():
+        expected = Model()(x).numpy()
+    m = retarget.load(retarget.compile(import_model(Model(), example_inputs=(x,)), "webgpu-spirv"), device="webgpu")
+    np.testing.assert_allclose(m.main(x.numpy()), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_outputs_read_through_the_learned_readback_follow_each_new_input(webgpu_device):
     """From the second call on, a function's outputs come back in its own submit (one map per call): they must
     still be this call's outputs, not a stale copy, and a write in between must not be served old data."""

@@ -162,12 +162,10 @@ def attention(b: Builder, q: Value, k: Value, v: Value, mask: Value | None = Non
     scale = 1 / math.sqrt(q.type.shape[-1]) if scale is None else scale
     s = b.op("rt.matmul", [b.op("rt.mul", [q, scalar(b, scale, q)]), b.op("rt.transpose", [k], {"perm": perm})])
     lq, lk = q.type.shape[-2], k.type.shape[-2]
-    if causal and (isinstance(lq, Sym) or isinstance(lk, Sym)):  # row >= column, from iotas
-        rows = b.op("rt.iota", [], {"shape": (lq, lk), "axis": 0, "dtype": "i64"})
-        cols = b.op("rt.iota", [], {"shape": (lq, lk), "axis": 1, "dtype": "i64"})
+    if causal:  # row >= column, from i32 iotas that fuse into the kernel: no mask buffer, no 64-bit integers
+        rows = b.op("rt.iota", [], {"shape": (lq, lk), "axis": 0, "dtype": "i32"})
+        cols = b.op("rt.iota", [], {"shape": (lq, lk), "axis": 1, "dtype": "i32"})
         mask = b.op("rt.cmp", [rows, cols], {"predicate": "ge"})
-    elif causal:
-        mask = b.constant(np.tril(np.ones((lq, lk), dtype=bool)))
     if mask is not None:
         if mask.type.dtype.kind == "bool":
             s = b.op("rt.select", [mask, s, scalar(b, -np.inf, s)])
@@ -181,7 +179,7 @@ def reverse(b: Builder, x: Value, axes) -> Value:
     for axis in axes:
         size = x.type.shape[axis]
         if size > 1:
-            x = b.op("rt.gather", [x, b.constant(np.arange(size - 1, -1, -1, dtype=np.int64))], {"axis": axis})
+            x = b.op("rt.gather", [x, b.constant(np.arange(size - 1, -1, -1, dtype=np.int32))], {"axis": axis})
     return x
 
 

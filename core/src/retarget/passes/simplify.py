@@ -1,10 +1,11 @@
-"""Graph cleanups: drop identity ops, fold constants, remove dead ops."""
+"""Graph cleanups: drop identity ops, fold constants, narrow gather indices, remove dead ops."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.core import DenseAttr, Function, Module, Operation, Value
+from ..ir.core import DenseAttr, Function, Module, Operation, TensorType, Value
+from ..ir.dtypes import i32
 
 FOLD_LIMIT_BYTES = 1 << 12  # a folded result may grow past its inputs only up to this
 KEEP_UNFOLDED = ("rt.dequantize",)  # packed weights stay packed: kernels unpack them as they read
@@ -56,6 +57,27 @@ def fold_constants(module: Module) -> Module:
             value = np.ascontiguousarray(evaluate(op.name, op.attrs, inputs, out_type))
             op.name, op.operands, op.attrs = "rt.constant", [], {"value": DenseAttr(value)}
         eliminate_dead_ops(fn)
+    return module
+
+
+def narrow_index_constants(module: Module) -> Module:
+    """i64 constants used only as gather indices, whose values fit in i32, become i32 (torch's and ONNX's indices
+    are i64): half the bytes, and no 64-bit integers in the kernels, which some targets lack (WGSL)."""
+    limits = np.iinfo(np.int32)
+    for fn in module.functions.values():
+        uses: dict[Value, list[tuple[Operation, int]]] = {}
+        for op in fn.ops:
+            for i, v in enumerate(op.operands):
+                uses.setdefault(v, []).append((op, i))
+        for op in fn.ops:
+            value = op.results[0] if op.name == "rt.constant" else None
+            if value is None or value.type.dtype.name != "i64" or value in fn.returns or value not in uses:
+                continue
+            array = op.attrs["value"].array
+            if all(user.name == "rt.gather" and i == 1 for user, i in uses[value]) and \
+                    (array.size == 0 or (limits.min <= array.min() and array.max() <= limits.max)):
+                op.attrs["value"] = DenseAttr(array.astype(np.int32))
+                value.type = TensorType(value.type.shape, i32)
     return module
 
 

@@ -7,14 +7,17 @@ Model `seed` of a family is always the same, so a finding reproduces from its se
     python -m retarget.testing.differential --pair llvm-cpu=local-task --seed 117 --count 1 --show
 
 Families:
-- `graph`: a chain of 2-7 ops drawn from `GRAPH_OPS` (elementwise, broadcasts, reductions, softmax, layer and
-  batch norms, convolutions, pools, linear layers, permutes, slices, concatenations, pads, selects) on random
-  shapes, odd sizes included;
+- `graph`: a chain of 2-7 ops drawn from `GRAPH_OPS` (elementwise, broadcasts, reductions, variances, softmax,
+  layer and batch norms, 1-D and 2-D convolutions, pools, linear layers, attention (causal or not), gathers,
+  permutes, slices, chunks, expands, concatenations, pads, selects; and on the input only, where float32 and
+  float64 agree exactly, ops whose result jumps: rounding (ties to even), comparisons, argmax with ties) on
+  random shapes, odd sizes included;
 - `gemm`: one matmul, linear layer, batched matmul or convolution of random size (up to `max_size`), ragged
   and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run.
 
 A result is wrong when its relative error (`numerics.relative_error`) against the same model in float64 passes
-`TOLERANCE` for the family and dtype. An op that a target refuses with a `RetargetError` is counted as refused,
+`TOLERANCE` for the family and dtype, or where it has NaN or an infinity that float64 has not (or the other way:
+the variance of one element is NaN in both). An op that a target refuses with a `RetargetError` is counted as refused,
 not as a finding; any other exception is a finding.
 """
 
@@ -218,13 +221,95 @@ def _concat(r, s, p):
     return "cat(dim=-1)", lambda m, v, i, j: torch.cat([v[i], v[j]], dim=-1)
 
 
-# name -> (builder, whether it takes a second value: "same" shape, "rows" (all but the last dim), or None)
+def _more_unary(r, s, p):
+    torch, F = _torch()
+    exponent = r.choice([0.5, 1.7, 2.0, 3.0])
+    table = {f"pow(|x| + 0.1, {exponent})": lambda x: torch.pow(x.abs() + 0.1, exponent),
+             "expm1": lambda x: torch.expm1(x.clamp(-3, 3)), "log1p": lambda x: torch.log1p(x.abs()),
+             "hardtanh(-0.4, 0.6)": lambda x: F.hardtanh(x, -0.4, 0.6),
+             "atan2(x, 0.5 - x)": lambda x: torch.atan2(x, 0.5 - x)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _discrete(r, s, p):
+    """Ops whose result jumps (rounding, comparisons, argmax with ties): applied to the model's input only, whose
+    values float64 and float32 hold alike, so that no rounding difference upstream can move a jump."""
+    torch, F = _torch()
+    d = r.randrange(len(s))
+    table = {"floor(4x)": lambda x: torch.floor(x * 4), "ceil(4x)": lambda x: torch.ceil(x * 4),
+             "round(floor(4x) / 2) (ties to even)": lambda x: torch.round(torch.floor(x * 4) / 2),
+             "sign(round(x))": lambda x: torch.sign(torch.round(x)), "x > 0.3": lambda x: (x > 0.3).float(),
+             f"argmax(relu(x - 0.5), dim={d}) (ties: the first)":
+                 lambda x: torch.argmax(F.relu(x - 0.5), dim=d).float(),
+             f"max(x, dim={d}).values": lambda x: torch.max(x, dim=d).values}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _gather(r, s, p):
+    torch, F = _torch()
+    d = r.randrange(len(s))
+    index = p(torch.randint(0, s[d], (r.randint(1, 2 * s[d]),)))
+    if len(s) == 2 and r.random() < 0.5:
+        return f"embedding(table {s[0]}x{s[1]})", lambda m, v, i: F.embedding(m.weights[index], v[i])
+    return f"index_select(dim={d})", lambda m, v, i: torch.index_select(v[i], d, m.weights[index])
+
+
+def _statistics(r, s, p):
+    torch, _ = _torch()
+    dims = sorted(r.sample(range(len(s)), r.randint(1, len(s))))
+    if r.random() < 0.5:
+        unbiased = r.random() < 0.5
+        return (f"var(dim={dims}, unbiased={unbiased})",
+                lambda m, v, i: torch.var(v[i], dim=dims, unbiased=unbiased, keepdim=True))
+    return f"mean(dim={dims})", lambda m, v, i: torch.mean(v[i], dim=dims)
+
+
+def _chunk(r, s, p):
+    even = [d for d, n in enumerate(s) if n % 2 == 0]
+    if not even:
+        return None
+    d = r.choice(even)
+    return f"chunk(2, dim={d}): first * second", lambda m, v, i: (lambda a, b: a * b)(*v[i].chunk(2, dim=d))
+
+
+def _expand(r, s, p):
+    d = r.randrange(len(s) + 1)
+    return f"unsqueeze({d}).expand(3)", lambda m, v, i: v[i].unsqueeze(d).expand(
+        *[3 if k == d else -1 for k in range(len(s) + 1)]).contiguous()
+
+
+def _attention(r, s, p):
+    torch, F = _torch()
+    if len(s) < 3:
+        return None
+    causal = r.random() < 0.5
+    return (f"scaled_dot_product_attention(causal={causal})",
+            lambda m, v, i: F.scaled_dot_product_attention(v[i], v[i] * 0.5, torch.tanh(v[i]), is_causal=causal))
+
+
+def _conv1d(r, s, p):
+    torch, F = _torch()
+    if len(s) != 3:
+        return None
+    k, stride = r.choice([1, 3]), r.choice([1, 2])
+    pad, out = r.randint(0, k // 2), r.randint(1, 16)
+    w = p(torch.randn(out, s[1], k) * (s[1] * k) ** -0.5)
+    return (f"conv1d({s[1]}->{out}, k{k}, s{stride}, p{pad})",
+            lambda m, v, i: F.conv1d(v[i], m.weights[w], None, stride, pad))
+
+
+# name -> (builder, what it takes: None (any value), "same" (a second value of its shape), "rows" (a second value
+# alike in all but the last dim) or "input" (the model's input only))
 GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
     "unary": (_unary, None), "binary": (_binary, "same"), "broadcast": (_broadcast, None), "reduce": (_reduce, None),
     "linear": (_linear, None), "conv2d": (_conv, None), "pool": (_pool, None), "batch_norm": (_batch_norm, None),
     "softmax": (_softmax, None), "layer_norm": (_layer_norm, None), "permute": (_permute, None),
     "flatten": (_flatten, None), "slice": (_slice, None), "pad": (_pad, None), "select": (_select, "same"),
-    "concat": (_concat, "rows"),
+    "concat": (_concat, "rows"), "more_unary": (_more_unary, None), "discrete": (_discrete, "input"),
+    "gather": (_gather, None), "statistics": (_statistics, None), "chunk": (_chunk, None), "expand": (_expand, None),
+    "attention": (_attention, None), "conv1d": (_conv1d, None),
 }
 MAX_ELEMENTS = 200_000  # per value, so that a graph stays quick on the slowest CPU target
 
@@ -267,16 +352,16 @@ def _graph(r: random.Random, max_size: int):
     for _ in range(200):
         if len(steps) == goal:
             break
-        i = r.randrange(len(shapes))
         name = r.choice(sorted(GRAPH_OPS))
         build, second = GRAPH_OPS[name]
+        i = 0 if second == "input" else r.randrange(len(shapes))
         before = len(weights)
         built = build(r, shapes[i], param)
         if built is None:
             continue
         partners = [j for j, t in enumerate(shapes)
                     if (t == shapes[i] if second == "same" else t[:-1] == shapes[i][:-1])]
-        args = (i,) if second is None else (i, r.choice(partners))
+        args = (i, r.choice(partners)) if second in ("same", "rows") else (i,)
         step = (built[0], built[1], args)
         try:
             with torch.no_grad():
@@ -342,6 +427,21 @@ def make_model(seed: int, family: str = "graph", dtype: str = "f32", max_size: i
     return model, tuple(inputs), [name for name, _, _ in steps]
 
 
+def _error(out, expected) -> float:
+    """relative_error over the finite elements; inf where the shapes differ or where NaN or an infinity of the
+    result is not the reference's (a NaN there is right when float64 has it too, as var of one element)."""
+    import numpy as np
+
+    out, expected = np.asarray(out, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if out.shape != expected.shape:
+        return float("inf")
+    finite = np.isfinite(expected)
+    if not (np.array_equal(np.isnan(out), np.isnan(expected)) and np.array_equal(out[np.isinf(expected)],
+                                                                                  expected[np.isinf(expected)])):
+        return float("inf")
+    return relative_error(out[finite], expected[finite]) if finite.any() else 0.0
+
+
 def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str = "f32", max_size: int = 256,
           tolerance: float | None = None, progress: Callable[[str], None] | None = None) -> Report:
     """Each model of `seeds`, imported once, compiled for each (target, device) pair and run there."""
@@ -380,15 +480,16 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
                 report.outcomes["error"] += 1
                 report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops))
                 continue
-            error = relative_error(out, expected) if out.shape == expected.shape else float("inf")
+            error = _error(out, expected)
             if error <= limit:
                 report.outcomes["ok"] += 1
                 pair = f"{target}={device}"
                 report.worst[pair] = max(report.worst.get(pair, 0.0), error)
             else:
                 report.outcomes["wrong"] += 1
-                detail = (f"relative error {error:.3g} (tolerance {limit:g})" if out.shape == expected.shape
-                          else f"shape {out.shape}, expected {expected.shape}")
+                detail = (f"shape {out.shape}, expected {expected.shape}" if out.shape != expected.shape
+                          else "NaN or an infinity where float64 has none, or the other way" if error == float("inf")
+                          else f"relative error {error:.3g} (tolerance {limit:g})")
                 report.findings.append(Finding(seed, target, device, "wrong", detail, ops))
         if progress:
             progress(f"seed {seed}: {' -> '.join(ops)}")
