@@ -38,7 +38,7 @@ def test_graphs_draw_every_op_kind_over_a_few_seeds():
     names = " ".join(" ".join(make_model(seed)[2]) for seed in range(100))
     for kind in ("conv2d", "conv1d", "linear", "pool", "batch_norm", "softmax", "layer_norm", "permute", "cat", "pad",
                  "where", "sum", "amax", "[...", "attention", "index_select", "var", "chunk", "expand", "argmax",
-                 "ties to even"):
+                 "ties to even", "interpolate(nearest", "interpolate(bilinear"):
         assert kind in names, kind
 
 

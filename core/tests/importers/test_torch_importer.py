@@ -185,6 +185,19 @@ def test_scaled_dot_product_attention_with_and_without_causal_mask():
                               F.scaled_dot_product_attention(q, k, v, is_causal=True)), q, k, v)
 
 
+@pytest.mark.parametrize("mode, kwargs", [
+    ("nearest", {"scale_factor": 2}), ("nearest", {"scale_factor": 1.7}), ("nearest", {"size": (5, 7)}),
+    ("nearest", {"scale_factor": 2.1}), ("nearest", {"scale_factor": 1.2}), ("bilinear", {"scale_factor": 1.2}),
+    ("bilinear", {"scale_factor": 2, "align_corners": False}),
+    ("bilinear", {"scale_factor": 0.5, "align_corners": False}), ("bilinear", {"scale_factor": 1.7}),
+    ("bilinear", {"size": (5, 9), "align_corners": True}), ("bilinear", {"size": (11, 3), "align_corners": False}),
+], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={w}" for k, w in v.items()))
+def test_interpolate_matches_torch(mode, kwargs):
+    """upsample_nearest2d and upsample_bilinear2d: gathers of ATen's own positions. (Mode "nearest-exact" reaches
+    the importer as `aten.index.Tensor`, which it does not take.)"""
+    run_both(lambda x: F.interpolate(x, mode=mode, **kwargs), randn(2, 3, 6, 4), tol=2e-6)
+
+
 def test_unsupported_op_names_aten_op_node_and_source_line():
     model = Fn(lambda x: torch.cumsum(x, dim=-1))
     with pytest.raises(UnsupportedOpError) as info:

@@ -174,6 +174,28 @@ def attention(b: Builder, q: Value, k: Value, v: Value, mask: Value | None = Non
     return b.op("rt.matmul", [softmax(b, s, -1), v])
 
 
+def resample(b: Builder, x: Value, axis: int, low: np.ndarray, high: np.ndarray | None = None,
+             weight: np.ndarray | None = None) -> Value:
+    """`x` read along `axis` at input positions `low` (nearest neighbours), or at `low` and `high` mixed by
+    `weight` (linear: x[low] * (1 - weight) + x[high] * weight). Positions are already inside the axis."""
+    lo = b.op("rt.gather", [x, b.constant(np.asarray(low, dtype=np.int32))], {"axis": axis})
+    if high is None:
+        return lo
+    hi = b.op("rt.gather", [x, b.constant(np.asarray(high, dtype=np.int32))], {"axis": axis})
+    shape = [1] * x.type.rank
+    shape[axis] = len(weight)
+    w1 = np.asarray(weight, dtype=np.float64).reshape(shape)
+    w0, w1 = (b.constant((w).astype(x.type.dtype.np_dtype)) for w in (1 - w1, w1))
+    return b.op("rt.add", [b.op("rt.mul", [lo, w0]), b.op("rt.mul", [hi, w1])])
+
+
+def linear_neighbours(position: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low, high, weight of high) of fractional input positions along an axis of `size`, clamped to its edges."""
+    below = np.floor(position)
+    low, high = np.clip(below, 0, size - 1), np.clip(below + 1, 0, size - 1)
+    return low.astype(np.int64), high.astype(np.int64), np.clip(position - below, 0, 1)
+
+
 def reverse(b: Builder, x: Value, axes) -> Value:
     """x with `axes` reversed: a gather of the reversed indices along each."""
     for axis in axes:

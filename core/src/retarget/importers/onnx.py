@@ -336,7 +336,7 @@ _NO_FOLD: set = set()
 _REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare "
                "ReduceLogSum ReduceLogSumExp").split()
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3),
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
     "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "Dropout": (1, 2), **{op: (1,) for op in _REDUCE_OPS},
 }
@@ -997,6 +997,65 @@ def _tile(n):
     wide = tuple(v for d, r in zip(shape, reps, strict=False) for v in (r, d))
     y = n.b.op("rt.broadcast", [_reshape(n, x, lifted)], {"shape": wide})
     return _reshape(n, y, [d * r for d, r in zip(shape, reps, strict=False)])
+
+
+RESIZE_COORDINATES = {  # ONNX's coordinate_transformation_mode: the input position of output x along an axis of
+    # `size` elements, as onnx's reference computes it: `length` is the output's length before rounding (size *
+    # scale), `out` after
+    "half_pixel": lambda x, scale, size, out, length: (x + 0.5) / scale - 0.5,
+    "pytorch_half_pixel": lambda x, scale, size, out, length: (x + 0.5) / scale - 0.5 if length > 1 else 0 * x,
+    "align_corners": lambda x, scale, size, out, length: x * (size - 1) / (length - 1) if length > 1 else 0 * x,
+    "asymmetric": lambda x, scale, size, out, length: x / scale,
+    "half_pixel_symmetric": lambda x, scale, size, out, length:  # centred where rounding shrank the output
+        size / 2 * (1 - out / length) + (x + 0.5) / scale - 0.5,
+}
+RESIZE_NEAREST = {  # ONNX's nearest_mode
+    "round_prefer_floor": lambda p: np.ceil(p - 0.5), "round_prefer_ceil": lambda p: np.floor(p + 0.5),
+    "floor": np.floor, "ceil": np.ceil,
+}
+
+
+@handles("Resize")
+def _resize(n):
+    """Nearest and linear modes with four coordinate modes: gathers of positions computed here (per axis, as
+    onnx's reference does), so every target runs them with no op of its own."""
+    x = n(0)
+    rank = x.type.rank
+    mode, coords = n.attr("mode", "nearest"), n.attr("coordinate_transformation_mode", "half_pixel")
+    nearest = n.attr("nearest_mode", "round_prefer_floor")
+    if mode not in ("nearest", "linear") or coords not in RESIZE_COORDINATES or nearest not in RESIZE_NEAREST:
+        raise UnsupportedOpError(
+            f"Resize with mode {mode!r}, coordinate_transformation_mode {coords!r} and nearest_mode {nearest!r} is "
+            f"not supported", hint=f"modes nearest and linear with coordinate_transformation_mode "
+            f"{', '.join(RESIZE_COORDINATES)} are")
+    if n.attr("antialias", 0):
+        raise UnsupportedOpError("Resize with antialias is not supported")
+    if mode == "linear" and not x.type.dtype.is_float:
+        raise UnsupportedOpError(f"linear Resize of {x.type.dtype} is not supported", hint="resize a float tensor")
+    axes = [C.normalize_axis(int(a), rank) for a in n.attr("axes", list(range(rank)))]
+    if any(isinstance(x.type.shape[a], Sym) for a in axes):
+        raise UnsupportedOpError("Resize along an axis whose size is known only at run time is not supported")
+    sizes_in = [x.type.shape[a] for a in axes]
+    if n.has(3):
+        sizes = [int(s) for s in n.known(3, "sizes")]
+        scales = [out / size for out, size in zip(sizes, sizes_in)]
+        policy = n.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":  # one scale for every axis, the smaller or the larger
+            scale = (min if policy == "not_larger" else max)(scales)
+            scales, sizes = [scale] * len(axes), [int(np.round(scale * size)) for size in sizes_in]
+    else:
+        scales = [float(s) for s in n.known(2, "scales")]
+        sizes = [int(np.floor(size * scale)) for size, scale in zip(sizes_in, scales)]
+    for axis, size_in, size_out, scale in zip(axes, sizes_in, sizes, scales):
+        if size_out == size_in and scale == 1:
+            continue
+        position = RESIZE_COORDINATES[coords](np.arange(size_out, dtype=np.float64), scale, size_in, size_out,
+                                              size_in * scale)
+        if mode == "nearest":
+            x = C.resample(n.b, x, axis, np.clip(RESIZE_NEAREST[nearest](position), 0, size_in - 1))
+        else:
+            x = C.resample(n.b, x, axis, *C.linear_neighbours(position, size_in))
+    return x
 
 
 @handles("Pad")

@@ -848,6 +848,51 @@ def _index_select(cv, node, x, dim, index):
     return cv.b.op("rt.gather", [x, index], {"axis": C.normalize_axis(dim, x.type.rank)})
 
 
+def _torch_positions(size_in: int, size_out: int, factor, align_corners: bool, mode: str):
+    """ATen's source positions along one axis (float32, as its CPU kernels compute them): indices for nearest,
+    (low, high, weight) for bilinear; None where the axis keeps its size (ATen copies it)."""
+    if size_in == size_out:
+        return None
+    j = np.arange(size_out, dtype=np.float32)
+    if mode == "bilinear" and align_corners:
+        scale = np.float32((size_in - 1) / (size_out - 1)) if size_out > 1 else np.float32(0)
+    else:
+        scale = np.float32(1.0 / factor) if factor else np.float32(size_in) / np.float32(size_out)
+    if mode == "nearest":  # ATen halves the index where the output is twice the input, whatever the scale
+        return np.arange(size_out) // 2 if size_out == 2 * size_in else \
+            np.minimum(np.floor(j * scale), size_in - 1).astype(np.int64)
+    src = scale * j if align_corners else np.maximum(scale * (j + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+    low = np.minimum(src.astype(np.int64), size_in - 1)
+    high = np.minimum(low + 1, size_in - 1)
+    return low, high, np.clip(src - low, 0, 1).astype(np.float64)
+
+
+def _upsample(mode: str):
+    """upsample_nearest2d and upsample_bilinear2d (both overloads): gathers along H and W of positions computed
+    here, so every target runs them with no op of its own. (torch.export hands "nearest-exact" over as
+    `aten.index.Tensor`, which is not supported.)"""
+    def handler(cv, node, x, *args, **kwargs):
+        shape, _ = cv.out_type(node)
+        if any(isinstance(d, Sym) for d in (*shape[-2:], *x.type.shape[-2:])):
+            raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
+                                     hint="export with static image sizes")
+        names = [a.name for a in node.target._schema.arguments][1:]
+        bound = {**dict(zip(names, args)), **kwargs}
+        factors = bound.get("scale_factors") or [bound.get("scales_h"), bound.get("scales_w")]
+        for axis, factor in zip((x.type.rank - 2, x.type.rank - 1), factors):
+            positions = _torch_positions(x.type.shape[axis], shape[axis], factor,
+                                         bool(bound.get("align_corners", False)), mode)
+            if positions is not None:
+                x = C.resample(cv.b, x, axis, *(positions if mode == "bilinear" else (positions,)))
+        return x
+
+    return handler
+
+
+HANDLERS["upsample_nearest2d"] = _upsample("nearest")
+HANDLERS["upsample_bilinear2d"] = _upsample("bilinear")
+
+
 @handles("constant_pad_nd")
 def _constant_pad(cv, node, x, pad, value=0):
     rank = x.type.rank

@@ -45,6 +45,8 @@ VIEW, NEW = True, False  # whether an op's result may alias one of its inputs (a
 # named arguments and the words for an error, or None).
 TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.conv1d.default": (NEW, None),
+    "aten.upsample_nearest2d.vec": (NEW, None),
+    "aten.upsample_bilinear2d.vec": (NEW, None),
     "aten.conv2d.default": (NEW, None),
     "aten.linear.default": (NEW, None),
     "aten.matmul.default": (NEW, None),

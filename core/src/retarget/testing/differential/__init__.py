@@ -8,10 +8,10 @@ Model `seed` of a family is always the same, so a finding reproduces from its se
 
 Families:
 - `graph`: a chain of 2-7 ops drawn from `GRAPH_OPS` (elementwise, broadcasts, reductions, variances, softmax,
-  layer and batch norms, 1-D and 2-D convolutions, pools, linear layers, attention (causal or not), gathers,
-  permutes, slices, chunks, expands, concatenations, pads, selects; and on the input only, where float32 and
-  float64 agree exactly, ops whose result jumps: rounding (ties to even), comparisons, argmax with ties) on
-  random shapes, odd sizes included;
+  layer and batch norms, 1-D and 2-D convolutions, pools, interpolation (nearest and bilinear), linear layers,
+  attention (causal or not), gathers, permutes, slices, chunks, expands, concatenations, pads, selects; and on
+  the input only, where float32 and float64 agree exactly, ops whose result jumps: rounding (ties to even),
+  comparisons, argmax with ties) on random shapes, odd sizes included;
 - `gemm`: one matmul, linear layer, batched matmul or convolution of random size (up to `max_size`), ragged
   and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run.
 
@@ -239,9 +239,9 @@ def _discrete(r, s, p):
     d = r.randrange(len(s))
     table = {"floor(4x)": lambda x: torch.floor(x * 4), "ceil(4x)": lambda x: torch.ceil(x * 4),
              "round(floor(4x) / 2) (ties to even)": lambda x: torch.round(torch.floor(x * 4) / 2),
-             "sign(round(x))": lambda x: torch.sign(torch.round(x)), "x > 0.3": lambda x: (x > 0.3).float(),
+             "sign(round(x))": lambda x: torch.sign(torch.round(x)), "x > 0.3": lambda x: (x > 0.3).to(x.dtype),
              f"argmax(relu(x - 0.5), dim={d}) (ties: the first)":
-                 lambda x: torch.argmax(F.relu(x - 0.5), dim=d).float(),
+                 lambda x: torch.argmax(F.relu(x - 0.5), dim=d).to(x.dtype),
              f"max(x, dim={d}).values": lambda x: torch.max(x, dim=d).values}
     name = r.choice(sorted(table))
     return name, lambda m, v, i, f=table[name]: f(v[i])
@@ -300,6 +300,17 @@ def _conv1d(r, s, p):
             lambda m, v, i: F.conv1d(v[i], m.weights[w], None, stride, pad))
 
 
+def _interpolate(r, s, p):
+    _, F = _torch()
+    if len(s) != 4:
+        return None
+    mode = r.choice(["nearest", "bilinear"])
+    size = {"scale_factor": r.choice([2, 0.5, 1.5])} if r.random() < 0.5 else \
+        {"size": (r.randint(1, 2 * s[2]), r.randint(1, 2 * s[3]))}
+    extra = {"align_corners": r.random() < 0.5} if mode == "bilinear" else {}
+    return f"interpolate({mode}, {size}, {extra})", lambda m, v, i: F.interpolate(v[i], mode=mode, **size, **extra)
+
+
 # name -> (builder, what it takes: None (any value), "same" (a second value of its shape), "rows" (a second value
 # alike in all but the last dim) or "input" (the model's input only))
 GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
@@ -309,7 +320,7 @@ GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
     "flatten": (_flatten, None), "slice": (_slice, None), "pad": (_pad, None), "select": (_select, "same"),
     "concat": (_concat, "rows"), "more_unary": (_more_unary, None), "discrete": (_discrete, "input"),
     "gather": (_gather, None), "statistics": (_statistics, None), "chunk": (_chunk, None), "expand": (_expand, None),
-    "attention": (_attention, None), "conv1d": (_conv1d, None),
+    "attention": (_attention, None), "conv1d": (_conv1d, None), "interpolate": (_interpolate, None),
 }
 MAX_ELEMENTS = 200_000  # per value, so that a graph stays quick on the slowest CPU target
 
@@ -355,6 +366,8 @@ def _graph(r: random.Random, max_size: int):
         name = r.choice(sorted(GRAPH_OPS))
         build, second = GRAPH_OPS[name]
         i = 0 if second == "input" else r.randrange(len(shapes))
+        if not shapes[i]:  # a scalar (a reduction of every axis) feeds no further op
+            continue
         before = len(weights)
         built = build(r, shapes[i], param)
         if built is None:
