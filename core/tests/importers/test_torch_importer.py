@@ -185,6 +185,20 @@ def test_scaled_dot_product_attention_with_and_without_causal_mask():
                               F.scaled_dot_product_attention(q, k, v, is_causal=True)), q, k, v)
 
 
+@pytest.mark.parametrize("unbiased", [True, False])
+@pytest.mark.parametrize("spelled", ["positional", "keyword"])
+def test_variance_of_the_training_ir_imports_as_it_stands(unbiased, spelled):
+    from retarget.importers import torch_training_ir
+
+    if spelled == "keyword":
+        fn = Fn(lambda x: torch.var(x, dim=[0, 2], unbiased=unbiased, keepdim=True))
+    else:
+        fn = Fn(lambda x: torch.var(x, [0, 2], unbiased, True))
+    x = randn(3, 4, 5)
+    assert torch_training_ir.plan(torch.export.export(fn, (x,))).reason is None
+    run_both(fn, x)
+
+
 @pytest.mark.parametrize("mode, kwargs", [
     ("nearest", {"scale_factor": 2}), ("nearest", {"scale_factor": 1.7}), ("nearest", {"size": (5, 7)}),
     ("nearest", {"scale_factor": 2.1}), ("nearest", {"scale_factor": 1.2}), ("bilinear", {"scale_factor": 1.2}),

@@ -722,10 +722,12 @@ def _argmax(cv, node, x, dim=None, keepdim=False):
 
 
 @handles("var")
-def _var(cv, node, x, dim=None, correction=None, keepdim=False, **kwargs):
+def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, **kwargs):
+    """var.correction, and the training IR's var.dim, whose third argument `unbiased` (a bool) lands in
+    `correction` when positional: True is a correction of 1, False of 0."""
     axes = _axes(dim, x.type.rank)
     n = int(np.prod([x.type.shape[a] for a in axes]))
-    correction = 1 if correction is None else correction
+    correction = int(unbiased) if unbiased is not None else 1 if correction is None else correction
     mu = C.mean(cv.b, x, axes, keepdims=True)
     d = cv.b.op("rt.sub", [x, mu])
     total = cv.b.op("rt.reduce", [cv.b.op("rt.mul", [d, d])], {"kind": "sum", "axes": axes, "keepdims": bool(keepdim)})

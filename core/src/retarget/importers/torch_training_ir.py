@@ -47,6 +47,7 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.conv1d.default": (NEW, None),
     "aten.upsample_nearest2d.vec": (NEW, None),
     "aten.upsample_bilinear2d.vec": (NEW, None),
+    "aten.var.dim": (NEW, None),
     "aten.conv2d.default": (NEW, None),
     "aten.linear.default": (NEW, None),
     "aten.matmul.default": (NEW, None),
