@@ -480,6 +480,7 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
             if progress:
                 progress(f"seed {seed}: refused by the importer: {str(e).splitlines()[0]}")
             continue
+        errors = {}  # "target=device" -> relative error, for `progress`
         for target, device in pairs:
             try:
                 loaded = retarget.load(retarget.compile(module, target), device=device)
@@ -494,6 +495,7 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
                 report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops))
                 continue
             error = _error(out, expected)
+            errors[f"{target}={device}"] = error
             if error <= limit:
                 report.outcomes["ok"] += 1
                 pair = f"{target}={device}"
@@ -505,6 +507,6 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
                           else f"relative error {error:.3g} (tolerance {limit:g})")
                 report.findings.append(Finding(seed, target, device, "wrong", detail, ops))
         if progress:
-            progress(f"seed {seed}: {' -> '.join(ops)}")
+            progress(f"seed {seed}: {' -> '.join(ops)}" + "".join(f"\n  {p}: {e:.1e}" for p, e in errors.items()))
     report.seconds = time.perf_counter() - start
     return report

@@ -26,14 +26,16 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", type=_pair, action="append", default=None, metavar="TARGET=DEVICE",
                         help="a target and the device to run it on (repeat for several)")
-    parser.add_argument("--family", choices=sorted(FAMILIES), default="graph")
-    parser.add_argument("--dtype", choices=DTYPES, default="f32")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="graph",
+                        help="graph: chains of 2-7 ops; gemm: one matmul, linear, bmm or convolution (default graph)")
+    parser.add_argument("--dtype", choices=DTYPES, default="f32", help="the model's element type (default f32)")
     parser.add_argument("--seed", type=int, default=0, help="the first model's seed (default 0)")
     parser.add_argument("--count", type=int, default=50, help="models to check (default 50)")
-    parser.add_argument("--max-size", type=int, default=256, help="largest matmul side of the gemm family")
+    parser.add_argument("--max-size", type=int, default=256, help="largest matmul side of the gemm family (256)")
     parser.add_argument("--tolerance", type=float, default=None,
                         help="relative error allowed (default: TOLERANCE, by family and dtype)")
-    parser.add_argument("--show", action="store_true", help="print each model's ops as it is checked")
+    parser.add_argument("--show", action="store_true",
+                        help="print each model's ops and each pair's error (or refusal) as it is checked")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
 
