@@ -185,7 +185,7 @@ def resample(b: Builder, x: Value, axis: int, low: np.ndarray, high: np.ndarray 
     shape = [1] * x.type.rank
     shape[axis] = len(weight)
     w1 = np.asarray(weight, dtype=np.float64).reshape(shape)
-    w0, w1 = (b.constant((w).astype(x.type.dtype.np_dtype)) for w in (1 - w1, w1))
+    w0, w1 = (b.constant(w.astype(x.type.dtype.np_dtype)) for w in (1 - w1, w1))
     return b.op("rt.add", [b.op("rt.mul", [lo, w0]), b.op("rt.mul", [hi, w1])])
 
 
