@@ -22,9 +22,14 @@ RUNS = [("graph", "f32", range(25)), ("gemm", "f32", range(10)), ("gemm", "f16",
 F16_REFUSED = {"webgpu-spirv", "opencl"}  # their default profiles do not assume f16 (shader-f16, cl_khr_fp16)
 
 
+# where each plugin's source is (the OpenCL one stands outside plugins/, as a third party's would)
+SOURCE = {"webgpu-spirv": "plugins/webgpu", "opencl": "examples/opencl_plugin"}
+
+
 def _pair_or_skip(target: str, device: str):
     if target not in retarget.targets():
-        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+        source = SOURCE.get(target, f"plugins/{target.replace('-', '_')}")
+        pytest.skip(f"target {target} is not installed (pip install -e {source})")
     if not any(d.available for d in retarget.devices() if d.driver == device):
         pytest.skip(f"no {device} device here")
 

@@ -262,11 +262,16 @@ def main():
 
     line_elements = 64  # f16 elements in a 128-byte cache line
 
+    def prefetched_role(self, operands):
+        """"a" or "b" where `self` stages an operand of `operands` in runs out of a strided input, else None."""
+        role = "a" if self.k_side == "col" else "b"
+        return role if role in operands and self.lanes > 1 and self.layout is not None else None
+
     def touched(self, operands, step, tk, sizes):
         """(role, buffer, index) of the line a thread touches two steps ahead (A: a row of 64 elements each; B:
         half a row), or None where `self` stages an operand not in `operands`, element by element, or computed."""
-        role = "a" if self.k_side == "col" else "b"
-        if role not in operands or self.lanes == 1 or self.layout is None:
+        role = prefetched_role(self, operands)
+        if role is None:
             return None
         buffer, strides, _ = self.layout
         m, kk, n = sizes
@@ -292,47 +297,45 @@ def main():
             return out + [kir.Assign("rt_touch", kir.Var("rt_touch", dtype("f32")) + value)]
         return load
 
-    def prefetching_late(operands):
-        """_Staged.load and .store that touch the same lines as `prefetching`, but copy 16 raw bytes of each line
-        into a private array (a 16-byte load, nothing computed from it, so nothing waits for it where it is
-        issued), used only at the end of the step, after the multiplies, by a copy to the output that a flag
-        read from A's first element never lets run: `prefetching` converts each touched f16 at once, before the
-        k-slice loop, and the warp waits there for the line's whole trip from L2."""
+    def held_prefetch(operands, held, touches, copy_out):
+        """_Staged.load, _Staged.store and _staged_matmul for a prefetch whose touches land raw in a private array
+        `rt_held_<role>` of `held` f16 (nothing computed from them, so nothing waits for them where they are
+        issued), used only at the end of the step, after the multiplies, by a copy to the output that a flag read
+        from A's first element never lets run (60000 in no test here: standard-normal inputs).
+        touches(self, step, tk, sizes, role) gives the statements that fill the array, copy_out(role) the copy."""
         def load(self, step, tk, unguarded, sizes, dt):
             out = shipped["load"](self, step, tk, unguarded, sizes, dt)
-            touch = touched(self, operands, step, tk, sizes)
-            if touch is None:
-                return out
-            role, buffer, at = touch
-            return out + [kir.VectorCopy(f"rt_held_{role}", kir.const(0), buffer, at, 8)]
+            role = prefetched_role(self, operands)
+            return out if role is None else out + touches(self, step, tk, sizes, role)
 
         def store(self, at, dt):
             out = shipped["store"](self, at, dt)
-            role = "a" if self.k_side == "col" else "b"
-            if role not in operands or self.lanes == 1 or self.layout is None:
+            role = prefetched_role(self, operands)
+            if role is None:
                 return out
             never = kir.Compare("eq", kir.Var("rt_flag", dtype("f32")), kir.const(60000.0, dtype("f32")))
-            return out + [kir.If(never, [kir.VectorCopy("out0", kir.const(0), f"rt_held_{role}", kir.const(0), 8)])]
+            return out + [kir.If(never, copy_out(role))]
 
-        return load, store
-
-    def late_prefetch(operands):
         def staged(self, op, tiles, *args):
-            # the flag: A's first element is 60000 in no test here (standard-normal inputs)
             flag = kir.Assign("rt_flag", kir.Cast(kir.Load("in0", kir.const(0), dtype("f16")), dtype("f32")))
-            return [flag, *(kir.Local(f"rt_held_{r}", 8, dtype("f16")) for r in operands),
+            return [flag, *(kir.Local(f"rt_held_{r}", held, dtype("f16")) for r in operands),
                     *shipped["staged"](self, op, tiles, *args)]
-        load, store = prefetching_late(operands)
         return {"staged": staged, "load": load, "store": store}
 
-    def sector_touches(self, operands, step, tk, sizes, threads=128):
-        """(role, buffer, indices) of this thread's share of one f16 in every 32-byte sector of the tile that
-        step `step + 1` stages (two steps ahead of the multiplies), or None where `self` is not prefetched.
-        NVIDIA's L1 fills only the sectors a load asks for, so `touched`'s one element a line brought a quarter
-        of each line into L1: the prefetch probes before the tenth session never prefetched whole lines."""
-        role = "a" if self.k_side == "col" else "b"
-        if role not in operands or self.lanes == 1 or self.layout is None:
-            return None
+    def late_prefetch(operands):
+        """The lines `touched` touches, 16 raw bytes of each: `prefetching` converts each touched f16 at once,
+        before the k-slice loop, and the warp waits there for the line's whole trip from L2."""
+        def touches(self, step, tk, sizes, role):
+            _, buffer, at = touched(self, operands, step, tk, sizes)
+            return [kir.VectorCopy(f"rt_held_{role}", kir.const(0), buffer, at, 8)]
+        return held_prefetch(operands, 8, touches,
+                             lambda role: [kir.VectorCopy("out0", kir.const(0), f"rt_held_{role}", kir.const(0), 8)])
+
+    def sector_touches(self, step, tk, sizes, threads=128):
+        """(buffer, indices) of this thread's share of one f16 in every 32-byte sector of the tile that step
+        `step + 1` stages (two steps ahead of the multiplies). NVIDIA's L1 fills only the sectors a load asks
+        for, so `touched`'s one element a line brought a quarter of each line into L1: the prefetch probes
+        before the tenth session never prefetched whole lines."""
         buffer, strides, _ = self.layout
         ahead = kir.minimum(step + 1, kir.const(sizes[1] // tk - 1))
         per_row = self.cols // 16  # 32-byte sectors in a row of the tile (A: tk of k; B: the tile's columns)
@@ -341,38 +344,22 @@ def main():
         t, at = kir.Var("tid"), []
         for j in range(count // threads):  # a subgroup's lanes on consecutive sectors: 8 lines an instruction
             r, c = (t + j * threads) // per_row, ((t + j * threads) % per_row) * 16
-            row, col = (self.origin + r, ahead * tk + c) if role == "a" else (ahead * tk + r, self.origin + c)
+            row, col = (self.origin + r, ahead * tk + c) if self.k_side == "col" else (ahead * tk + r, self.origin + c)
             at.append(row * strides[-2] + col * strides[-1])
-        return role, buffer, at
+        return buffer, at
 
     def sector_prefetch(operands):
-        """late_prefetch with every sector of the step-after-next's lines touched (`sector_touches`): each touch
-        a scalar f16 load held raw in a private array, copied out at the step's end only under the flag that
-        never holds."""
-        def load(self, step, tk, unguarded, sizes, dt):
-            out = shipped["load"](self, step, tk, unguarded, sizes, dt)
-            touch = sector_touches(self, operands, step, tk, sizes)
-            if touch is None:
-                return out
-            role, buffer, at = touch
-            return out + [kir.Store(f"rt_held_{role}", kir.const(j), kir.Load(buffer, i, dtype("f16")))
-                          for j, i in enumerate(at)]
+        """held_prefetch with every sector of the step-after-next's lines touched (`sector_touches`), each touch
+        a scalar f16 load."""
+        def touches(self, step, tk, sizes, role):
+            buffer, at = sector_touches(self, step, tk, sizes)
+            return [kir.Store(f"rt_held_{role}", kir.const(j), kir.Load(buffer, i, dtype("f16")))
+                    for j, i in enumerate(at)]
 
-        def store(self, at, dt):
-            out = shipped["store"](self, at, dt)
-            role = "a" if self.k_side == "col" else "b"
-            if role not in operands or self.lanes == 1 or self.layout is None:
-                return out
-            never = kir.Compare("eq", kir.Var("rt_flag", dtype("f32")), kir.const(60000.0, dtype("f32")))
-            held = [kir.Store("out0", kir.const(j), kir.Load(f"rt_held_{role}", kir.const(j), dtype("f16")))
+        def copy_out(role):
+            return [kir.Store("out0", kir.const(j), kir.Load(f"rt_held_{role}", kir.const(j), dtype("f16")))
                     for j in range(4)]
-            return out + [kir.If(never, held)]
-
-        def staged(self, op, tiles, *args):
-            flag = kir.Assign("rt_flag", kir.Cast(kir.Load("in0", kir.const(0), dtype("f16")), dtype("f32")))
-            return [flag, *(kir.Local(f"rt_held_{r}", 4, dtype("f16")) for r in operands),
-                    *shipped["staged"](self, op, tiles, *args)]
-        return {"staged": staged, "load": load, "store": store}
+        return held_prefetch(operands, 4, touches, copy_out)
 
     def sinking(self, op, tiles, *args):
         """_staged_matmul with the prefetch's float declared first and stored, if NaN, at the end."""

@@ -850,6 +850,19 @@ def _index_select(cv, node, x, dim, index):
     return cv.b.op("rt.gather", [x, index], {"axis": C.normalize_axis(dim, x.type.rank)})
 
 
+def _named_arguments(node) -> dict:
+    """Every argument of the node's op by its schema name, defaults filled in."""
+    values = {}
+    for i, argument in enumerate(node.target._schema.arguments):
+        if i < len(node.args) and not argument.kwarg_only:
+            values[argument.name] = node.args[i]
+        elif argument.name in node.kwargs:
+            values[argument.name] = node.kwargs[argument.name]
+        else:
+            values[argument.name] = argument.default_value if argument.has_default_value() else None
+    return values
+
+
 def _torch_positions(size_in: int, size_out: int, factor, align_corners: bool, mode: str):
     """ATen's source positions along one axis (float32, as its CPU kernels compute them): indices for nearest,
     (low, high, weight) for bilinear; None where the axis keeps its size (ATen copies it)."""
@@ -864,9 +877,7 @@ def _torch_positions(size_in: int, size_out: int, factor, align_corners: bool, m
         return np.arange(size_out) // 2 if size_out == 2 * size_in else \
             np.minimum(np.floor(j * scale), size_in - 1).astype(np.int64)
     src = scale * j if align_corners else np.maximum(scale * (j + np.float32(0.5)) - np.float32(0.5), np.float32(0))
-    low = np.minimum(src.astype(np.int64), size_in - 1)
-    high = np.minimum(low + 1, size_in - 1)
-    return low, high, np.clip(src - low, 0, 1).astype(np.float64)
+    return C.linear_neighbours(src, size_in)
 
 
 def _upsample(mode: str):
@@ -878,8 +889,7 @@ def _upsample(mode: str):
         if any(isinstance(d, Sym) for d in (*shape[-2:], *x.type.shape[-2:])):
             raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
                                      hint="export with static image sizes")
-        names = [a.name for a in node.target._schema.arguments][1:]
-        bound = {**dict(zip(names, args)), **kwargs}
+        bound = _named_arguments(node)  # the sizes and factors: constants in the node itself
         factors = bound.get("scale_factors") or [bound.get("scales_h"), bound.get("scales_w")]
         for axis, factor in zip((x.type.rank - 2, x.type.rank - 1), factors):
             positions = _torch_positions(x.type.shape[axis], shape[axis], factor,

@@ -32,6 +32,7 @@ from .torch_export import (
     HANDLERS,
     _constant_pad,
     _convolution,
+    _named_arguments,
     _split,
     handler_key,
     handles,
@@ -216,19 +217,6 @@ def _kept_by_decomposition(target) -> bool:
             kept = torch.Tag.core in target.tags
         _KEPT[target] = kept
     return _KEPT[target]
-
-
-def _named_arguments(node) -> dict:
-    """Every argument of the node's op by its schema name, defaults filled in."""
-    values = {}
-    for i, argument in enumerate(node.target._schema.arguments):
-        if i < len(node.args) and not argument.kwarg_only:
-            values[argument.name] = node.args[i]
-        elif argument.name in node.kwargs:
-            values[argument.name] = node.kwargs[argument.name]
-        else:
-            values[argument.name] = argument.default_value if argument.has_default_value() else None
-    return values
 
 
 # -- handlers of the ops that run_decompositions would have decomposed ----------------------

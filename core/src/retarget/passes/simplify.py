@@ -65,16 +65,13 @@ def narrow_index_constants(module: Module) -> Module:
     are i64): half the bytes, and no 64-bit integers in the kernels, which some targets lack (WGSL)."""
     limits = np.iinfo(np.int32)
     for fn in module.functions.values():
-        uses: dict[Value, list[tuple[Operation, int]]] = {}
-        for op in fn.ops:
-            for i, v in enumerate(op.operands):
-                uses.setdefault(v, []).append((op, i))
+        users = fn.users()
         for op in fn.ops:
             value = op.results[0] if op.name == "rt.constant" else None
-            if value is None or value.type.dtype.name != "i64" or value in fn.returns or value not in uses:
+            if value is None or value.type.dtype.name != "i64" or value in fn.returns or value not in users:
                 continue
             array = op.attrs["value"].array
-            if all(user.name == "rt.gather" and i == 1 for user, i in uses[value]) and \
+            if all(user.name == "rt.gather" and user.operands[0] is not value for user in users[value]) and \
                     (array.size == 0 or (limits.min <= array.min() and array.max() <= limits.max)):
                 op.attrs["value"] = DenseAttr(array.astype(np.int32))
                 value.type = TensorType(value.type.shape, i32)

@@ -23,12 +23,15 @@ not as a finding; any other exception is a finding.
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ...errors import RetargetError
 from ..numerics import relative_error
@@ -325,25 +328,24 @@ GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
 MAX_ELEMENTS = 200_000  # per value, so that a graph stays quick on the slowest CPU target
 
 
-class _Model:
-    """A torch module that applies its steps in turn, each to earlier values; the last value is the output."""
+def _model(steps, weights):
+    """A torch module (in eval mode) that applies its steps in turn, each to earlier values; the last value is
+    the output. The class is made here because torch is imported only when a model is."""
+    torch, _ = _torch()
 
-    def __new__(cls, steps, weights):
-        torch, _ = _torch()
+    class RandomModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.steps = steps
+            self.weights = torch.nn.ParameterList([torch.nn.Parameter(w, requires_grad=False) for w in weights])
 
-        class RandomModel(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.steps = steps
-                self.weights = torch.nn.ParameterList([torch.nn.Parameter(w, requires_grad=False) for w in weights])
+        def forward(self, *inputs):
+            values = list(inputs)
+            for _, fn, args in self.steps:
+                values.append(fn(self, values, *args))
+            return values[-1]
 
-            def forward(self, *inputs):
-                values = list(inputs)
-                for _, fn, args in self.steps:
-                    values.append(fn(self, values, *args))
-                return values[-1]
-
-        return RandomModel().eval()
+    return RandomModel().eval()
 
 
 def _graph(r: random.Random, max_size: int):
@@ -378,7 +380,7 @@ def _graph(r: random.Random, max_size: int):
         step = (built[0], built[1], args)
         try:
             with torch.no_grad():
-                out = _Model(steps + [step], weights)(*inputs)
+                out = _model(steps + [step], weights)(*inputs)
         except (RuntimeError, ValueError, IndexError):  # torch refuses the shapes: draw again
             del weights[before:]
             continue
@@ -434,7 +436,7 @@ def make_model(seed: int, family: str = "graph", dtype: str = "f32", max_size: i
     with torch.random.fork_rng():  # the caller's random state is left as it was
         torch.manual_seed(r.randrange(1 << 31))
         steps, weights, inputs = FAMILIES[family](r, max_size)
-    model = _Model(steps, weights)
+    model = _model(steps, weights)
     if dtype == "f16":
         model, inputs = model.half(), [x.half() for x in inputs]
     return model, tuple(inputs), [name for name, _, _ in steps]
@@ -443,8 +445,6 @@ def make_model(seed: int, family: str = "graph", dtype: str = "f32", max_size: i
 def _error(out, expected) -> float:
     """relative_error over the finite elements; inf where the shapes differ or where NaN or an infinity of the
     result is not the reference's (a NaN there is right when float64 has it too, as var of one element)."""
-    import numpy as np
-
     out, expected = np.asarray(out, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if out.shape != expected.shape:
         return float("inf")
@@ -458,9 +458,6 @@ def _error(out, expected) -> float:
 def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str = "f32", max_size: int = 256,
           tolerance: float | None = None, progress: Callable[[str], None] | None = None) -> Report:
     """Each model of `seeds`, imported once, compiled for each (target, device) pair and run there."""
-    import copy
-
-    import numpy as np
     import torch
 
     import retarget
