@@ -1,7 +1,8 @@
 """A zoo model split between a GPU target and llvm-cpu, run on the GPU (lavapipe in CI) and the CPU, against torch.
 
 - vulkan-spirv told to refuse erf (`--refuse rt.erf`): the MLP's GELU runs on the CPU, between two GPU segments;
-- webgpu-spirv with the MLP's argmax (int64), which WGSL cannot store: a real gap, so argmax runs on the CPU.
+- webgpu-spirv with the MLP's labels returned as int8, which WGSL cannot store: a real gap, so the cast runs on the
+  CPU (the argmax itself, int64, runs on the GPU: WGSL holds it in 32-bit words).
 """
 
 from __future__ import annotations
@@ -34,6 +35,24 @@ def classifier():
     return module, inputs[0].numpy(), expected
 
 
+@pytest.fixture(scope="module")
+def int8_labels(classifier):
+    """The classifier with its labels returned as int8."""
+    model, inputs = zoo.make("mlp", argmax=True)
+
+    class Int8Labels(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            probabilities, labels = self.model(x)
+            return probabilities, labels.to(torch.int8)
+
+    module = retarget.compiler.import_model(Int8Labels(), example_inputs=inputs)
+    return module, classifier[1], classifier[2]
+
+
 def _placements(artifact) -> dict[str, str]:
     return {op["op"]: op["placement"] for op in artifact.placement["functions"]["main"]["ops"]}
 
@@ -50,26 +69,38 @@ def test_vulkan_refusing_erf_runs_the_mlp_with_gelu_on_the_cpu(classifier):
     np.testing.assert_array_equal(got_labels, labels)
 
 
-def test_webgpu_runs_argmax_on_the_cpu_because_wgsl_has_no_int64(classifier):
+def test_webgpu_runs_the_classifier_and_its_int64_argmax_without_a_fallback(classifier):
     _needs("webgpu-spirv", "webgpu")
     module, x, (probabilities, labels) = classifier
-    artifact = retarget.compile(module, "webgpu-spirv", fallback="llvm-cpu")
-    where = _placements(artifact)
-    assert where["rt.argmax"] == "cpu" and {p for op, p in where.items() if op != "rt.argmax"} == {"gpu"}
-    argmax = next(op for op in artifact.placement["functions"]["main"]["ops"] if op["op"] == "rt.argmax")
-    assert "cannot write an i64 buffer" in argmax["reason"] and "64-bit" in argmax["reason"]
-    loaded = retarget.load(artifact)  # auto: the best device for each placement
-    assert loaded.placements["gpu"].device.info.driver == "webgpu"
-    got_probabilities, got_labels = loaded.main(x)
+    notes = []
+    artifact = retarget.compile(module, "webgpu-spirv", fallback="llvm-cpu", notes=notes.append)
+    assert set(_placements(artifact).values()) == {"gpu"} and any("is not needed" in n for n in notes)
+    got_probabilities, got_labels = retarget.load(artifact).main(x)
     assert relative_error(got_probabilities, probabilities) <= 1e-4
     np.testing.assert_array_equal(got_labels, labels)
 
 
-def test_webgpu_without_a_fallback_names_argmax_its_source_line_and_the_fix(classifier):
+def test_webgpu_runs_an_int8_cast_on_the_cpu_because_wgsl_has_no_8_bit_buffers(int8_labels):
+    _needs("webgpu-spirv", "webgpu")
+    module, x, (probabilities, labels) = int8_labels
+    artifact = retarget.compile(module, "webgpu-spirv", fallback="llvm-cpu")
+    where = _placements(artifact)
+    assert where["rt.cast"] == "cpu" and {p for op, p in where.items() if op != "rt.cast"} == {"gpu"}
+    cast = next(op for op in artifact.placement["functions"]["main"]["ops"] if op["op"] == "rt.cast")
+    assert "refuses i8" in cast["reason"]
+    loaded = retarget.load(artifact)  # auto: the best device for each placement
+    assert loaded.placements["gpu"].device.info.driver == "webgpu"
+    got_probabilities, got_labels = loaded.main(x)
+    assert relative_error(got_probabilities, probabilities) <= 1e-4
+    assert got_labels.dtype == np.int8
+    np.testing.assert_array_equal(got_labels, labels)
+
+
+def test_webgpu_without_a_fallback_names_the_cast_its_source_line_and_the_fix(int8_labels):
     if "webgpu-spirv" not in retarget.targets():
         pytest.skip("needs the webgpu plugin")
-    module, _, _ = classifier
+    module, _, _ = int8_labels
     with pytest.raises(PlacementError) as e:
         retarget.compile(module, "webgpu-spirv")
-    assert e.value.message.startswith("rt.argmax at ") and "zoo.py:" in e.value.message
+    assert e.value.message.startswith("rt.cast at ") and "test_fallback.py:" in e.value.message
     assert "--fallback llvm-cpu" in e.value.hint

@@ -13,7 +13,7 @@ import pytest
 import retarget
 from retarget.errors import InputError, ModuleFormatError, UnknownDeviceError
 from retarget.ir.core import Builder, Function, Module, TensorType, Value
-from retarget.ir.dtypes import f32
+from retarget.ir.dtypes import f32, i64
 from retarget.passes.placement import PlacementError, Side, place_function
 from retarget.protocols import SupportTable
 from retarget.testing import graphs
@@ -257,3 +257,62 @@ def test_a_corrupt_split_manifest_field_is_named(tmp_path, change, named):
     path = _split(_chain("rt.exp", "rt.erf")).save(tmp_path / "split.rtm")
     with pytest.raises(ModuleFormatError, match=named):
         retarget.load(_edit(path, tmp_path, change), device="local-sync")
+
+
+# -- element types a target holds only within a range (SupportTable.ranges) ----------------------------------------
+
+
+RANGE = (-100, 100, "this target computes i64 in 8 bits")
+
+
+@pytest.fixture
+def vmvx_with_a_range(monkeypatch):
+    """vmvx whose support table holds i64 only within RANGE, as webgpu-spirv holds it within i32."""
+    from retarget import compiler
+
+    real = compiler.support_table
+    monkeypatch.setattr(compiler, "support_table",
+                        lambda backend, desc: SupportTable(ranges={"i64": RANGE}) if desc.backend == "vmvx"
+                        else real(backend, desc))
+
+
+def _i64_add(constant) -> Module:
+    arg = Value(TensorType((3,), i64))
+    fn = Function("main", [arg], arg_names=["ids"])
+    b = Builder(fn)
+    fn.returns = [b.op("rt.add", [arg, b.constant(constant, i64)])]
+    return Module({"main": fn})
+
+
+def test_an_input_of_a_type_a_target_holds_within_a_range_is_checked_at_each_call(vmvx_with_a_range, tmp_path):
+    art = retarget.compile(_i64_add([1, 2, 3]), "vmvx")
+    assert art.functions["main"]["inputs"][0]["range"] == list(RANGE)
+    m = retarget.load(art.save(tmp_path / "m.rtm"), device="local-sync")  # the range is saved with the module
+    np.testing.assert_array_equal(m.main(np.array([-100, 0, 97])), [-99, 2, 100])
+    with pytest.raises(InputError, match=r"input 0 \('ids'\) of main holds 101, outside \[-100, 100\]: this target "
+                                         r"computes i64 in 8 bits"):
+        m.main(np.array([5, 101, -300]))
+
+
+def test_an_input_read_only_by_a_target_without_the_range_is_not_checked(vmvx_with_a_range):
+    art = retarget.compile(_i64_add([1, 2, 3]), "vmvx", fallback="llvm-cpu", refuse=["rt.add"])
+    assert "range" not in art.functions["main"]["inputs"][0]
+
+
+def test_a_constant_outside_a_targets_range_is_refused_naming_the_op(vmvx_with_a_range):
+    with pytest.raises(retarget.RetargetError, match=r"rt.add reads a tensor<3xi64> constant holding 1000, outside "
+                                                     r"\[-100, 100\]: this target computes i64 in 8 bits"):
+        retarget.compile(_i64_add([1, 1000, 3]), "vmvx")
+
+
+NOT_A_RANGE = r"is not \[lo, hi, why\] with lo <= hi"
+
+
+@pytest.mark.parametrize("value, named", [([1, 2], NOT_A_RANGE), ([5, 1, "x"], NOT_A_RANGE),
+                                          ([1.5, 2, "x"], NOT_A_RANGE), ([1, 2, 3], NOT_A_RANGE),
+                                          ("all", "is not a list")])
+def test_a_corrupt_input_range_is_named(vmvx_with_a_range, tmp_path, value, named):
+    path = retarget.compile(_i64_add([1, 2, 3]), "vmvx").save(tmp_path / "m.rtm")
+    edited = _edit(path, tmp_path, lambda m: m["functions"]["main"]["inputs"][0].update(range=value))
+    with pytest.raises(ModuleFormatError, match=r"inputs\[0\]\.range " + named):
+        retarget.load(edited, device="local-sync")

@@ -159,6 +159,9 @@ def compile(  # noqa: A001 - the public verb
     sides = {primary.name: list(primary.tables), **({secondary.name: list(secondary.tables)} if secondary else {})}
     dump("placement", lambda: placing.explain_text(placing.report(placements, sides)))
     placing.check(placements, sides, bool(resolved_fallback))
+    all_sides = [primary, *([secondary] if secondary else [])]
+    for fp in placements.values():
+        placing.check_constant_ranges(fp, all_sides)
 
     used = {fp.dispatch_placement(d) for fp in placements.values() for d in fp.dispatches}
     if secondary is not None and notes:
@@ -173,7 +176,18 @@ def compile(  # noqa: A001 - the public verb
         only = resolved_fallback if used == {getattr(secondary, "name", None)} else resolved
         artifact = _single(source, placements, only, dump)
     artifact.placement = placing.report(placements, sides, artifact.functions)
+    _record_input_ranges(artifact, placements, all_sides)
     return artifact
+
+
+def _record_input_ranges(artifact: Artifact, placements: dict, sides: list) -> None:
+    """Each input of a type that a target of its function holds only within a range gets `range`: [lo, hi, why],
+    which the runtime checks at each call (`SupportTable.ranges`)."""
+    for name, fp in placements.items():
+        ranges = placing.value_ranges(fp, sides)
+        for arg, meta in zip(fp.function.args, artifact.manifest["functions"][name]["inputs"]):
+            if arg.type.dtype.name in ranges:
+                meta["range"] = list(ranges[arg.type.dtype.name])
 
 
 def support_table(backend, desc: TargetDesc) -> SupportTable:

@@ -345,6 +345,7 @@ def _check_function(c: _Checker, fn, w: str, constants_size: int, layouts: list[
             arg = c.dict(arg, wa)
             if key == "inputs":
                 c.str(arg.get("name"), f"{wa}.name")
+                c.input_range(arg, wa)
             t = c.tensor(arg.get("type"), f"{wa}.type")
             kind, _, nbytes = c.slot(arg.get("slot"), f"{wa}.slot", limits)
             if nbytes != t.nbytes or (key == "inputs" and kind != "arena"):
@@ -413,6 +414,7 @@ def _check_dynamic_function(c: _Checker, fn: dict, w: str, constants_size: int, 
             arg = c.dict(arg, wa)
             if key == "inputs":
                 c.str(arg.get("name"), f"{wa}.name")
+                c.input_range(arg, wa)
             c.tensor(arg.get("type"), f"{wa}.type", static=False)
             c.dims(c.list(arg.get("shape"), f"{wa}.shape"), f"{wa}.shape", names)
             if slot(arg.get("slot"), f"{wa}.slot")[0] != "buffer" and key == "inputs":
@@ -451,6 +453,7 @@ def _check_partitioned_function(c: _Checker, fn, w: str, consts: dict[str, int],
         wa = f"{w}.inputs[{i}]"
         arg = c.dict(arg, wa)
         c.str(arg.get("name"), f"{wa}.name")
+        c.input_range(arg, wa)
         t = c.tensor(arg.get("type"), f"{wa}.type")
         for p, slot in c.dict(arg.get("slots"), f"{wa}.slots").items():
             kind, _, nbytes = c.slot(slot, f"{wa}.slots['{placement(p, f'{wa}.slots')}']", limits[p])
@@ -538,6 +541,15 @@ class _Checker:
             else:
                 self.int(v, where)
         return values
+
+    def input_range(self, arg: dict, where: str) -> None:
+        """An input's optional `range`: [lo, hi, why], the values a target of its function holds."""
+        if "range" not in arg:
+            return
+        value = self.list(arg["range"], f"{where}.range")
+        if len(value) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value[:2]) or \
+                not isinstance(value[2], str) or value[0] > value[1]:
+            self.fail(f"{where}.range", "is not [lo, hi, why] with lo <= hi")
 
     def slot(self, value, where: str, limits: dict) -> tuple[str, int, int]:
         """`[kind, offset, nbytes]`: bytes of the arena or of the constants."""

@@ -66,6 +66,9 @@ class SupportTable:
     - `dtypes`: element types the target neither computes in nor stores (`"i4"`).
     - `buffers`: element types a kernel cannot read or write as a buffer (an argument or the
       result of a dispatch), though a fused kernel may compute them inside (WGSL's i1 masks).
+    - `ranges`: element types the target holds only within a range, as `(lo, hi, why)` (WGSL
+      computes i64 in 32 bits). The compiler refuses constants outside it and records it on the
+      functions' inputs of that type, and the runtime refuses a call whose inputs leave it.
 
     The compiler places an op on a target only where its table allows it (`--fallback` takes
     the rest), so a table must not allow what `compile` then refuses; refusing more than needed
@@ -76,6 +79,7 @@ class SupportTable:
     ops: dict[str, str] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     buffers: dict[str, str] = field(default_factory=dict)
+    ranges: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,7 @@ class Function:
                                          hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
                     a = a.astype(t.dtype.np_dtype)
                 self._check_shape(a, t, where)
+                _check_range(a, meta.get("range"), where)
                 arrays.append(np.ascontiguousarray(a))
         except BaseException:
             for a in arrays:
@@ -359,6 +360,17 @@ def _allocate(device, nbytes: int, what: str):
     except MemoryError:
         raise DeviceMemoryError(f"{device.info.uri} cannot allocate {nbytes:,} bytes for {what}",
                                 hint="free memory, or use a device with more") from None
+
+
+def _check_range(a: np.ndarray, value_range: list | None, where: str) -> None:
+    """An input whose type a target of the function holds only within a range (`SupportTable.ranges`)."""
+    if value_range is None or not a.size:
+        return
+    lo, hi, why = value_range
+    outside = a[(a < lo) | (a > hi)]
+    if outside.size:
+        raise InputError(f"{where} holds {outside.flat[0]}, outside [{lo}, {hi}]: {why}",
+                         hint="keep its values within that range, or compile for a target that holds them")
 
 
 def _host_array(arg, np_dtype, where: str) -> np.ndarray:

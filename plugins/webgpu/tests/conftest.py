@@ -11,3 +11,24 @@ def webgpu_device():
     if not available:
         pytest.skip(f"no WebGPU adapter: {'; '.join(d.reason for d in infos)}")
     return WEBGPU.create(available[0].id)
+
+
+@pytest.fixture(scope="session")
+def tokens_and_masks():
+    """(model, token ids): token ids (i64) in; argmax (i64) and a mask (bool) out, and a mask that crosses kernels:
+    what WGSL cannot store, kept in 32-bit words (`word_parts`, `word_pairs` in the shared renderer)."""
+    torch = pytest.importorskip("torch")
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 12)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            mask = x > x.mean(-1, keepdim=True)  # a bool between a reduction and its readers
+            y = x.softmax(-1).masked_fill(mask, 0.0)
+            return y, mask, y.argmax(-1) - 7, ids * 3 - 100
+
+    torch.manual_seed(0)
+    return Model().eval(), torch.tensor([[3, 49, 0, 7, 7], [1, 2, 48, 0, 30]])

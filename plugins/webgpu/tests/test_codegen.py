@@ -81,11 +81,20 @@ def test_workgroup_memory_and_barriers_validate(webgpu_device):
     _validate(webgpu_device, binary)
 
 
-@pytest.mark.parametrize("dt, match", [("i64", "64-bit"), ("f64", "no f64"), ("i1", "host-shareable"),
-                                       ("i8", "f32, i32, u32")])
+@pytest.mark.parametrize("dt, match", [("f64", "no f64"), ("i8", "f32, i32, u32"), ("i16", "f32, i32, u32")])
 def test_buffers_wgsl_cannot_hold_are_refused_by_name(dt, match):
     with pytest.raises(UnsupportedOpError, match=match):
         render(sum_kernel("bad", 2, 8, dtypes.DTYPES[dt]), DEFAULT)
+
+
+def test_i64_buffers_are_pairs_of_i32_words_and_bool_buffers_bytes_of_u32_words(webgpu_device):
+    from retarget.testing.op_cases import op_cases
+
+    kernels = [sum_kernel("k", 2, 8, dtypes.DTYPES["i64"]), op_cases()["i1_xor"][0]]
+    i64, i1 = (render(kn, DEFAULT)["wgsl"] for kn in kernels)
+    assert "array<i32>" in i64 and "* 2 + 1)] = ((rt_pair) >> 31u);" in i64  # the high word: the sign
+    assert "array<atomic<u32>>" in i1 and "atomicOr(" in i1  # a bool written beside other threads' bytes
+    _validate(webgpu_device, compile_kernels(kernels, DEFAULT))
 
 
 def test_f16_needs_the_shader_f16_feature(webgpu_device):

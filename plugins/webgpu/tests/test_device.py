@@ -104,6 +104,14 @@ def test_a_packed_bf16_kernel_reads_and_writes_one_array_of_atomic_words(webgpu_
                                rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("name, count", [("add", 2), ("sum10", 10)])  # sum10: a packed kernel
+def test_i64_buffers_hold_values_within_i32_as_pairs_of_words(webgpu_device, name, count):
+    xs = [rng.integers(-2**27, 2**27, 101) for _ in range(count)]
+    out = _run(webgpu_device, sum_kernel(name, count, 101, dtypes.DTYPES["i64"]), DEFAULT,
+               xs + [np.empty(101, np.int64)])
+    np.testing.assert_array_equal(out, np.sum(xs, axis=0))  # high words included: negatives come back negative
+
+
 @pytest.mark.parametrize("case", list(OP_CASES))
 def test_each_scalar_op_matches_the_reference_on_the_adapter(webgpu_device, case):
     """Every op case of the reference, NaN, infinities and signed zeros included: WGSL lets a compiler assume no
@@ -295,6 +303,38 @@ def test_causal_attention_and_constant_gather_indices_run_on_webgpu(webgpu_devic
         expected = Model()(x).numpy()
     m = retarget.load(retarget.compile(import_model(Model(), example_inputs=(x,)), "webgpu-spirv"), device="webgpu")
     np.testing.assert_allclose(m.main(x.numpy()), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_token_ids_argmax_and_masks_run_on_webgpu(webgpu_device, tokens_and_masks):
+    torch = pytest.importorskip("torch")
+    from retarget.compiler import import_model
+
+    model, ids = tokens_and_masks
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(ids)]
+    art = retarget.compile(import_model(model, example_inputs=(ids,)), "webgpu-spirv")
+    m = retarget.load(art, device="webgpu")
+    got = m.main(ids.numpy())
+    assert [g.dtype for g in got] == [e.dtype for e in expected] == [np.float32, np.bool_, np.int64, np.int64]
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    for g, e in zip(got[1:], expected[1:]):
+        np.testing.assert_array_equal(g, e)
+    with pytest.raises(retarget.RetargetError, match=r"input 0 \('ids'\) of main holds 4294967296, outside "
+                                                     r"\[-2147483648, 2147483647\]: webgpu-spirv computes i64 in 32"):
+        m.main(np.full((2, 5), 2**32))
+
+
+def test_an_i64_constant_beyond_i32_is_refused_at_compile_time_naming_its_op():
+    torch = pytest.importorskip("torch")
+    from retarget.compiler import import_model
+
+    class Model(torch.nn.Module):
+        def forward(self, ids):
+            return ids + 2**40
+
+    with pytest.raises(retarget.RetargetError, match=r"rt.add at .* reads a tensor<i64> constant holding "
+                                                     r"1099511627776, outside \[-2147483648, 2147483647\]"):
+        retarget.compile(import_model(Model(), example_inputs=(torch.tensor([1, 2]),)), "webgpu-spirv")
 
 
 def test_outputs_read_through_the_learned_readback_follow_each_new_input(webgpu_device):

@@ -72,8 +72,9 @@ def _model(name: str):
     return _compiled[name]
 
 
-def _run(folder: Path, *calls, function="main", env=None) -> dict:
-    """Each call's inputs (arrays) through `function` of the exported model in `folder`; {"outputs": [[array]]}."""
+def _run(folder: Path, *calls, function="main", env=None, dtypes=None) -> dict:
+    """Each call's inputs (arrays) through `function` of the exported model in `folder`; {"outputs": [[array]]},
+    each output read as its entry of `dtypes` (default: all float32)."""
     args = []
     for c, inputs in enumerate(calls):
         files = []
@@ -83,7 +84,8 @@ def _run(folder: Path, *calls, function="main", env=None) -> dict:
         args.append(",".join(map(str, files)))
     result = _node("run", folder, function, folder.parent, *args, env=env)
     if "outputs" in result:
-        result["outputs"] = [[np.fromfile(f, dtype=np.float32) for f in call] for call in result["outputs"]]
+        result["outputs"] = [[np.fromfile(f, dtype=dtypes[k] if dtypes else np.float32) for k, f in enumerate(call)]
+                             for call in result["outputs"]]
     return result
 
 
@@ -216,6 +218,22 @@ def test_the_example_page_runs_the_model_and_shows_its_outputs(dawn, tmp_path):
 def mlp_folder(tmp_path) -> Path:
     export(_model("mlp")[0], tmp_path / "model")
     return tmp_path / "model"
+
+
+def test_token_ids_argmax_and_masks_in_the_js_loader_match_torch(dawn, tmp_path, tokens_and_masks):
+    """i64 and bool tensors (BigInt64Array and Uint8Array in JS), held by the kernels in 32-bit words."""
+    model, ids = tokens_and_masks
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(ids)]
+    export(retarget.compile(import_model(model, example_inputs=(ids,)), "webgpu-spirv"), tmp_path / "model")
+    result = _run(tmp_path / "model", [ids.numpy()], dtypes=[e.dtype for e in expected])
+    got = result["outputs"][0]
+    np.testing.assert_allclose(got[0], expected[0].ravel(), rtol=1e-5, atol=1e-6)
+    for g, e in zip(got[1:], expected[1:]):
+        np.testing.assert_array_equal(g, e.ravel())
+    refused = _run(tmp_path / "model", [np.full(ids.shape, -2**40)])
+    assert refused["name"] == "RetargetError"
+    assert "input 0 ('ids') of main holds -1099511627776, outside [-2147483648, 2147483647]" in refused["error"]
 
 
 def test_an_input_of_the_wrong_size_is_refused_with_the_shape(dawn, mlp_folder):

@@ -201,11 +201,16 @@ class Dialect:
     # {j} (the scalar's number), {n} (the number of buffers), {i} (n + j).
     scalar_param: str = ""
     scalar_prologue: str = ""
-    # Types a language cannot store, kept two elements to a 32-bit word: dtype -> templates. The buffer is an
-    # array of `word` (written ones of `atomic_word`, since two threads may write the two halves of a word);
-    # `load` turns a word {0} and the element's parity {1} (0 or 1) into the compute type; `store` writes the
-    # element bits {value} into half {odd} of the word at {pointer}.
-    word_halves: dict = field(default_factory=dict)
+    # Types a language cannot store, kept several to a 32-bit word: dtype -> {"per_word", "word", "atomic_word",
+    # "atomic_load", "load", "bits", "store"}. The buffer is an array of `word` (written ones of `atomic_word`,
+    # since threads may write other parts of one word); `load` turns a word {0} and the element's part {1}
+    # (0 to per_word - 1) into the compute type; `bits` is the element's bits, low in a word, from a value {0}
+    # of the compute type; `store` writes bits {value} into part {part} of the word at {pointer}.
+    word_parts: dict = field(default_factory=dict)
+    # Types a language cannot store, kept as two 32-bit words, low first: dtype -> {"word", "high"}. The
+    # language computes them in one word (its `types`), so values must fit one; `high` is the high word of
+    # value {0} (its sign, extended).
+    word_pairs: dict = field(default_factory=dict)
 
 
 C99 = Dialect(
@@ -373,6 +378,7 @@ WGSL_OPS = {
     "pow.float": "rt_pow_{s}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
     "and.int": "({0} & {1})", "or.int": "({0} | {1})", "xor.int": "({0} ^ {1})",
+    "xor.bool": "({0} != {1})",  # WGSL's ^ takes integers only
     "shr.int": "({0} >> u32({1}))",
     "atan2.float": (f"select(atan2({{0}}, {{1}}), {{0}} + {{1}}, "
                     f"{_WGSL_NAN.format('{0}')} || {_WGSL_NAN.format('{1}')})"),
@@ -442,18 +448,29 @@ WGSL_HELPERS = (
      "  return (u - $T(1)) * x / log(u);\n}"),
 )
 
+
+def _wgsl_word_parts(width: int, load: str, bits: str) -> dict:
+    """`Dialect.word_parts` for elements of `width` bits: a store is an atomicAnd that clears the element's bits
+    and an atomicOr that sets them, since other threads may write the word's other parts."""
+    mask = f"0x{(1 << width) - 1:x}u"
+    store = ("{{ let rt_word = &{pointer}; let rt_shift = u32({part}) * " + f"{width}u; atomicAnd(rt_word, ~({mask} "
+             "<< rt_shift)); atomicOr(rt_word, {value} << rt_shift); }}")
+    return {"per_word": 32 // width, "word": "u32", "atomic_word": "atomic<u32>", "atomic_load": "atomicLoad(&{0})",
+            "load": load, "bits": bits, "store": store}
+
+
 WGSL = Dialect(
     name="wgsl",
     types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "i32"},  # i64: index arithmetic
     storage={"f16": "f16"},
     from_storage={"f16": "f32({0})", "bf16": "bitcast<f32>(({0}) << 16u)"},
     to_storage={"f16": "f16({0})", "bf16": "rt_f32_to_bf16({0})"},  # bf16: its bits, in the low half of a u32
-    # WGSL has no 16-bit integers: bf16 buffers are u32 words of two elements, low half first
-    word_halves={"bf16": {
-        "word": "u32", "atomic_word": "atomic<u32>", "atomic_load": "atomicLoad(&{0})",
-        "load": "rt_bf16_half({0}, {1})",
-        "store": "{{ let rt_word = &{pointer}; let rt_shift = u32({odd}) * 16u; "
-                 "atomicAnd(rt_word, ~(0xffffu << rt_shift)); atomicOr(rt_word, {value} << rt_shift); }}"}},
+    # WGSL has no 8- or 16-bit types in buffers and no shareable bool: bf16 buffers are u32 words of two elements,
+    # bool buffers of four (numpy's bytes), low part first; i64 buffers are pairs of i32 words (values within i32)
+    word_parts={"bf16": _wgsl_word_parts(16, load="rt_bf16_half({0}, {1})", bits="rt_f32_to_bf16({0})"),
+                "i1": _wgsl_word_parts(8, load="(((({0}) >> (u32({1}) * 8u)) & 0xffu) != 0u)",
+                                       bits="select(0u, 1u, {0})")},
+    word_pairs={"i64": {"word": "i32", "high": "(({0}) >> 31u)"}},
     kernel="@compute @workgroup_size({wx}, {wy}, {wz})\nfn {name}({params})",
     param="",
     global_param="@group(0) @binding({i}) var<storage, read_write> {name}: array<{T}>;",
@@ -516,7 +533,7 @@ def support_table(dialect: Dialect):
                 ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {helper.group(1)} helper for {kind} values"
     dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES
               if (F32.name if name in HALVES else name) not in dialect.types
-              or (name in HALVES and name not in dialect.storage and name not in dialect.word_halves)}
+              or (name in HALVES and name not in dialect.storage and name not in dialect.word_parts)}
     return SupportTable(ops, dtypes)
 
 
@@ -643,13 +660,13 @@ class _Renderer:
         # Half arrays that only move elements (a matmul's staging registers) keep them as stored: no conversions.
         self.stored |= {name for name in k.copy_arrays(kn)
                         if _local_type(kn, name).name in HALVES and _local_type(kn, name).name in d.storage
-                        and _local_type(kn, name).name not in d.word_halves}
+                        and _local_type(kn, name).name not in d.word_parts}
         threads = list(zip(kn.thread_vars, kn.workgroup_size))
         params = []
         for i, p in enumerate(kn.params):
-            halves = d.word_halves.get(p.dtype.name)
-            storage = (halves["atomic_word"] if p.access == "write" else halves["word"]) if halves else \
-                self.storage_type(p.dtype)
+            parts, pairs = d.word_parts.get(p.dtype.name), d.word_pairs.get(p.dtype.name)
+            storage = (parts["atomic_word"] if p.access == "write" else parts["word"]) if parts else \
+                pairs["word"] if pairs else self.storage_type(p.dtype)
             self.param_storage[p.name] = storage
             fields = dict(const="const " if p.access == "read" else "", T=storage, name=p.name, i=i, D=p.dtype.name)
             if d.param:
@@ -743,12 +760,22 @@ class _Renderer:
     def stmt_store(self, s: k.Store) -> None:
         dt, is_param = self.buffer(s.buffer)
         v = s.value
-        halves = self.d.word_halves.get(dt.name) if is_param else None
-        if halves:
+        parts = self.d.word_parts.get(dt.name) if is_param else None
+        pairs = self.d.word_pairs.get(dt.name) if is_param else None
+        if parts:
+            index, n = self.expr(s.index), parts["per_word"]
+            bits = parts["bits"].format(self.convert(self.expr(v), v.dtype, self.compute(dt)))
+            self.emit(parts["store"].format(pointer=self.element(s.buffer, f"(({index}) / {n})"),
+                                            part=f"(({index}) % {n})", value=bits))
+            return
+        if pairs:
             index = self.expr(s.index)
-            bits = self.d.to_storage[dt.name].format(self.convert(self.expr(v), v.dtype, F32))
-            self.emit(halves["store"].format(pointer=self.element(s.buffer, f"(({index}) / 2)"),
-                                             odd=f"(({index}) % 2)", value=bits))
+            self.emit("{")
+            self.emit("  " + self.d.declare_const.format(T=self.ctype(dt), name="rt_pair",
+                                                         value=self.convert(self.expr(v), v.dtype, dt)))
+            self.emit(f"  {self.element(s.buffer, f'(({index}) * 2)')} = rt_pair;")
+            self.emit(f"  {self.element(s.buffer, f'(({index}) * 2 + 1)')} = {pairs['high'].format('rt_pair')};")
+            self.emit("}")
             return
         if isinstance(v, k.Load) and dt.name in HALVES and self.stored_as_is(s.buffer) and \
                 self.stored_as_is(v.buffer) and self.buffer(v.buffer)[0] == v.dtype == dt:
@@ -837,7 +864,7 @@ class _Renderer:
         """One 16-byte move where both sides hold the elements as stored, else element by element."""
         dt = self.buffer(s.src)[0]
         if dt.itemsize * s.lanes == 16 and self.buffer(s.dst)[0] == dt and \
-                all(self.stored_as_is(n) and not (self.buffer(n)[1] and self.d.word_halves.get(dt.name))
+                all(self.stored_as_is(n) and not (self.buffer(n)[1] and self.in_words(dt))
                     for n in (s.dst, s.src)):
             self.emit(self.d.vector_copy.format(dst=self.element(s.dst, self.expr(s.dst_index)),
                                                 src=self.element(s.src, self.expr(s.src_index))))
@@ -848,12 +875,15 @@ class _Renderer:
         """Whether `name`'s elements are in their storage type (a parameter, or an array kept so)."""
         return self.buffer(name)[1] or name in self.stored
 
+    def in_words(self, dt: DType) -> bool:
+        """Whether a parameter of `dt` is kept in 32-bit words (`Dialect.word_parts`, `.word_pairs`)."""
+        return dt.name in self.d.word_parts or dt.name in self.d.word_pairs
+
     def element(self, name: str, index: str) -> str:
         dt, is_param = self.buffer(name)
         if not is_param:
             return f"{name}[{index}]"
-        halves = self.d.word_halves.get(dt.name)
-        storage = self.param_storage[name] if halves else self.storage_type(dt)
+        storage = self.param_storage[name] if self.in_words(dt) else self.storage_type(dt)
         return self.d.element.format(name=name, index=index, T=storage, D=dt.name)
 
     # -- expressions ------------------------------------------------------------------------------
@@ -883,13 +913,15 @@ class _Renderer:
 
     def expr_load(self, e: k.Load) -> str:
         dt, is_param = self.buffer(e.buffer)
-        halves = self.d.word_halves.get(dt.name) if is_param else None
-        if halves:
-            index = self.expr(e.index)
-            word = self.element(e.buffer, f"(({index}) / 2)")
-            if self.param_storage[e.buffer] == halves["atomic_word"]:
-                word = halves["atomic_load"].format(word)
-            return self.convert(halves["load"].format(word, f"(({index}) % 2)"), dt, e.dtype)
+        parts = self.d.word_parts.get(dt.name) if is_param else None
+        if parts:
+            index, n = self.expr(e.index), parts["per_word"]
+            word = self.element(e.buffer, f"(({index}) / {n})")
+            if self.param_storage[e.buffer] == parts["atomic_word"]:
+                word = parts["atomic_load"].format(word)
+            return self.convert(parts["load"].format(word, f"(({index}) % {n})"), dt, e.dtype)
+        if is_param and dt.name in self.d.word_pairs:  # the low word: the value, which fits it
+            return self.convert(self.element(e.buffer, f"(({self.expr(e.index)}) * 2)"), dt, e.dtype)
         text = self.element(e.buffer, self.expr(e.index))
         if (is_param or e.buffer in self.stored) and dt.name in self.d.from_storage:
             text = self.d.from_storage[dt.name].format(text)
@@ -946,7 +978,7 @@ class _Renderer:
             return text
         cs, cd = self.compute(src), self.compute(dst)
         if dst.name in HALVES:  # round to the half type once, then compute in f32 again
-            if dst.name not in self.d.word_halves:
+            if dst.name not in self.d.word_parts:
                 self.storage_type(dst)
             inner = self.convert(text, src, F32)
             return self.d.from_storage[dst.name].format(self.d.to_storage[dst.name].format(inner))

@@ -59,7 +59,7 @@ def with_user_refusals(table: SupportTable, refuse: list[str]) -> SupportTable:
     ops, dtypes = dict(table.ops), dict(table.dtypes)
     for name in refuse:
         (ops if name.startswith("rt.") else dtypes)[name] = USER_REFUSAL
-    return SupportTable(ops, dtypes, dict(table.buffers))
+    return SupportTable(ops, dtypes, dict(table.buffers), dict(table.ranges))
 
 
 def check_refusal_names(refuse: list[str]) -> None:
@@ -158,6 +158,39 @@ def place_function(fn: Function, primary: Side, fallback: Side | None) -> Functi
     result.placement_of = placement_of
     result.dispatches = dispatches
     return result
+
+
+def value_ranges(fp: FunctionPlacement, sides: list[Side]) -> dict[str, tuple[int, int, str]]:
+    """The element types that a target running some dispatch of `fp` holds only within a range
+    (`SupportTable.ranges`): dtype -> (lo, hi, why), the narrowest where several targets restrict one."""
+    used = {fp.dispatch_placement(d) for d in fp.dispatches}
+    out: dict[str, tuple[int, int, str]] = {}
+    for table in (t for side in sides if side.name in used for t in side.tables.values()):
+        for name, (lo, hi, why) in table.ranges.items():
+            if name not in out or hi - lo < out[name][1] - out[name][0]:
+                out[name] = (lo, hi, why)
+    return out
+
+
+def check_constant_ranges(fp: FunctionPlacement, sides: list[Side]) -> None:
+    """Refuse a constant that a dispatch reads on a target that cannot hold its values (`SupportTable.ranges`)."""
+    by_name = {side.name: side for side in sides}
+    for d in fp.dispatches:
+        ranges = value_ranges(FunctionPlacement(fp.function, dispatches=[d], placement_of=fp.placement_of),
+                              [by_name[fp.dispatch_placement(d)]])
+        for op in d.ops:
+            for v in op.operands:
+                if v.owner is None or v.owner.name != "rt.constant" or v.type.dtype.name not in ranges:
+                    continue
+                lo, hi, why = ranges[v.type.dtype.name]
+                array = v.owner.attrs["value"].array
+                outside = array[(array < lo) | (array > hi)]
+                if outside.size:
+                    where = f" at {op.loc}" if op.loc else ""
+                    raise UnsupportedOpError(
+                        f"{op.name}{where} reads a {v.type} constant holding {outside.flat[0]}, outside "
+                        f"[{lo}, {hi}]: {why}", hint="keep the model's integers within that range, or use --fallback "
+                        "with a target that holds them (--explain shows the split)")
 
 
 def check(placements: dict[str, FunctionPlacement], sides: dict[str, list[str]], fallback_given: bool) -> None:

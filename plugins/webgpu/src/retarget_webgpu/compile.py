@@ -17,12 +17,14 @@ one arena, one constant pool), and copies them into a scratch buffer when they d
 Grid. More than max-compute-workgroups-per-dimension workgroups become a 2-D grid; the kernel
 folds (x, y) back into its 1-D workgroup index and skips the few extra workgroups.
 
-Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. bf16 has no WGSL type: its
-buffers are u32 words of two elements, unpacked to f32 as they are read; a written one is an array
-of atomic words, since two threads may write the two halves of one word (an atomicAnd and an
-atomicOr per element). i64 is the kernel IR's index type and computes as i32 (every zoo buffer is
-far below 2^31 elements; a larger one is refused); i64, f64, bool and 8/16-bit integer *buffers*
-are refused by name.
+Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. bf16 and bool have no WGSL type
+that a buffer can hold: their buffers are u32 words of two bf16 (unpacked to f32 as they are read) or
+four bools (numpy's bytes); a written one is an array of atomic words, since threads may write the
+other parts of one word (an atomicAnd and an atomicOr per element). i64 computes as i32, the kernel
+IR's index type included (every zoo buffer is far below 2^31 elements; a larger one is refused); an i64
+buffer is pairs of i32 words, low first, so its values must lie within i32: the module records that
+for the inputs, and the runtime refuses a call whose i64 inputs do not fit (the compiler checks
+constants). f64 and 8/16-bit integer *buffers* are refused by name.
 
 Sizes known at run time. A kernel's scalars (`Kernel.scalars`) follow the element bases in `rt_base`,
 as i32: the driver writes them at each dispatch, and the workgroup count is computed from them.
@@ -44,10 +46,13 @@ from . import FORMAT
 
 MAGIC = "retarget-wgsl"
 VERSION = 1
-# dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 sits two to a u32 word (WGSL has no
-# 16-bit integers; the shared renderer's `word_halves`), and its base counts words: tensors start on words.
-STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2), "bf16": ("u32", 4)}
+# dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 sits two to a u32 word and bool four
+# (the shared renderer's `word_parts`), an i64 in two i32 words (`word_pairs`); their bases count words: tensors
+# start on words.
+STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2), "bf16": ("u32", 4),
+                 "i1": ("u32", 4), "i64": ("i32", 4)}
 INDEX_LIMIT = 2**31
+I64_RANGE = (-2**31, 2**31 - 1, "webgpu-spirv computes i64 in 32 bits (WGSL has no 64-bit integers)")
 
 
 def _dialect(packed: bool):
@@ -55,18 +60,17 @@ def _dialect(packed: bool):
 
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
     scalar = "let {name}: {T} = rt_base[{i} / 4][{i} % 4];"  # after the bases
-    if packed:  # every bf16 parameter shares one array, written by some: atomic words throughout
-        halves = {**WGSL.word_halves["bf16"], "word": "atomic<u32>"}
+    if packed:  # every bf16 (or bool) parameter shares one array, written by some: atomic words throughout
+        parts = {name: {**table, "word": table["atomic_word"]} for name, table in WGSL.word_parts.items()}
         return replace(WGSL, global_param="", element="rt_mem_{D}[{name}_base + {index}]", prologue=prologue,
-                       word_halves={"bf16": halves}, scalar_prologue=scalar)
+                       word_parts=parts, scalar_prologue=scalar)
     return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue, scalar_prologue=scalar)
 
 
 # Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
-REFUSED_BUFFERS = {"i64": "WGSL has no 64-bit integers; compute indices in i32 or cast the tensor to i32",
-                   "f64": "WGSL has no f64; use f32",
-                   "i1": "WGSL bools are not host-shareable; store masks as i32 or u32"}
-BUFFER_TYPES_NOTE = "WGSL buffers hold f32, i32, u32, bf16 (as u32 words) and (with shader-f16) f16"
+REFUSED_BUFFERS = {"f64": "WGSL has no f64; use f32"}
+BUFFER_TYPES_NOTE = ("WGSL buffers hold f32, i32, u32, (with shader-f16) f16, and here bf16 and bool in u32 words "
+                     "and i64 (within i32) in pairs of i32 words")
 SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not assume"
 
 
@@ -81,7 +85,7 @@ def support(desc: TargetDesc):
     buffers = {name: REFUSED_BUFFERS.get(name, BUFFER_TYPES_NOTE) for name in DTYPES if name not in STORAGE_TYPES}
     if "shader-f16" not in desc.features:
         buffers["f16"] = SHADER_F16_NOTE
-    return SupportTable(table.ops, table.dtypes, buffers)
+    return SupportTable(table.ops, table.dtypes, buffers, {"i64": I64_RANGE})
 
 
 def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
@@ -94,9 +98,10 @@ def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
             raise UnsupportedOpError(
                 f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and {SHADER_F16_NOTE}",
                 hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
-        if isinstance(p.size, int) and p.size >= INDEX_LIMIT:
+        words = 2 if p.dtype.name == "i64" else 1  # an i64 is two words
+        if isinstance(p.size, int) and p.size * words >= INDEX_LIMIT:
             raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "
-                                     "WGSL indices are i32, so at most 2^31 - 1")
+                                     f"WGSL indices are i32, so at most (2^31 - 1) / {words}")
 
 
 def _shared_bytes(stmts) -> int:
@@ -125,7 +130,7 @@ def _check_limits(kn: k.Kernel, desc: TargetDesc) -> None:
 
 def render(kn: k.Kernel, desc: TargetDesc) -> dict:
     """One kernel -> {"name", "wgsl", "groups", ...}: the WGSL module and how its bindings are laid out."""
-    from retarget.kernel.c_renderer import render_module
+    from retarget.kernel.c_renderer import WGSL, render_module
 
     _check_types(kn, desc)
     _check_limits(kn, desc)
@@ -138,7 +143,8 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
         if len(groups) > limit:
             raise UnsupportedOpError(f"kernel {kn.name} has buffers of {len(groups)} element types; "
                                      f"webgpu-spirv:{desc.arch} binds at most {limit} storage buffers")
-        element = {name: wgsl for name, (wgsl, _) in STORAGE_TYPES.items()} | {"bf16": "atomic<u32>"}
+        element = {name: "atomic<u32>" if name in WGSL.word_parts else wgsl
+                   for name, (wgsl, _) in STORAGE_TYPES.items()}
         decls = [f"@group(0) @binding({g}) var<storage, read_write> rt_mem_{t}: array<{element[t]}>;"
                  for g, t in enumerate(order)]
     else:

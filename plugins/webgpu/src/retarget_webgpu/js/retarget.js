@@ -24,10 +24,11 @@ export class RetargetError extends Error {
 }
 
 // retarget's element types -> typed arrays. f16 is a Float16Array where the engine has one, else the raw bits.
-// (WGSL buffers hold f32, i32, u32 and f16; the 8- and 16-bit integers can still be inputs and outputs.)
+// (WGSL buffers hold f32, i32, u32 and f16; bool, bf16 and i64 sit in 32-bit words; the 8- and 16-bit integers can
+// still be inputs and outputs.)
 const ARRAYS = {
   f32: Float32Array, i32: Int32Array, ui32: Uint32Array, f16: globalThis.Float16Array ?? Uint16Array,
-  i8: Int8Array, ui8: Uint8Array, i16: Int16Array, ui16: Uint16Array, i1: Uint8Array,
+  i8: Int8Array, ui8: Uint8Array, i16: Int16Array, ui16: Uint16Array, i1: Uint8Array, i64: BigInt64Array,
 };
 const REEXPORT = "export it again with this version of retarget: retarget export MODEL.rtm -o FOLDER";
 const roundUp = (n, to) => Math.ceil(n / to) * to;
@@ -388,7 +389,7 @@ function describe(t) {
   const TypedArray = ARRAYS[t.dtype];
   if (!TypedArray) throw new RetargetError(`a tensor of ${t.dtype} has no typed array here`, REEXPORT);
   const length = t.shape.reduce((a, b) => a * b, 1);
-  return {name: t.name ?? "", shape: t.shape, dtype: t.dtype, length, TypedArray, bytes: t.slot[2],
+  return {name: t.name ?? "", shape: t.shape, dtype: t.dtype, length, TypedArray, bytes: t.slot[2], range: t.range,
           type: `tensor<${t.shape.map((d) => `${d}x`).join("")}${t.dtype}>`};
 }
 
@@ -407,7 +408,7 @@ function check(name, signature, inputs, args) {
         throw new RetargetError(`${where} must be ${t.dtype}, and the array holds non-integers`,
                                 `pass a ${t.TypedArray.name}`);
       }
-      a = t.TypedArray.from(arg);
+      a = t.TypedArray === BigInt64Array ? BigInt64Array.from(arg, BigInt) : t.TypedArray.from(arg);
     } else if (!(arg instanceof t.TypedArray) && !(t.dtype === "f16" && arg instanceof Uint16Array)) {
       const got = arg?.constructor?.name ?? typeof arg;
       throw new RetargetError(`${where} must be a ${t.TypedArray.name} (${t.dtype}), got ${got}`,
@@ -416,6 +417,13 @@ function check(name, signature, inputs, args) {
     if (a.length !== t.length) {
       throw new RetargetError(`${where} must hold ${t.length} elements (shape [${t.shape}], flat in C order), ` +
                               `got ${a.length}`, `the function expects ${t.type}`);
+    }
+    if (t.range) {  // a type the model's target holds only within a range (i64 in WGSL: 32 bits)
+      const [lo, hi, why] = t.range, outside = a.find((v) => v < lo || v > hi);
+      if (outside !== undefined) {
+        throw new RetargetError(`${where} holds ${outside}, outside [${lo}, ${hi}]: ${why}`,
+                                "keep its values within that range");
+      }
     }
     return a;
   });
