@@ -199,17 +199,122 @@ def test_variance_of_the_training_ir_imports_as_it_stands(unbiased, spelled):
     run_both(fn, x)
 
 
+def _interpolate_case_id(v):
+    return v if isinstance(v, str) else "-".join(f"{k}={w}" for k, w in v.items())
+
+
 @pytest.mark.parametrize("mode, kwargs", [
     ("nearest", {"scale_factor": 2}), ("nearest", {"scale_factor": 1.7}), ("nearest", {"size": (5, 7)}),
     ("nearest", {"scale_factor": 2.1}), ("nearest", {"scale_factor": 1.2}), ("bilinear", {"scale_factor": 1.2}),
     ("bilinear", {"scale_factor": 2, "align_corners": False}),
     ("bilinear", {"scale_factor": 0.5, "align_corners": False}), ("bilinear", {"scale_factor": 1.7}),
     ("bilinear", {"size": (5, 9), "align_corners": True}), ("bilinear", {"size": (11, 3), "align_corners": False}),
-], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={w}" for k, w in v.items()))
+    ("nearest-exact", {"scale_factor": 2}), ("nearest-exact", {"scale_factor": 1.7}),
+    ("nearest-exact", {"scale_factor": 0.5}), ("nearest-exact", {"scale_factor": 2.1}),
+    ("nearest-exact", {"size": (5, 7)}), ("nearest-exact", {"size": (13, 3)}), ("nearest-exact", {"size": (6, 9)}),
+], ids=_interpolate_case_id)
 def test_interpolate_matches_torch(mode, kwargs):
-    """upsample_nearest2d and upsample_bilinear2d: gathers of ATen's own positions. (Mode "nearest-exact" reaches
-    the importer as `aten.index.Tensor`, which it does not take.)"""
+    """upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d: gathers of ATen's own positions
+    (decomposed, nearest-exact is `aten.index.Tensor` of positions that torch computes)."""
     run_both(lambda x: F.interpolate(x, mode=mode, **kwargs), randn(2, 3, 6, 4), tol=2e-6)
+
+
+@pytest.mark.parametrize("mode, kwargs", [
+    ("nearest", {"scale_factor": 2}), ("nearest", {"scale_factor": 2.1}), ("nearest", {"size": 4}),
+    ("nearest-exact", {"scale_factor": 2}), ("nearest-exact", {"scale_factor": 1.5}),
+    ("nearest-exact", {"scale_factor": 0.4}), ("nearest-exact", {"size": 11}), ("nearest-exact", {"size": 3}),
+], ids=_interpolate_case_id)
+def test_interpolate_1d_matches_torch(mode, kwargs):
+    run_both(lambda x: F.interpolate(x, mode=mode, **kwargs), randn(2, 3, 7))
+
+
+@pytest.mark.parametrize("spatial", [1, 2])
+def test_nearest_exact_positions_match_aten_at_every_size(spatial):
+    """ATen's 1-D and 2-D kernels round the source position differently (the 1-D one once, with a fused
+    multiply-add): at 2 -> 41 in 1-D, position 20 is 1, in 2-D 0. Every size to 48 and factor, both ways."""
+    from retarget.importers.torch_export import _torch_positions
+
+    for size_in in range(1, 25):
+        rows = torch.arange(size_in, dtype=torch.float32).reshape(1, 1, size_in, *(1,) * (spatial - 1))
+        rows = rows.expand(1, 1, *(size_in,) * spatial)  # each row holds its index
+        for size, factor in [(size, None) for size in range(1, 49)] + [(None, f / 10) for f in range(3, 50)]:
+            if int(size_in * (factor or 1)) == 0:
+                continue
+            kwargs = {"size": (size,) * spatial} if size else {"scale_factor": factor}
+            out = F.interpolate(rows, mode="nearest-exact", **kwargs)[0, 0]
+            expected = (out if spatial == 1 else out[:, 0]).numpy().astype(np.int64)
+            positions = _torch_positions(size_in, len(expected), factor, False, "nearest-exact", spatial)
+            positions = np.arange(size_in) if positions is None else positions
+            assert np.array_equal(positions, expected), (size_in, kwargs)
+
+
+@pytest.mark.parametrize("shape, kwargs", [
+    ((1, 2, 5, 3), {"mode": "nearest-exact", "scale_factor": 1.5}), ((1, 2, 5), {"mode": "nearest-exact", "size": 8}),
+    ((1, 2, 5), {"mode": "nearest", "size": 8}),
+], ids=lambda v: _interpolate_case_id(v) if isinstance(v, dict) else f"{len(v) - 2}d")
+def test_interpolate_nearest_modes_import_without_decomposition(monkeypatch, shape, kwargs):
+    def refuse(*args, **kw):
+        raise AssertionError("run_decompositions was called")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
+    x, model = randn(*shape), Fn(lambda x: F.interpolate(x, **kwargs))
+    module = verify(TorchImporter().load(torch.export.export(model, (x,))))
+    (out,) = run_function(module.functions["main"], [to_numpy(x)])
+    np.testing.assert_array_equal(out, to_numpy(model(x)))
+
+
+INDEXING = {  # name: (function, inputs); index tensors given as inputs are the model's inputs
+    "one dim, constant, negative": (lambda x: x[torch.tensor([0, 2, -1, -3])], (randn(3, 4, 5),)),
+    "none then index": (lambda x, i: x[:, i], (randn(3, 4, 5), torch.tensor([[0, 3], [-1, 2]]))),
+    "last dim, negative": (lambda x, i: x[..., i], (randn(3, 4, 5), torch.tensor([-5, 4, -1, 0, 0]))),
+    "adjacent dims broadcast": (lambda x, i, j: x[:, i, j], (randn(3, 4, 5), torch.tensor([[0], [3], [-2]]),
+                                                              torch.tensor([4, -1]))),
+    "separated dims to the front": (lambda x, i, j: x[i, :, j], (randn(3, 4, 5), torch.tensor([[2, -3]]),
+                                                                  torch.tensor([[1], [-1], [0]]))),
+    "every dim, i32 and i64": (lambda x, i, j, k: x[i, j, k], (randn(3, 4, 5), torch.tensor([2, 0], dtype=torch.int32),
+                                                                torch.tensor([-1, 1]), torch.tensor([[4], [0]]))),
+    "scalar index": (lambda x: x[:, torch.tensor(-2)], (randn(3, 4, 5),)),
+    "integer data": (lambda x, i: x[i, :, i], (torch.arange(60).reshape(3, 4, 5), torch.tensor([1, -1]))),
+}
+
+
+@pytest.mark.parametrize("name", INDEXING)
+def test_integer_indexing_matches_torch(name):
+    """aten.index.Tensor: x[i], x[:, i], x[i, :, j], ... with constant or input index tensors, as one gather."""
+    fn, inputs = INDEXING[name]
+    run_both(fn, *inputs)
+
+
+@pytest.mark.parametrize("target", ["vmvx", "llvm-cpu"])
+def test_indexing_and_nearest_exact_compile_and_run(target):
+    """Every indexing form and nearest-exact interpolation, in one module compiled (constants folded) for a target."""
+    import retarget
+
+    if target not in retarget.targets():
+        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+    x, i, j = randn(4, 4, 5), torch.tensor([[0], [3], [-2]]), torch.tensor([4, -1])
+    image, signal = randn(2, 3, 6, 4, seed=1), randn(2, 3, 7, seed=2)
+
+    def every_form(x, i, j, image, signal):
+        return (x[torch.tensor([0, 2, -1])], x[:, i], x[:, i, j], x[i, :, j], x[..., j],
+                F.interpolate(image, scale_factor=1.7, mode="nearest-exact"),
+                F.interpolate(image, size=(13, 3), mode="nearest-exact"),
+                F.interpolate(signal, scale_factor=1.5, mode="nearest-exact"))
+
+    inputs = (x, i, j, image, signal)
+    module = TorchImporter().load(Fn(every_form), example_inputs=inputs)
+    outs = retarget.load(retarget.compile(module, target), device="local-task").main(*[t.numpy() for t in inputs])
+    for out, ref in zip(outs, every_form(*inputs), strict=True):
+        np.testing.assert_array_equal(out, ref.numpy())
+
+
+def test_boolean_mask_index_is_refused_with_what_to_do_instead():
+    model = Fn(lambda x, mask: x[mask])
+    x = randn(3, 4)
+    with pytest.raises(UnsupportedOpError) as info:
+        TorchImporter().load(model, example_inputs=(x, x > 0))
+    assert "boolean mask" in info.value.message and "shape depends on the mask's values" in info.value.message
+    assert "torch.where" in info.value.hint
 
 
 def test_unsupported_op_names_aten_op_node_and_source_line():

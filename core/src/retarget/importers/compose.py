@@ -189,6 +189,37 @@ def resample(b: Builder, x: Value, axis: int, low: np.ndarray, high: np.ndarray 
     return b.op("rt.add", [b.op("rt.mul", [lo, w0]), b.op("rt.mul", [hi, w1])])
 
 
+def advanced_index(b: Builder, x: Value, indices) -> Value:
+    """x[indices] as NumPy and PyTorch's `aten.index` read it. `indices` holds, for each leading axis of x, an
+    integer tensor or None (the whole axis); the index tensors broadcast together and negative entries count from
+    the end. The broadcast shape takes the indexed axes' place where those are adjacent, else leads the result.
+    One gather: the indexed axes (static sizes) are brought together and merged, and read at a linear index."""
+    indexed = [axis for axis, index in enumerate(indices) if index is not None]
+    tensors = [indices[axis] for axis in indexed]
+    sizes = [x.type.shape[axis] for axis in indexed]
+    wide = any(t.type.dtype.name == "i64" for t in tensors) or math.prod(sizes) > np.iinfo(np.int32).max
+    dtype = "i64" if wide else "i32"
+    first = indexed[0]
+    if indexed != list(range(first, first + len(indexed))):  # separated by a whole axis: they lead
+        rest = [axis for axis in range(x.type.rank) if axis not in indexed]
+        x = b.op("rt.transpose", [x], {"perm": tuple(indexed + rest)})
+        first = 0
+    linear = None
+    for k, (index, size) in enumerate(zip(tensors, sizes)):
+        if index.type.dtype.name != dtype:
+            index = b.op("rt.cast", [index], {"dtype": dtype})
+        negative = b.op("rt.cmp", [index, scalar(b, 0, index)], {"predicate": "lt"})
+        index = b.op("rt.select", [negative, b.op("rt.add", [index, scalar(b, size, index)]), index])
+        stride = math.prod(sizes[k + 1:])
+        term = index if stride == 1 else b.op("rt.mul", [index, scalar(b, stride, index)])
+        linear = term if linear is None else b.op("rt.add", [linear, term])
+    if len(sizes) > 1:
+        shape = x.type.shape
+        merged = shape[:first] + (math.prod(sizes),) + shape[first + len(sizes):]
+        x = b.op("rt.reshape", [x], {"shape": merged})
+    return b.op("rt.gather", [x, linear], {"axis": first})
+
+
 def linear_neighbours(position: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(low, high, weight of high) of fractional input positions along an axis of `size`, clamped to its edges."""
     below = np.floor(position)

@@ -850,6 +850,22 @@ def _index_select(cv, node, x, dim, index):
     return cv.b.op("rt.gather", [x, index], {"axis": C.normalize_axis(dim, x.type.rank)})
 
 
+@handles("index", "_unsafe_index")
+def _index(cv, node, x, indices):
+    """x[i], x[:, i], x[i, :, j], ...: integer index tensors (constants or inputs), as `C.advanced_index`."""
+    given = [index for index in indices if index is not None]
+    if any(index.type.dtype.name in ("i1", "ui8") for index in given):
+        raise UnsupportedOpError(
+            f"'{node.target}' (node '{node.name}') indexes with a boolean mask: the result's shape depends on "
+            "the mask's values, which a compiled module cannot have",
+            hint="to keep the shape, use torch.where(mask, x, 0) or x * mask, and reduce over that for a sum or "
+                 "a mean; or index with integer positions")
+    if any(isinstance(x.type.shape[axis], Sym) for axis, index in enumerate(indices) if index is not None):
+        raise UnsupportedOpError(f"'{node.target}' (node '{node.name}') indexes a dimension whose size is known "
+                                 "only at run time", hint="export with static sizes for the indexed dimensions")
+    return C.advanced_index(cv.b, x, indices)
+
+
 def _named_arguments(node) -> dict:
     """Every argument of the node's op by its schema name, defaults filled in."""
     values = {}
@@ -863,37 +879,52 @@ def _named_arguments(node) -> dict:
     return values
 
 
-def _torch_positions(size_in: int, size_out: int, factor, align_corners: bool, mode: str):
-    """ATen's source positions along one axis (float32, as its CPU kernels compute them): indices for nearest,
-    (low, high, weight) for bilinear; None where the axis keeps its size (ATen copies it)."""
-    if size_in == size_out:
+def _torch_positions(size_in: int, size_out: int, factor, align_corners: bool, mode: str, spatial: int):
+    """ATen's source positions along one axis of a `spatial`-D resize, in float32 as its CPU kernels compute
+    them: indices for the nearest modes, (low, high, weight) for bilinear; None where they read the axis as it is.
+    The 2-D and 1-D kernels differ: only the 2-D nearest one copies a kept size and halves a doubled one, and
+    1-D nearest-exact rounds once (a fused multiply-add) what 2-D rounds twice."""
+    if size_in == size_out and (mode == "bilinear" or (mode == "nearest" and spatial == 2)):
         return None
+    if mode == "nearest" and spatial == 2 and size_out == 2 * size_in:
+        return np.arange(size_out) // 2
     j = np.arange(size_out, dtype=np.float32)
     if mode == "bilinear" and align_corners:
         scale = np.float32((size_in - 1) / (size_out - 1)) if size_out > 1 else np.float32(0)
     else:
         scale = np.float32(1.0 / factor) if factor else np.float32(size_in) / np.float32(size_out)
-    if mode == "nearest":  # ATen halves the index where the output is twice the input, whatever the scale
-        return np.arange(size_out) // 2 if size_out == 2 * size_in else \
-            np.minimum(np.floor(j * scale), size_in - 1).astype(np.int64)
-    src = scale * j if align_corners else np.maximum(scale * (j + np.float32(0.5)) - np.float32(0.5), np.float32(0))
-    return C.linear_neighbours(src, size_in)
+    if mode == "bilinear":
+        src = scale * j if align_corners else np.maximum(scale * (j + np.float32(0.5)) - np.float32(0.5),
+                                                          np.float32(0))
+        return C.linear_neighbours(src, size_in)
+    if mode == "nearest":
+        positions = np.floor(j * scale)
+    elif spatial == 2:  # nearest-exact: floor((j + 0.5) * scale), the product in double rounded to float
+        positions = np.floor(((j + 0.5).astype(np.float64) * np.float64(scale)).astype(np.float32))
+    else:  # nearest-exact: floor(max(scale * (j + 0.5) - 0.5, 0) + 0.5)
+        fused = np.maximum(((j + 0.5).astype(np.float64) * np.float64(scale) - 0.5).astype(np.float32), 0)
+        positions = np.floor((fused.astype(np.float64) + 0.5).astype(np.float32))
+    positions = np.minimum(positions, size_in - 1).astype(np.int64)
+    return None if size_in == size_out and np.array_equal(positions, np.arange(size_out)) else positions
+
+
+_SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w")}  # the factors' names in the non-`vec` overloads
 
 
 def _upsample(mode: str):
-    """upsample_nearest2d and upsample_bilinear2d (both overloads): gathers along H and W of positions computed
-    here, so every target runs them with no op of its own. (torch.export hands "nearest-exact" over as
-    `aten.index.Tensor`, which is not supported.)"""
+    """upsample_nearest1d/2d, _upsample_nearest_exact1d/2d and upsample_bilinear2d (every overload): gathers
+    along each spatial axis of positions computed here, so every target runs them with no op of its own."""
     def handler(cv, node, x, *args, **kwargs):
         shape, _ = cv.out_type(node)
-        if any(isinstance(d, Sym) for d in (*shape[-2:], *x.type.shape[-2:])):
+        if any(isinstance(d, Sym) for d in (*shape[2:], *x.type.shape[2:])):
             raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
                                      hint="export with static image sizes")
+        spatial = x.type.rank - 2
         bound = _named_arguments(node)  # the sizes and factors: constants in the node itself
-        factors = bound.get("scale_factors") or [bound.get("scales_h"), bound.get("scales_w")]
-        for axis, factor in zip((x.type.rank - 2, x.type.rank - 1), factors):
+        factors = bound.get("scale_factors") or [bound.get(name) for name in _SCALE_NAMES[spatial]]
+        for axis, factor in zip(range(2, x.type.rank), factors):
             positions = _torch_positions(x.type.shape[axis], shape[axis], factor,
-                                         bool(bound.get("align_corners", False)), mode)
+                                         bool(bound.get("align_corners", False)), mode, spatial)
             if positions is not None:
                 x = C.resample(cv.b, x, axis, *(positions if mode == "bilinear" else (positions,)))
         return x
@@ -901,7 +932,8 @@ def _upsample(mode: str):
     return handler
 
 
-HANDLERS["upsample_nearest2d"] = _upsample("nearest")
+HANDLERS["upsample_nearest1d"] = HANDLERS["upsample_nearest2d"] = _upsample("nearest")
+HANDLERS["_upsample_nearest_exact1d"] = HANDLERS["_upsample_nearest_exact2d"] = _upsample("nearest-exact")
 HANDLERS["upsample_bilinear2d"] = _upsample("bilinear")
 
 

@@ -46,7 +46,10 @@ VIEW, NEW = True, False  # whether an op's result may alias one of its inputs (a
 # named arguments and the words for an error, or None).
 TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.conv1d.default": (NEW, None),
+    "aten.upsample_nearest1d.vec": (NEW, None),
     "aten.upsample_nearest2d.vec": (NEW, None),
+    "aten._upsample_nearest_exact1d.vec": (NEW, None),
+    "aten._upsample_nearest_exact2d.vec": (NEW, None),
     "aten.upsample_bilinear2d.vec": (NEW, None),
     "aten.var.dim": (NEW, None),
     "aten.conv2d.default": (NEW, None),
