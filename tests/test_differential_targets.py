@@ -1,13 +1,17 @@
 """Random models (`retarget.testing.differential`) on every target with a device here, against float64.
 
-Each pair runs the same seeds on every machine: 25 graphs and 10 GEMM-class ops in f32, and 10 GEMM-class ops in
-f16 where the target takes f16 (the others refuse them, and that refusal is checked to be a clean one). A pair
-whose target is not installed, or whose device is missing, is skipped and says which. On a GPU machine the same
-tool runs larger sizes: `python -m retarget.testing.differential --pair vulkan-spirv=vulkan --family gemm
---dtype f16 --max-size 2048` (`STEPS=differential bash benchmarks/gpu/confirm.sh`).
+Each pair runs the same seeds on every machine: 60 graphs and 10 GEMM-class ops in f32, and 10 GEMM-class ops in
+f16 where the target takes f16 (the others refuse them, and that refusal is checked to be a clean one). A graph
+may be refused only for a limit listed in `KNOWN_REFUSALS`. Each model is imported once for every pair (torch's
+export is most of the time), and each pair's test reads its part of that run. A pair whose target is not
+installed, or whose device is missing, is skipped and says which. On a GPU machine the same tool runs larger
+sizes: `python -m retarget.testing.differential --pair vulkan-spirv=vulkan --family gemm --dtype f16
+--max-size 2048` (`STEPS=differential bash benchmarks/gpu/confirm.sh`).
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -18,31 +22,60 @@ from retarget.testing.differential import check  # noqa: E402
 
 PAIRS = [("vmvx", "local-sync"), ("llvm-cpu", "local-task"), ("vulkan-spirv", "vulkan"), ("webgpu-spirv", "webgpu"),
          ("opencl", "opencl")]
-RUNS = [("graph", "f32", range(25)), ("gemm", "f32", range(10)), ("gemm", "f16", range(10))]
+RUNS = [("graph", "f32", range(60)), ("gemm", "f32", range(10)), ("gemm", "f16", range(10))]
 F16_REFUSED = {"webgpu-spirv", "opencl"}  # their default profiles do not assume f16 (shader-f16, cl_khr_fp16)
+# limits as they stand, not bugs: ops of the graph table that the torch importer does not take (the same on every
+# target), and WGSL, which has no 64-bit integers and no bool it can store in a buffer
+KNOWN_REFUSALS = re.compile(
+    r"^the importer: (aten op 'aten\.(cumsum|topk|sort|argmin|native_group_norm|repeat|adaptive_max_pool2d|flip|"
+    r"_native_batch_norm_legit)\.|transposed convolution|adaptive_avg_pool2d from .* \(not a divisor\)|"
+    r"avg_pool2d with ceil_mode and count_include_pad)"
+    r"|^webgpu-spirv: .* cannot (read|write) an i(1|64) buffer")
 
 
 # where each plugin's source is (the OpenCL one stands outside plugins/, as a third party's would)
 SOURCE = {"webgpu-spirv": "plugins/webgpu", "opencl": "examples/opencl_plugin"}
 
 
-def _pair_or_skip(target: str, device: str):
+def _missing(target: str, device: str) -> str | None:
+    """Why the pair cannot run here, or None."""
     if target not in retarget.targets():
         source = SOURCE.get(target, f"plugins/{target.replace('-', '_')}")
-        pytest.skip(f"target {target} is not installed (pip install -e {source})")
+        return f"target {target} is not installed (pip install -e {source})"
     if not any(d.available for d in retarget.devices() if d.driver == device):
-        pytest.skip(f"no {device} device here")
+        return f"no {device} device here"
+    return None
+
+
+@pytest.fixture(scope="module")
+def run_on_every_pair():
+    """(family, dtype, seeds) -> the report of those models on every pair here, run once."""
+    reports = {}
+
+    def run(family, dtype, seeds):
+        if (family, dtype) not in reports:
+            reports[family, dtype] = check(seeds, [p for p in PAIRS if not _missing(*p)], family, dtype)
+        return reports[family, dtype]
+    return run
 
 
 @pytest.mark.parametrize("family, dtype, seeds", RUNS, ids=[f"{f}-{d}" for f, d, _ in RUNS])
 @pytest.mark.parametrize("target, device", PAIRS, ids=[t for t, _ in PAIRS])
-def test_random_models_match_float64(target, device, family, dtype, seeds):
-    _pair_or_skip(target, device)
-    report = check(seeds, [(target, device)], family, dtype)
+def test_random_models_match_float64(run_on_every_pair, target, device, family, dtype, seeds):
+    if why := _missing(target, device):
+        pytest.skip(why)
+    report = run_on_every_pair(family, dtype, seeds)
+    outcomes = report.by_pair[f"{target}={device}"]
+    findings = [f for f in report.findings if (f.target, f.device) == (target, device)]
     details = "\n".join(f"seed {f.seed}: {f.kind}: {f.detail}\n  {' -> '.join(f.ops)}\n  {f.command(family, dtype)}"
-                        for f in report.findings)
-    assert not report.findings, report.summary() + "\n" + details
+                        for f in findings)
+    assert not findings, report.summary() + "\n" + details
     if dtype == "f16" and target in F16_REFUSED:
-        assert report.outcomes == {"refused": len(seeds)}, report.summary()
+        assert outcomes == {"refused": len(seeds)}, report.summary()
+    elif family == "graph":
+        assert set(outcomes) <= {"ok", "refused"} and outcomes["ok"] > len(seeds) // 2, report.summary()
+        unknown = [why for why in report.refusals if why.startswith((f"{target}:", "the importer:"))
+                   and not KNOWN_REFUSALS.search(why)]
+        assert not unknown, unknown
     else:
-        assert report.outcomes == {"ok": len(seeds)}, report.summary()
+        assert outcomes == {"ok": len(seeds)}, report.summary()

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 import retarget  # noqa: E402
 from retarget.errors import RetargetError  # noqa: E402
-from retarget.testing.differential import FAMILIES, check, make_model  # noqa: E402
+from retarget.testing.differential import FAMILIES, _compare, check, make_model  # noqa: E402
 
 VMVX = [("vmvx", "local-sync")]
 
@@ -35,16 +35,49 @@ def test_model_seed_is_the_same_on_every_call_and_leaves_torch_random_state_alon
 
 
 def test_graphs_draw_every_op_kind_over_a_few_seeds():
-    names = " ".join(" ".join(make_model(seed)[2]) for seed in range(100))
-    for kind in ("conv2d", "conv1d", "linear", "pool", "batch_norm", "softmax", "layer_norm", "permute", "cat", "pad",
-                 "where", "sum", "amax", "[...", "attention", "index_select", "var", "chunk", "expand", "argmax",
-                 "ties to even", "interpolate(nearest", "interpolate(bilinear"):
+    names = " ".join(" ".join(make_model(seed)[2]) for seed in range(200))
+    for kind in ("conv2d", "conv1d", "conv_transpose2d", "pixel_shuffle", "pixel_unshuffle", "linear", "max_pool2d",
+                 "avg_pool2d", "ceil_mode=True", "count_include_pad=True", "adaptive_avg_pool2d((",
+                 "adaptive_max_pool2d", "batch_norm", "softmax", "log_softmax", "logsumexp", "cumsum", "layer_norm",
+                 "group_norm", "instance_norm", "affine=False", "permute", "transpose(", "flip", "roll", "repeat",
+                 "tril", "triu", "topk", "sort", "stack", "einsum", "bmm", "cat(dim", "cat(x, y, x", "pad", "where",
+                 "masked_fill", "sum", "amax", "amin", ".values", "[...", "attention", "index_select", "embedding",
+                 "var", "chunk", "expand", "argmax", "argmin", "(bool)", "(i64)", "ties to even",
+                 "interpolate(nearest", "interpolate(bilinear", "clamp(", "leaky_relu(", "elu(alpha"):
         assert kind in names, kind
+
+
+def _outputs(seeds, dtype="f32"):
+    """seed -> (the model's output in `dtype`, its output in float64)."""
+    outputs = {}
+    for seed in seeds:
+        model, inputs, _ = make_model(seed, dtype=dtype)
+        with torch.no_grad():
+            outputs[seed] = model(*inputs), model.double()(*[x.double() for x in inputs])
+    return outputs
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_index_and_mask_outputs_do_not_depend_on_the_float_dtype(dtype):
+    """They are computed from values float16, float32 and float64 hold alike, so the reference is exact."""
+    outputs = _outputs(range(60), dtype)
+    discrete = {seed: (out, ref) for seed, (out, ref) in outputs.items() if not out.dtype.is_floating_point}
+    assert {out.dtype for out, _ in discrete.values()} >= {torch.int64, torch.bool}
+    for seed, (out, ref) in discrete.items():
+        assert out.dtype == ref.dtype and torch.equal(out, ref), seed
+
+
+def test_a_short_run_with_index_and_mask_outputs_on_vmvx_is_exact():
+    seeds = {1: torch.bool, 27: torch.bool, 32: torch.int64}  # ones the importer takes
+    assert {seed: out.dtype for seed, (out, _) in _outputs(seeds).items()} == seeds
+    report = check(seeds, VMVX)
+    assert report.outcomes == {"ok": 3} and report.worst["vmvx=local-sync"] == 0.0, report.summary()
 
 
 def test_a_short_run_on_vmvx_is_right():
     report = check(range(6), VMVX)
     assert report.models == 6 and report.outcomes["ok"] == 6 and not report.findings, report.summary()
+    assert report.by_pair == {"vmvx=local-sync": {"ok": 6}}
     assert 0 < report.worst["vmvx=local-sync"] <= 1e-4
 
 
@@ -105,6 +138,7 @@ def test_cli_json_report_and_exit_code():
     report = json.loads(run.stdout)
     assert report["models"] == 2 and report["outcomes"] == {"ok": 2} and report["findings"] == []
     assert report["pairs"] == ["vmvx=local-sync"] and report["family"] == "gemm"
+    assert report["by_pair"] == {"vmvx=local-sync": {"ok": 2}}
 
 
 @pytest.mark.parametrize("pair, message", [("vmvx", "write TARGET=DEVICE"), ("nosuch=local-sync", "not installed")])
@@ -114,14 +148,27 @@ def test_cli_bad_pair_is_one_clear_line(pair, message):
 
 
 def test_nan_and_infinities_must_be_where_float64_has_them():
-    from retarget.testing.differential import _error
-
     expected = np.array([1.0, np.nan, -np.inf, 2.0])
-    assert _error(np.array([1.0, np.nan, -np.inf, 2.0]), expected) == 0.0
-    assert _error(np.array([1.0, 0.5, -np.inf, 2.0]), expected) == float("inf")  # a number for NaN
-    assert _error(np.array([1.0, np.nan, np.inf, 2.0]), expected) == float("inf")  # the infinity's sign
-    assert _error(np.array([np.nan, np.nan, -np.inf, 2.0]), expected) == float("inf")  # NaN for a number
-    assert _error(np.array([1.0, np.nan, -np.inf, 2.5]), expected) == pytest.approx(0.25)
+    assert _compare(np.array([1.0, np.nan, -np.inf, 2.0]), expected)[0] == 0.0
+    assert _compare(np.array([1.0, 0.5, -np.inf, 2.0]), expected)[0] == float("inf")  # a number for NaN
+    assert _compare(np.array([1.0, np.nan, np.inf, 2.0]), expected)[0] == float("inf")  # the infinity's sign
+    assert _compare(np.array([np.nan, np.nan, -np.inf, 2.0]), expected)[0] == float("inf")  # NaN for a number
+    assert _compare(np.array([np.inf, np.nan, -np.inf, 2.0]), expected)[0] == float("inf")  # overflow, as f16's
+    assert _compare(np.array([1.0, np.nan, -np.inf, 2.5]), expected)[0] == pytest.approx(0.25)
+
+
+def test_integers_and_bools_must_be_equal_and_of_the_reference_dtype():
+    expected = np.array([[0, 3], [2, 1]], dtype=np.int64)
+    assert _compare(expected.copy(), expected) == (0.0, "equal")
+    error, what = _compare(np.array([[0, 3], [1, 1]], dtype=np.int64), expected)
+    assert error == float("inf") and what == "1 of 4 elements differ, the first at (1, 0): 1, expected 2"
+    assert _compare(expected.astype(np.int32), expected) == (float("inf"), "dtype int32, expected int64")
+    assert _compare(expected.astype(np.float32), expected)[0] == float("inf")  # a float for an index
+    mask = np.array([True, False])
+    assert _compare(mask, mask)[0] == 0.0 and _compare(~mask, mask)[0] == float("inf")
+    assert _compare(mask.astype(np.uint8), mask) == (float("inf"), "dtype uint8, expected bool")
+    assert _compare(np.array(3), np.array(3)) == (0.0, "equal")  # a 0-d index (argmax of everything)
+    assert _compare(np.array(2), np.array(3))[1] == "1 of 1 elements differ, the first at (): 2, expected 3"
 
 
 def test_a_nan_for_a_number_is_reported_as_such(monkeypatch):

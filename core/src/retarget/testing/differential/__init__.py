@@ -7,18 +7,25 @@ Model `seed` of a family is always the same, so a finding reproduces from its se
     python -m retarget.testing.differential --pair llvm-cpu=local-task --seed 117 --count 1 --show
 
 Families:
-- `graph`: a chain of 2-7 ops drawn from `GRAPH_OPS` (elementwise, broadcasts, reductions, variances, softmax,
-  layer and batch norms, 1-D and 2-D convolutions, pools, interpolation (nearest and bilinear), linear layers,
-  attention (causal or not), gathers, permutes, slices, chunks, expands, concatenations, pads, selects; and on
-  the input only, where float32 and float64 agree exactly, ops whose result jumps: rounding (ties to even),
-  comparisons, argmax with ties) on random shapes, odd sizes included;
+- `graph`: a chain of 2-7 ops drawn from `GRAPH_OPS` on random shapes, odd sizes included: elementwise ops
+  (GELU exact and tanh, SiLU, hardswish, leaky ReLU, ELU, clamp with drawn bounds, ...), broadcasts, reductions
+  (sum, mean, logsumexp, max/min/amax/amin, keepdim or not, over one dim or several), cumsum, variances, softmax
+  and log-softmax, layer/group/instance/batch norms (affine or not), 1-D and 2-D convolutions and transposed ones,
+  pools (ceil mode, padding counted or not, adaptive to any size), pixel (un)shuffle, interpolation, linear
+  layers, bmm and einsum, attention (causal or not), gathers, permutes, transpose-reshape chains, flip, roll,
+  repeat, tril/triu, sort and topk values, slices, chunks, expands, pads, concatenations of 2 and 3, stacks,
+  where and masked_fill. Ops whose result jumps (rounding, comparisons, argmax with ties, masks) take only values
+  that float32 and float64 hold alike (`EXACT`: the input, and what only moves or picks its values), so that no
+  rounding upstream moves a jump. A graph may end in an integer or bool result (argmax/argmin, comparisons,
+  logic, counts, casts), compared exactly;
 - `gemm`: one matmul, linear layer, batched matmul or convolution of random size (up to `max_size`), ragged
   and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run.
 
-A result is wrong when its relative error (`numerics.relative_error`) against the same model in float64 passes
-`TOLERANCE` for the family and dtype, or where it has NaN or an infinity that float64 has not (or the other way:
-the variance of one element is NaN in both). An op that a target refuses with a `RetargetError` is counted as refused,
-not as a finding; any other exception is a finding.
+A float result is wrong when its relative error (`numerics.relative_error`) against the same model in float64
+passes `TOLERANCE` for the family and dtype, or where it has NaN or an infinity that float64 has not (or the other
+way: the variance of one element is NaN in both); an integer or bool result, when its dtype or any element differs.
+An op that a target refuses with a `RetargetError` is counted as refused, not as a finding; any other exception
+is a finding.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class Finding:
 class Report:
     models: int = 0
     outcomes: Counter = field(default_factory=Counter)  # "ok", "refused", "wrong", "error"
+    by_pair: dict = field(default_factory=dict)  # "target=device" -> its own outcomes (a Counter)
     findings: list[Finding] = field(default_factory=list)
     worst: dict = field(default_factory=dict)  # "target=device" -> largest relative error among the right ones
     refusals: Counter = field(default_factory=Counter)  # each refusal's first line -> how often
@@ -75,10 +83,14 @@ class Report:
         lines += [f"  refused {n}x: {why}" for why, n in self.refusals.most_common(3)]
         return "\n".join(lines)
 
-    def refused(self, why: str, times: int = 1) -> None:
+    def count(self, pair: str, outcome: str) -> None:
+        self.outcomes[outcome] += 1
+        self.by_pair.setdefault(pair, Counter())[outcome] += 1
+
+    def refused(self, pair: str, why: str) -> None:
         """Counts a refusal under its message's first line (its hint and "and 2 more ops" left out)."""
-        self.outcomes["refused"] += times
-        self.refusals[why.splitlines()[0].split(" (and ")[0][:300]] += times  # "(and 2 more ops)" apart
+        self.count(pair, "refused")
+        self.refusals[why.splitlines()[0].split(" (and ")[0][:300]] += 1  # "(and 2 more ops)" apart
 
 
 # -- the ops a graph is made of: each builder gets (rng, shape, new_param) and returns (name, fn) or None,
@@ -94,6 +106,7 @@ def _unary(r, s, p):
     torch, F = _torch()
     table = {
         "relu": F.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "gelu": F.gelu, "silu": F.silu,
+        "gelu(tanh)": lambda x: F.gelu(x, approximate="tanh"),
         "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "relu6": F.relu6, "elu": F.elu,
         "leaky_relu": lambda x: F.leaky_relu(x, 0.1), "softplus": F.softplus, "erf": torch.erf, "abs": torch.abs,
         "neg": torch.neg, "sin": torch.sin, "cos": torch.cos, "square": lambda x: x * x,
@@ -122,15 +135,38 @@ def _broadcast(r, s, p):
 
 def _reduce(r, s, p):
     torch, _ = _torch()
-    d, keep, name = r.randrange(len(s)), r.random() < 0.5, r.choice(["sum", "mean", "amax", "amin"])
+    d, keep, name = r.randrange(len(s)), r.random() < 0.5, r.choice(["sum", "mean", "logsumexp"])
     return f"{name}(dim={d}, keepdim={keep})", lambda m, v, i: getattr(torch, name)(v[i], dim=d, keepdim=keep)
+
+
+def _extremum(r, s, p):
+    """max and min over one dim (their values) or several (amax, amin): each result is one of the operand's."""
+    torch, _ = _torch()
+    keep = r.random() < 0.5
+    if r.random() < 0.5:
+        d, name = r.randrange(len(s)), r.choice(["max", "min"])
+        return (f"{name}(dim={d}, keepdim={keep}).values",
+                lambda m, v, i: getattr(torch, name)(v[i], dim=d, keepdim=keep).values)
+    dims, name = sorted(r.sample(range(len(s)), r.randint(1, len(s)))), r.choice(["amax", "amin"])
+    return f"{name}(dim={dims}, keepdim={keep})", lambda m, v, i: getattr(torch, name)(v[i], dim=dims, keepdim=keep)
+
+
+def _cumsum(r, s, p):
+    torch, _ = _torch()
+    d = r.randrange(len(s))
+    return f"cumsum(dim={d})", lambda m, v, i: torch.cumsum(v[i], dim=d)
+
+
+def _weight(m, k):
+    """The model's weight `k`, or None where the builder drew none."""
+    return None if k is None else m.weights[k]
 
 
 def _linear(r, s, p):
     torch, F = _torch()
     out = r.randint(1, 40)
     w, b = p(torch.randn(out, s[-1]) * s[-1] ** -0.5), (p(torch.randn(out)) if r.random() < 0.7 else None)
-    return f"linear({s[-1]}->{out})", lambda m, v, i: F.linear(v[i], m.weights[w], None if b is None else m.weights[b])
+    return f"linear({s[-1]}->{out})", lambda m, v, i: F.linear(v[i], m.weights[w], _weight(m, b))
 
 
 def _conv_args(r, s):
@@ -151,22 +187,56 @@ def _conv(r, s, p):
     w = p(torch.randn(out, s[1] // groups, k, k) * (s[1] // groups * k * k) ** -0.5)
     b = p(torch.randn(out)) if r.random() < 0.5 else None
     return (f"conv2d({s[1]}->{out}, k{k}, s{stride}, p{pad}, d{dil}, g{groups})",
-            lambda m, v, i: F.conv2d(v[i], m.weights[w], None if b is None else m.weights[b], stride, pad, dil, groups))
+            lambda m, v, i: F.conv2d(v[i], m.weights[w], _weight(m, b), stride, pad, dil, groups))
+
+
+def _conv_transpose(r, s, p):
+    torch, F = _torch()
+    if len(s) != 4:
+        return None
+    c, k, stride, dil = s[1], r.choice([1, 2, 3, 4]), r.choice([1, 2, 3]), r.choice([1, 1, 2])
+    groups = r.choice([g for g in (1, 1, 2, 3, c) if c % g == 0])
+    out, pad = groups * r.randint(1, max(1, 12 // groups)), r.randint(0, dil * (k - 1))
+    out_pad = r.randrange(max(stride, dil))  # torch takes output_padding below the stride or the dilation
+    w = p(torch.randn(c, out // groups, k, k) * (c // groups * k * k) ** -0.5)
+    b = p(torch.randn(out)) if r.random() < 0.5 else None
+    return (f"conv_transpose2d({c}->{out}, k{k}, s{stride}, p{pad}, op{out_pad}, d{dil}, g{groups})",
+            lambda m, v, i: F.conv_transpose2d(v[i], m.weights[w], _weight(m, b), stride, pad, out_pad, groups, dil))
+
+
+def _pixel_shuffle(r, s, p):
+    _, F = _torch()
+    f = r.choice([2, 3])
+    if len(s) != 4:
+        return None
+    if s[1] % (f * f) == 0 and (r.random() < 0.5 or s[2] % f or s[3] % f):
+        return f"pixel_shuffle({f})", lambda m, v, i: F.pixel_shuffle(v[i], f)
+    if s[2] % f == 0 and s[3] % f == 0:
+        return f"pixel_unshuffle({f})", lambda m, v, i: F.pixel_unshuffle(v[i], f)
+    return None
 
 
 def _pool(r, s, p):
     _, F = _torch()
-    k, stride = r.choice([2, 3]), r.choice([1, 2])
+    k, stride, ceil = r.choice([2, 3]), r.choice([1, 2, 3]), r.random() < 0.3
     pad = r.randint(0, k // 2)
     if len(s) != 4 or min(s[2], s[3]) + 2 * pad < k:
         return None
-    name = r.choice(["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"])
-    if name == "max_pool2d":
-        return f"max_pool2d(k{k}, s{stride}, p{pad})", lambda m, v, i: F.max_pool2d(v[i], k, stride, pad)
-    if name == "avg_pool2d":
-        return (f"avg_pool2d(k{k}, s{stride}, p{pad})",
-                lambda m, v, i: F.avg_pool2d(v[i], k, stride, pad, count_include_pad=False))
-    return "adaptive_avg_pool2d(1)", lambda m, v, i: F.adaptive_avg_pool2d(v[i], 1)
+    if r.random() < 0.5:
+        return (f"max_pool2d(k{k}, s{stride}, p{pad}, ceil_mode={ceil})",
+                lambda m, v, i: F.max_pool2d(v[i], k, stride, pad, ceil_mode=ceil))
+    count_pad = r.random() < 0.5
+    return (f"avg_pool2d(k{k}, s{stride}, p{pad}, ceil_mode={ceil}, count_include_pad={count_pad})",
+            lambda m, v, i: F.avg_pool2d(v[i], k, stride, pad, ceil, count_pad))
+
+
+def _adaptive_pool(r, s, p):
+    _, F = _torch()
+    if len(s) != 4:
+        return None
+    name = r.choice(["adaptive_avg_pool2d", "adaptive_max_pool2d"])
+    size = 1 if r.random() < 0.3 else (r.randint(1, s[2]), r.randint(1, s[3]))  # sizes that do not divide too
+    return f"{name}({size})", lambda m, v, i: getattr(F, name)(v[i], size)
 
 
 def _batch_norm(r, s, p):
@@ -185,16 +255,94 @@ def _softmax(r, s, p):
     return f"{f.__name__}(dim={d})", lambda m, v, i: f(v[i], dim=d)
 
 
-def _layer_norm(r, s, p):
+def _norm(r, s, p):
+    """Layer norm over the last one or two dims, group and instance norm over (N, C, ...); affine or not."""
     torch, F = _torch()
-    w, b = p(torch.randn(s[-1])), p(torch.randn(s[-1]))
-    return "layer_norm", lambda m, v, i: F.layer_norm(v[i], (s[-1],), m.weights[w], m.weights[b])
+    name, affine = r.choice(["layer_norm", "group_norm", "instance_norm"]), r.random() < 0.6
+    if name == "layer_norm":
+        shape = tuple(s[-r.randint(1, min(2, len(s))):])
+        norm, what = (lambda x, w, b: F.layer_norm(x, shape, w, b)), f"{shape}, "
+    elif name == "group_norm" and len(s) >= 2:
+        shape, groups = (s[1],), r.choice([g for g in range(1, s[1] + 1) if s[1] % g == 0])
+        norm, what = (lambda x, w, b: F.group_norm(x, groups, w, b)), f"{groups} groups, "
+    elif name == "instance_norm" and len(s) >= 3:
+        shape, norm, what = (s[1],), (lambda x, w, b: F.instance_norm(x, weight=w, bias=b)), ""
+    else:
+        return None
+    w, b = (p(torch.randn(*shape)), p(torch.randn(*shape))) if affine else (None, None)
+    return f"{name}({what}affine={affine})", lambda m, v, i: norm(v[i], _weight(m, w), _weight(m, b))
 
 
 def _permute(r, s, p):
     perm = list(range(len(s)))
     r.shuffle(perm)
     return f"permute{tuple(perm)}", lambda m, v, i: v[i].permute(*perm).contiguous()
+
+
+def _reshape(r, s, p):
+    """transpose(a, b).contiguous().reshape(...): two neighbours merged, or one dim split in two."""
+    if len(s) < 2:
+        return None
+    a, b = r.sample(range(len(s)), 2)
+    t = list(s)
+    t[a], t[b] = t[b], t[a]
+    splits = [(d, f) for d, n in enumerate(t) for f in (2, 3) if n % f == 0 and n > f] if len(t) < 5 else []
+    if splits and (len(t) == 2 or r.random() < 0.5):
+        d, f = r.choice(splits)
+        new = t[:d] + [f, t[d] // f] + t[d + 1:]
+    else:
+        d = r.randrange(len(t) - 1)
+        new = t[:d] + [t[d] * t[d + 1]] + t[d + 2:]
+    return (f"transpose({a}, {b}).contiguous().reshape{tuple(new)}",
+            lambda m, v, i: v[i].transpose(a, b).contiguous().reshape(new))
+
+
+def _rearrange(r, s, p):
+    """Ops that move values and make none: flip, roll, repeat, tril and triu."""
+    torch, _ = _torch()
+    d, dims = r.randrange(len(s)), sorted(r.sample(range(len(s)), r.randint(1, len(s))))
+    shift, k = r.randint(-2 * s[d], 2 * s[d]), r.randint(-2, 2)
+    reps = [r.choice([1, 1, 2, 3]) for _ in range(len(s) + r.randint(0, 1))]  # one more dim, at times
+    table = {f"flip({dims})": lambda x: torch.flip(x, dims),
+             f"roll({shift}, dim={d})": lambda x: torch.roll(x, shift, d),
+             f"roll({shift}) (flattened)": lambda x: torch.roll(x, shift),
+             f"repeat{tuple(reps)}": lambda x: x.repeat(*reps)}
+    if len(s) >= 2:
+        table |= {f"tril({k})": lambda x: torch.tril(x, k), f"triu({k})": lambda x: torch.triu(x, k)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _order(r, s, p):
+    """sort and topk, their values only: which of two equal values comes first shows in the indices alone."""
+    torch, _ = _torch()
+    d, high = r.randrange(len(s)), r.random() < 0.5
+    if r.random() < 0.5:
+        k = r.randint(1, s[d])
+        return (f"topk({k}, dim={d}, largest={high}).values",
+                lambda m, v, i: torch.topk(v[i], k, dim=d, largest=high).values)
+    return f"sort(dim={d}, descending={high}).values", lambda m, v, i: torch.sort(v[i], dim=d, descending=high).values
+
+
+def _stack(r, s, p):
+    torch, _ = _torch()
+    d = r.randint(0, len(s))
+    return f"stack(dim={d})", lambda m, v, i, j: torch.stack([v[i], v[j]], dim=d)
+
+
+def _contract(r, s, p):
+    """Batched products of two values of one shape: bmm (3-D values) or einsum (any rank from 2)."""
+    torch, _ = _torch()
+    table = {"einsum(...ij,...kj->...ik)": lambda x, y: torch.einsum("...ij,...kj->...ik", x, y),
+             "einsum(...ji,...jk->...ik)": lambda x, y: torch.einsum("...ji,...jk->...ik", x, y),
+             "einsum(...ij,...ij->...i)": lambda x, y: torch.einsum("...ij,...ij->...i", x, y)}
+    if len(s) == 3:
+        table |= {"bmm(x, y^T)": lambda x, y: torch.bmm(x, y.transpose(1, 2)),
+                  "bmm(x^T, y)": lambda x, y: torch.bmm(x.transpose(1, 2), y)}
+    if len(s) < 2:
+        return None
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, j, f=table[name]: f(v[i], v[j])
 
 
 def _flatten(r, s, p):
@@ -214,20 +362,39 @@ def _pad(r, s, p):
     return f"pad{pads}", lambda m, v, i: F.pad(v[i], pads)
 
 
+# thresholds that float16 holds exactly: with one it rounds (0.1), `x <= t` in float16 and in float64 differ at
+# x = float16(t)
+THRESHOLDS = (-0.5, 0.0, 0.25, 0.75)
+
+
 def _select(r, s, p):
+    """where and masked_fill on a mask computed from x, a value that float32 and float64 hold alike (see
+    `EXACT`), so that no rounding moves an element across the threshold; y is any value of x's shape."""
     torch, _ = _torch()
-    return "where(x > 0.1, x, y / 2)", lambda m, v, i, j: torch.where(v[i] > 0.1, v[i], v[j] * 0.5)
+    t, fill = r.choice(THRESHOLDS), r.choice([0.0, -1.5, float("-inf")])
+    table = {f"where(x > {t}, x, y / 2)": lambda x, y: torch.where(x > t, x, y * 0.5),
+             f"where(x <= {t}, y, {fill})": lambda x, y: torch.where(x <= t, y, fill),
+             f"masked_fill(y, x > {t}, {fill})": lambda x, y: y.masked_fill(x > t, fill)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, j, f=table[name]: f(v[i], v[j])
 
 
 def _concat(r, s, p):
     torch, _ = _torch()
-    return "cat(dim=-1)", lambda m, v, i, j: torch.cat([v[i], v[j]], dim=-1)
+    if r.random() < 0.5:
+        return "cat(dim=-1)", lambda m, v, i, j: torch.cat([v[i], v[j]], dim=-1)
+    return "cat(x, y, x, dim=-1)", lambda m, v, i, j: torch.cat([v[i], v[j], v[i]], dim=-1)
 
 
 def _more_unary(r, s, p):
+    """Unary ops with a drawn argument: an exponent, clamp's bounds (one may be missing), a slope, an alpha."""
     torch, F = _torch()
-    exponent = r.choice([0.5, 1.7, 2.0, 3.0])
+    exponent, slope, alpha = r.choice([0.5, 1.7, 2.0, 3.0]), r.choice([0.01, 0.3, 2.0]), r.choice([0.5, 1.0, 2.0])
+    low, high = sorted(round(r.uniform(-1.5, 1.5), 2) for _ in range(2))
+    bounds = r.choice([(low, high), (low, None), (None, high)])
     table = {f"pow(|x| + 0.1, {exponent})": lambda x: torch.pow(x.abs() + 0.1, exponent),
+             f"clamp{bounds}": lambda x: torch.clamp(x, *bounds),
+             f"leaky_relu({slope})": lambda x: F.leaky_relu(x, slope), f"elu(alpha={alpha})": lambda x: F.elu(x, alpha),
              "expm1": lambda x: torch.expm1(x.clamp(-3, 3)), "log1p": lambda x: torch.log1p(x.abs()),
              "hardtanh(-0.4, 0.6)": lambda x: F.hardtanh(x, -0.4, 0.6),
              "atan2(x, 0.5 - x)": lambda x: torch.atan2(x, 0.5 - x)}
@@ -236,8 +403,8 @@ def _more_unary(r, s, p):
 
 
 def _discrete(r, s, p):
-    """Ops whose result jumps (rounding, comparisons, argmax with ties): applied to the model's input only, whose
-    values float64 and float32 hold alike, so that no rounding difference upstream can move a jump."""
+    """Ops whose result jumps (rounding, comparisons, argmax with ties): applied to a value that float32 and
+    float64 hold alike (see `EXACT`), so that no rounding difference upstream can move a jump."""
     torch, F = _torch()
     d = r.randrange(len(s))
     table = {"floor(4x)": lambda x: torch.floor(x * 4), "ceil(4x)": lambda x: torch.ceil(x * 4),
@@ -246,6 +413,30 @@ def _discrete(r, s, p):
              f"argmax(relu(x - 0.5), dim={d}) (ties: the first)":
                  lambda x: torch.argmax(F.relu(x - 0.5), dim=d).to(x.dtype),
              f"max(x, dim={d}).values": lambda x: torch.max(x, dim=d).values}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _index_or_mask(r, s, p):
+    """Integer and bool results (argmax and argmin, comparisons, logic, counts, where on a mask, casts), on a value
+    float32 and float64 hold alike (see `EXACT`) or on floor(4x), whose ties are many and exact: the first index
+    must win. They are compared exactly, and end the graph."""
+    torch, _ = _torch()
+    d, keep, t = r.randrange(len(s)), r.random() < 0.5, r.choice(THRESHOLDS)
+
+    def q(x):
+        return torch.floor(x * 4)
+    table = {f"argmax(floor(4x), dim={d}, keepdim={keep})": lambda x: torch.argmax(q(x), dim=d, keepdim=keep),
+             f"argmin(floor(4x), dim={d}, keepdim={keep})": lambda x: torch.argmin(q(x), dim=d, keepdim=keep),
+             f"max(floor(4x), dim={d}).indices": lambda x: torch.max(q(x), dim=d).indices,
+             "argmax(x) (flattened)": lambda x: torch.argmax(x),
+             f"x > {t} (bool)": lambda x: x > t, f"floor(4x) == {4 * t} (bool)": lambda x: q(x) == 4 * t,
+             f"({t} < x) & (x <= 1) (bool)": lambda x: (t < x) & (x <= 1),
+             f"(x < {t}) ^ (floor(4x) != 0) (bool)": lambda x: (x < t) ^ (q(x) != 0),
+             f"any(x > {t}, dim={d}) (bool)": lambda x: torch.any(x > t, dim=d),
+             f"sum(x > {t}, dim={d}) (i64)": lambda x: torch.sum(x > t, dim=d),
+             f"where(x > {t}, floor(4x), -1).to(i64)": lambda x: torch.where(x > t, q(x), -1.0).to(torch.int64),
+             "floor(4x).to(i32)": lambda x: q(x).to(torch.int32)}
     name = r.choice(sorted(table))
     return name, lambda m, v, i, f=table[name]: f(v[i])
 
@@ -260,13 +451,15 @@ def _gather(r, s, p):
 
 
 def _statistics(r, s, p):
+    """var, mean and sum over several dims."""
     torch, _ = _torch()
-    dims = sorted(r.sample(range(len(s)), r.randint(1, len(s))))
+    dims, keep = sorted(r.sample(range(len(s)), r.randint(1, len(s)))), r.random() < 0.5
     if r.random() < 0.5:
         unbiased = r.random() < 0.5
-        return (f"var(dim={dims}, unbiased={unbiased})",
-                lambda m, v, i: torch.var(v[i], dim=dims, unbiased=unbiased, keepdim=True))
-    return f"mean(dim={dims})", lambda m, v, i: torch.mean(v[i], dim=dims)
+        return (f"var(dim={dims}, unbiased={unbiased}, keepdim={keep})",
+                lambda m, v, i: torch.var(v[i], dim=dims, unbiased=unbiased, keepdim=keep))
+    name = r.choice(["mean", "sum"])
+    return f"{name}(dim={dims}, keepdim={keep})", lambda m, v, i: getattr(torch, name)(v[i], dim=dims, keepdim=keep)
 
 
 def _chunk(r, s, p):
@@ -315,16 +508,26 @@ def _interpolate(r, s, p):
 
 
 # name -> (builder, what it takes: None (any value), "same" (a second value of its shape), "rows" (a second value
-# alike in all but the last dim) or "input" (the model's input only))
+# alike in all but the last dim), "exact" (a value of `EXACT`) or "mask" (a value of `EXACT`, and a second value
+# of its shape))
 GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
     "unary": (_unary, None), "binary": (_binary, "same"), "broadcast": (_broadcast, None), "reduce": (_reduce, None),
-    "linear": (_linear, None), "conv2d": (_conv, None), "pool": (_pool, None), "batch_norm": (_batch_norm, None),
-    "softmax": (_softmax, None), "layer_norm": (_layer_norm, None), "permute": (_permute, None),
-    "flatten": (_flatten, None), "slice": (_slice, None), "pad": (_pad, None), "select": (_select, "same"),
-    "concat": (_concat, "rows"), "more_unary": (_more_unary, None), "discrete": (_discrete, "input"),
+    "extremum": (_extremum, None), "cumsum": (_cumsum, None), "linear": (_linear, None), "conv2d": (_conv, None),
+    "conv_transpose2d": (_conv_transpose, None), "pixel_shuffle": (_pixel_shuffle, None), "pool": (_pool, None),
+    "adaptive_pool": (_adaptive_pool, None), "batch_norm": (_batch_norm, None), "softmax": (_softmax, None),
+    "norm": (_norm, None),
+    "permute": (_permute, None), "reshape": (_reshape, None), "rearrange": (_rearrange, None),
+    "order": (_order, None), "stack": (_stack, "same"), "contract": (_contract, "same"), "flatten": (_flatten, None),
+    "slice": (_slice, None), "pad": (_pad, None), "select": (_select, "mask"), "concat": (_concat, "rows"),
+    "more_unary": (_more_unary, None), "discrete": (_discrete, "exact"), "index_or_mask": (_index_or_mask, "exact"),
     "gather": (_gather, None), "statistics": (_statistics, None), "chunk": (_chunk, None), "expand": (_expand, None),
     "attention": (_attention, None), "conv1d": (_conv1d, None), "interpolate": (_interpolate, None),
 }
+# the ops whose result float32 and float64 (and float16) hold alike when their operands are such values: they
+# copy, move, drop or pick values (or, `discrete`, make small integers) and round nothing. The model's input is
+# such a value; ops whose result jumps (`discrete`, `index_or_mask`, `select`'s mask) take only these.
+EXACT = {"extremum", "pixel_shuffle", "permute", "reshape", "rearrange", "order", "stack", "flatten", "slice", "pad",
+         "concat", "discrete", "gather", "expand"}
 MAX_ELEMENTS = 200_000  # per value, so that a graph stays quick on the slowest CPU target
 
 
@@ -355,7 +558,7 @@ def _graph(r: random.Random, max_size: int):
         shape = [r.randint(1, 3), r.randint(1, 12), r.randint(3, 15), r.randint(3, 15)]
     else:
         shape = [r.randint(1, 4)] + [r.randint(1, min(17, max_size)) for _ in range(rank - 1)]
-    inputs, weights, steps, shapes = [torch.randn(*shape)], [], [], [tuple(shape)]
+    inputs, weights, steps, shapes, exact = [torch.randn(*shape)], [], [], [tuple(shape)], [True]
 
     def param(t):
         weights.append(t)
@@ -367,7 +570,7 @@ def _graph(r: random.Random, max_size: int):
             break
         name = r.choice(sorted(GRAPH_OPS))
         build, second = GRAPH_OPS[name]
-        i = 0 if second == "input" else r.randrange(len(shapes))
+        i = r.choice([k for k, e in enumerate(exact) if e]) if second in ("exact", "mask") else r.randrange(len(shapes))
         if not shapes[i]:  # a scalar (a reduction of every axis) feeds no further op
             continue
         before = len(weights)
@@ -375,8 +578,8 @@ def _graph(r: random.Random, max_size: int):
         if built is None:
             continue
         partners = [j for j, t in enumerate(shapes)
-                    if (t == shapes[i] if second == "same" else t[:-1] == shapes[i][:-1])]
-        args = (i, r.choice(partners)) if second in ("same", "rows") else (i,)
+                    if (t[:-1] == shapes[i][:-1] if second == "rows" else t == shapes[i])]
+        args = (i, r.choice(partners)) if second in ("same", "rows", "mask") else (i,)
         step = (built[0], built[1], args)
         try:
             with torch.no_grad():
@@ -389,6 +592,9 @@ def _graph(r: random.Random, max_size: int):
             continue
         steps.append(step)
         shapes.append(tuple(out.shape))
+        exact.append(name in EXACT and all(exact[k] for k in args))
+        if not out.dtype.is_floating_point:  # an index or a mask is the graph's output
+            break
     return steps, weights, inputs
 
 
@@ -442,17 +648,29 @@ def make_model(seed: int, family: str = "graph", dtype: str = "f32", max_size: i
     return model, tuple(inputs), [name for name, _, _ in steps]
 
 
-def _error(out, expected) -> float:
-    """relative_error over the finite elements; inf where the shapes differ or where NaN or an infinity of the
-    result is not the reference's (a NaN there is right when float64 has it too, as var of one element)."""
-    out, expected = np.asarray(out, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+def _compare(out, expected) -> tuple[float, str]:
+    """(error, what it is). A float result's error is relative_error over the finite elements. It is inf where
+    the shapes differ, where NaN or an infinity of the result is not the reference's (a NaN there is right when
+    float64 has it too, as var of one element), and for an integer or bool result (an index, a mask: nothing to
+    round) where its dtype is not the reference's or any element differs."""
+    out, expected = np.asarray(out), np.asarray(expected)
     if out.shape != expected.shape:
-        return float("inf")
-    finite = np.isfinite(expected)
-    if not (np.array_equal(np.isnan(out), np.isnan(expected)) and np.array_equal(out[np.isinf(expected)],
-                                                                                  expected[np.isinf(expected)])):
-        return float("inf")
-    return relative_error(out[finite], expected[finite]) if finite.any() else 0.0
+        return float("inf"), f"shape {out.shape}, expected {expected.shape}"
+    if not out.dtype.kind == expected.dtype.kind == "f":
+        if out.dtype != expected.dtype:
+            return float("inf"), f"dtype {out.dtype}, expected {expected.dtype}"
+        differ = out != expected
+        if not differ.any():
+            return 0.0, "equal"
+        first = tuple(int(k) for k in np.argwhere(differ)[0])
+        return float("inf"), (f"{differ.sum()} of {differ.size} elements differ, the first at {first}: "
+                               f"{out[first]}, expected {expected[first]}")
+    out, expected = out.astype(np.float64), expected.astype(np.float64)
+    finite = np.isfinite(out) & np.isfinite(expected)
+    if not np.array_equal(out[~finite], expected[~finite], equal_nan=True):
+        return float("inf"), "NaN or an infinity where float64 has none, or the other way"
+    error = relative_error(out[finite], expected[finite]) if finite.any() else 0.0
+    return error, f"relative error {error:.3g}"
 
 
 def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str = "f32", max_size: int = 256,
@@ -473,35 +691,34 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
         try:
             module = import_model(model, example_inputs=inputs)
         except RetargetError as e:  # the importer refuses an op: every pair is refused
-            report.refused(f"the importer: {e.message}", len(pairs))
+            for target, device in pairs:
+                report.refused(f"{target}={device}", f"the importer: {e.message}")
             if progress:
                 progress(f"seed {seed}: refused by the importer: {str(e).splitlines()[0]}")
             continue
         errors = {}  # "target=device" -> relative error, for `progress`
         for target, device in pairs:
+            pair = f"{target}={device}"
             try:
                 loaded = retarget.load(retarget.compile(module, target), device=device)
                 out = np.asarray(loaded.main(*[x.numpy() for x in inputs]))
             except RetargetError as e:
-                report.refused(f"{target}: {e.message}")
+                report.refused(pair, f"{target}: {e.message}")
                 if progress:
                     progress(f"seed {seed} on {target}={device}: refused: {str(e).splitlines()[0]}")
                 continue
             except Exception:  # noqa: BLE001 - anything else is what we are looking for
-                report.outcomes["error"] += 1
+                report.count(pair, "error")
                 report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops))
                 continue
-            error = _error(out, expected)
-            errors[f"{target}={device}"] = error
+            error, what = _compare(out, expected)
+            errors[pair] = error
             if error <= limit:
-                report.outcomes["ok"] += 1
-                pair = f"{target}={device}"
+                report.count(pair, "ok")
                 report.worst[pair] = max(report.worst.get(pair, 0.0), error)
             else:
-                report.outcomes["wrong"] += 1
-                detail = (f"shape {out.shape}, expected {expected.shape}" if out.shape != expected.shape
-                          else "NaN or an infinity where float64 has none, or the other way" if error == float("inf")
-                          else f"relative error {error:.3g} (tolerance {limit:g})")
+                report.count(pair, "wrong")
+                detail = what if error == float("inf") else f"{what} (tolerance {limit:g})"
                 report.findings.append(Finding(seed, target, device, "wrong", detail, ops))
         if progress:
             progress(f"seed {seed}: {' -> '.join(ops)}" + "".join(f"\n  {p}: {e:.1e}" for p, e in errors.items()))

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
                    args.tolerance, progress=show)
     if args.json:
         print(json.dumps({"family": args.family, "dtype": args.dtype, "pairs": [f"{t}={d}" for t, d in pairs],
-                          "models": report.models, "outcomes": dict(report.outcomes), "largest_error": report.worst,
-                          "refusals": dict(report.refusals),
+                          "models": report.models, "outcomes": dict(report.outcomes), "by_pair": report.by_pair,
+                          "largest_error": report.worst, "refusals": dict(report.refusals),
                           "seconds": round(report.seconds, 1),
                           "findings": [{**vars(f), "command": f.command(args.family, args.dtype)}
                                        for f in report.findings]}, indent=1))
