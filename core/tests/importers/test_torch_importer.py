@@ -349,3 +349,21 @@ def test_supported_op_table_covers_the_zoo_ops():
     for op in ("convolution", "addmm", "_native_batch_norm_legit_no_training", "hardtanh", "native_layer_norm",
                "_softmax", "max_pool2d_with_indices", "avg_pool2d", "mean", "split_with_sizes", "bmm", "gelu"):
         assert op in HANDLERS
+
+
+def test_sums_of_bools_and_integers_count_in_int64_and_their_dtype_is_kept():
+    """torch reduces in the result's type: counts of a mask in int64 (they came out 0 or 1, reduced in i1), and
+    `dtype=` before the sum (an f16 sum of 4000 values asked for in f32 came out infinite). Found by
+    `retarget.testing.differential` (seed 409)."""
+    run_both(lambda x: ((x > 0.25).sum(1), (x > 0).sum(dim=1, dtype=torch.int32), (x > -3).prod(1),
+                        (x > 0).long().sum(0), torch.sum(x.half() * 40, 1, dtype=torch.float32),
+                        torch.mean(x.half() * 40, 1, dtype=torch.float32)), randn(4, 4000), tol=1e-5)
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_half_float_statistics_are_taken_in_f32(affine):
+    """mean, var and layer norm of f16 values whose sums pass f16's 65504: each sum is taken and divided in f32 and
+    rounded once, as torch does (they came out infinite, NaN or zero; differential seed 91)."""
+    norm = torch.nn.LayerNorm(2000, elementwise_affine=affine).half()
+    x = (randn(3, 2000) * 8 + 40).half()
+    run_both(lambda x: (x.var(-1), x.mean(-1), x.var(-1, keepdim=True, correction=0), norm(x)), x, tol=1e-3)

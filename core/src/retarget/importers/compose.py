@@ -36,14 +36,31 @@ def relu(b: Builder, x: Value) -> Value:
     return clamp(b, x, lo=0)
 
 
+HALF_FLOATS = ("f16", "bf16")
+
+
+def widen(b: Builder, x: Value) -> Value:
+    """`x` in f32 where it is a half float: a sum of 16-bit floats overflows (f16 above 65504) or loses digits, so
+    statistics are taken in f32 and rounded once, as torch (its accumulate type) and ONNX (`stash_type`) take them."""
+    return b.op("rt.cast", [x], {"dtype": "f32"}) if x.type.dtype.name in HALF_FLOATS else x
+
+
+def narrow_to(b: Builder, y: Value, like: Value) -> Value:
+    """`y` in the element type of `like` (undoes `widen`)."""
+    return y if y.type.dtype == like.type.dtype else b.op("rt.cast", [y], {"dtype": like.type.dtype.name})
+
+
 def mean(b: Builder, x: Value, axes, keepdims: bool = False) -> Value:
+    """The mean over `axes`, in x's type; a half float's sum is taken and divided in f32 (`widen`)."""
     axes = tuple(sorted(normalize_axis(a, x.type.rank) for a in axes))
-    total = b.op("rt.reduce", [x], {"kind": "sum", "axes": axes, "keepdims": keepdims})
+    wide = widen(b, x)
+    total = b.op("rt.reduce", [wide], {"kind": "sum", "axes": axes, "keepdims": keepdims})
     count = math.prod(x.type.shape[a] for a in axes)
     if isinstance(count, Sym):  # a size known at run time: count the elements as a sum of ones
-        ones = b.op("rt.broadcast", [scalar(b, 1, x)], {"shape": x.type.shape})
-        return b.op("rt.div", [total, b.op("rt.reduce", [ones], {"kind": "sum", "axes": axes, "keepdims": keepdims})])
-    return b.op("rt.mul", [total, scalar(b, 1.0 / count, x)])
+        ones = b.op("rt.broadcast", [scalar(b, 1, wide)], {"shape": x.type.shape})
+        count = b.op("rt.reduce", [ones], {"kind": "sum", "axes": axes, "keepdims": keepdims})
+        return narrow_to(b, b.op("rt.div", [total, count]), x)
+    return narrow_to(b, b.op("rt.mul", [total, scalar(b, 1.0 / count, wide)]), x)
 
 
 def softmax(b: Builder, x: Value, axis: int = -1) -> Value:
@@ -63,17 +80,19 @@ def log_softmax(b: Builder, x: Value, axis: int = -1) -> Value:
 
 
 def layer_norm(b: Builder, x: Value, axes, weight: Value | None, bias: Value | None, eps: float) -> Value:
-    """(x - mean) / sqrt(var + eps) * weight + bias, over `axes` (the trailing ones)."""
-    mu = mean(b, x, axes, keepdims=True)
-    centered = b.op("rt.sub", [x, mu])
+    """(x - mean) / sqrt(var + eps) * weight + bias, over `axes` (the trailing ones); a half float computes in f32
+    and is rounded once (`widen`)."""
+    wide = widen(b, x)
+    mu = mean(b, wide, axes, keepdims=True)
+    centered = b.op("rt.sub", [wide, mu])
     var = mean(b, b.op("rt.mul", [centered, centered]), axes, keepdims=True)
-    inv = b.op("rt.rsqrt", [b.op("rt.add", [var, scalar(b, eps, x)])])
+    inv = b.op("rt.rsqrt", [b.op("rt.add", [var, scalar(b, eps, wide)])])
     y = b.op("rt.mul", [centered, inv])
     if weight is not None:
-        y = b.op("rt.mul", [y, weight])
+        y = b.op("rt.mul", [y, widen(b, weight)])
     if bias is not None:
-        y = b.op("rt.add", [y, bias])
-    return y
+        y = b.op("rt.add", [y, widen(b, bias)])
+    return narrow_to(b, y, x)
 
 
 def channel_vector(b: Builder, v: Value, rank: int, axis: int = 1) -> Value:

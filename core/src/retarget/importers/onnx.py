@@ -548,11 +548,15 @@ def _layer_norm(n):
     bias = n(2) if n.has(2) else None
     y = C.layer_norm(n.b, x, axes, scale, bias, eps)
     outs = [y]
-    if n.wants(1) or n.wants(2):
-        mu = C.mean(n.b, x, axes, keepdims=True)
-        d = n.b.op("rt.sub", [x, mu])
+    if n.wants(1) or n.wants(2):  # Mean and InvStdDev, in stash_type (f32, the only one taken)
+        if n.attr("stash_type", 1) != 1:
+            raise UnsupportedOpError(f"stash_type {n.attr('stash_type', 1)} is not supported (1, float, is)",
+                                     hint="export with the default stash_type")
+        wide = C.widen(n.b, x)
+        mu = C.mean(n.b, wide, axes, keepdims=True)
+        d = n.b.op("rt.sub", [wide, mu])
         var = C.mean(n.b, n.b.op("rt.mul", [d, d]), axes, keepdims=True)
-        outs += [mu, n.b.op("rt.rsqrt", [n.b.op("rt.add", [var, C.scalar(n.b, eps, x)])])]
+        outs += [mu, n.b.op("rt.rsqrt", [n.b.op("rt.add", [var, C.scalar(n.b, eps, wide)])])]
     return outs
 
 

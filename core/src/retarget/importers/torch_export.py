@@ -673,6 +673,8 @@ def _no_value(cv, node, *args, **kwargs):
 def _reduce(kind):
     def handler(cv, node, x, dim=None, keepdim=False, dtype=None):
         axes = _axes(dim, x.type.rank)
+        if kind in ("sum", "prod", "mean"):  # torch reduces in the result's type: `dtype`, or int64 for bool/ints
+            x = cv.tensor(x, cv.out_type(node)[1])
         if kind == "mean":
             y = C.mean(cv.b, x, axes, keepdims=keepdim)
         else:
@@ -728,10 +730,12 @@ def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, *
     axes = _axes(dim, x.type.rank)
     n = int(np.prod([x.type.shape[a] for a in axes]))
     correction = int(unbiased) if unbiased is not None else 1 if correction is None else correction
-    mu = C.mean(cv.b, x, axes, keepdims=True)
-    d = cv.b.op("rt.sub", [x, mu])
+    wide = C.widen(cv.b, x)  # a half float's squares are summed in f32
+    mu = C.mean(cv.b, wide, axes, keepdims=True)
+    d = cv.b.op("rt.sub", [wide, mu])
     total = cv.b.op("rt.reduce", [cv.b.op("rt.mul", [d, d])], {"kind": "sum", "axes": axes, "keepdims": bool(keepdim)})
-    return cv.b.op("rt.mul", [total, C.scalar(cv.b, 1.0 / max(n - correction, 0) if n > correction else math.inf, x)])
+    scale = C.scalar(cv.b, 1.0 / max(n - correction, 0) if n > correction else math.inf, wide)
+    return C.narrow_to(cv.b, cv.b.op("rt.mul", [total, scale]), x)
 
 
 @handles("max_pool2d_with_indices", "max_pool2d")

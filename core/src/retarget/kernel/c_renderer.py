@@ -574,9 +574,10 @@ def _helpers(d: Dialect) -> list[tuple[str, str]]:
         for dst, dctype in d.types.items():
             dt = DTYPES[dst]
             if src in d.types and dt.kind in ("int", "uint"):
-                lo, hi = (-(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
+                held = DTYPES["i32"] if dctype == d.types.get("i32") else dt  # WGSL's i64 saturates as i32
+                lo, hi = (-(2 ** (held.bits - 1)), 2 ** (held.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
                 fields = dict(Q=d.qualifier, T=d.types[src], D=dctype, s=src, d=dst, lo=f"{float(lo)!r}",
-                              hi=f"{float(hi)!r}", dmin=_int_literal(lo, dt, d), dmax=_int_literal(hi - 1, dt, d))
+                              hi=f"{float(hi)!r}", dmin=_int_literal(lo, held, d), dmax=_int_literal(hi - 1, held, d))
                 out.append((f"rt_cast_{src}_{dst}", Template(d.cast_helper or CAST_HELPER).substitute(fields)))
     return out
 
