@@ -127,6 +127,32 @@ def test_half_precision_keeps_the_interface_in_f32(precision, tolerance):
     assert 1e-7 < relative_error(got, x @ w.T + b) < tolerance  # rounded, but not by much
 
 
+@pytest.mark.parametrize("target, device", [("vmvx", "local-sync"), ("llvm-cpu", "local-task")])
+def test_half_precision_means_sum_in_f32(target, device):
+    """Means, variances and layer norms of values whose sums pass f16's 65504 (2000 values near 40): the sums stay in
+    f32 up to their scale and are rounded once (they came out infinite, and layer norm NaN)."""
+    torch = pytest.importorskip("torch")
+    from retarget.compiler import import_model
+
+    if target not in retarget.targets():
+        pytest.skip(f"target {target} is not installed")
+
+    class Statistics(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(2000)
+
+        def forward(self, x):
+            return x.var(-1), x.mean(-1), self.norm(x)
+
+    model, x = Statistics(), torch.randn(3, 2000, generator=torch.Generator().manual_seed(0)) * 8 + 40
+    art = retarget.compile(import_model(model, example_inputs=(x,)), target, precision="f16")
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x)]
+    for got, want in zip(retarget.load(art, device=device).main(x.numpy()), expected):
+        assert np.isfinite(got).all() and relative_error(got, want) < 3e-3
+
+
 def test_half_precision_constants_are_stored_in_half():
     module, x, w, b = qm.linear_layer(4, 64, 16)
     art = retarget.compile(module, "vmvx", precision="f16")

@@ -1,7 +1,8 @@
 """Compute precision (`--precision f16|bf16`): every float tensor inside a function takes the compute
 type; constants are rounded to it once, at compile time. Kernels still accumulate sums of products
 (matmul, conv, reduce sum) in f32 (`kernel.lower._accumulator`), and vmvx computes each op in f32 and
-rounds its result once.
+rounds its result once. A mean (a sum scaled by a constant: means, variances, norms) keeps its sum in f32 up to
+the scale, as torch's autocast keeps them: a sum of 16-bit floats passes f16's 65504 where the mean does not.
 
 The interface keeps the model's types unless `interface` names another: float arguments are cast to
 the compute type as the function starts, and results back as it returns."""
@@ -54,7 +55,61 @@ def set_precision(module: Module, compute: DType | None, interface: DType | None
             body.append(op)
         fn.returns = [cast(replace.get(v, v), dt) for v, dt in zip(fn.returns, result_types)]
         fn.ops = body
+        if compute is not None and compute.itemsize < 4:
+            _means_in_f32(fn, compute)
     return module
+
+
+def _means_in_f32(fn, compute: DType) -> None:
+    """Each sum (`rt.reduce` sum in `compute`) that is only scaled by constant scalars: taken and scaled in f32, and
+    rounded to `compute` once after each scale."""
+    users = fn.users()
+    after: dict[Operation, list[Operation]] = {}  # ops to insert right after an op
+    before: dict[Operation, list[Operation]] = {}
+    rounded: dict[Value, Value] = {}  # a scale's f32 result -> its rounding to `compute`
+    for op in fn.ops:
+        if op.name != "rt.reduce" or op.attrs["kind"] != "sum" or op.result.type.dtype != compute or \
+                op.result in fn.returns or not users.get(op.result) or \
+                not all(_is_scale_of(u, op.result) for u in users[op.result]):
+            continue
+        widened = _new_op("rt.cast", [op.operands[0]], {"dtype": "f32"}, op.operands[0].type.shape, "f32", op.loc)
+        before[op] = [widened]
+        op.operands = [widened.result]
+        op.result.type = TensorType(op.result.type.shape, DTYPES["f32"])
+        for scale in users[op.result]:
+            factor = scale.operands[1]
+            value = DenseAttr(factor.owner.attrs["value"].array.astype(np.float32))
+            constant = _new_op("rt.constant", [], {"value": value}, factor.type.shape, "f32", factor.owner.loc)
+            before[op].append(constant)
+            scale.operands = [op.result, constant.result]
+            scale.result.type = TensorType(scale.result.type.shape, DTYPES["f32"])
+            back = _new_op("rt.cast", [scale.result], {"dtype": compute.name}, scale.result.type.shape, compute.name,
+                           scale.loc)
+            after[scale] = [back]
+            rounded[scale.result] = back.result
+    if not rounded:
+        return
+    ops = []
+    for op in fn.ops:
+        if op not in after:  # a scale reads its f32 sum; every other op the rounded value
+            op.operands = [rounded.get(v, v) for v in op.operands]
+        ops += [*before.get(op, []), op, *after.get(op, [])]
+    fn.ops = ops
+    fn.returns = [rounded.get(v, v) for v in fn.returns]
+
+
+def _new_op(name: str, operands: list, attrs: dict, shape, dtype: str, loc) -> Operation:
+    op = Operation(name, operands, [], attrs, loc)
+    op.results = [Value(TensorType(shape, DTYPES[dtype]), op, 0)]
+    return op
+
+
+def _is_scale_of(op: Operation, total: Value) -> bool:
+    """`op` multiplies or divides `total` by a constant scalar of its own (used by nothing else)."""
+    if op.name not in ("rt.mul", "rt.div") or op.operands[0] is not total or len(op.operands) != 2:
+        return False
+    other = op.operands[1].owner
+    return other is not None and other.name == "rt.constant" and other.attrs["value"].array.size == 1
 
 
 def _convert(op: Operation, compute: DType) -> None:
