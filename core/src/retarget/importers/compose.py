@@ -283,3 +283,77 @@ def pad_signed(b: Builder, x: Value, low, high, value=0) -> Value:
     if not any(low + high):
         return x
     return b.op("rt.pad", [x], {"low": tuple(low), "high": tuple(high), "value": value})
+
+
+# Sorting counts, for each element, the elements that come before it: n * n comparisons a row, which only
+# pay off on short axes (a 4096 axis is 16M comparisons a row); longer ones are refused, not run slowly.
+SORT_AXIS_LIMIT = 4096
+
+
+def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | None = None) -> tuple[Value, Value]:
+    """(values, int64 indices) of the first `k` (default: all) elements of `x` sorted along `axis`, as torch's
+    stable sort orders them: equal elements keep their order, NaN is larger than every number. No sort op:
+    element i's place is its rank, the count of elements before it (smaller ones, or equal ones at j < i),
+    which is a permutation even with ties; the index at place p is sum_i i * (rank_i == p), and the values
+    are x read there. Each is one reduction over an [.., n, n] (or [.., k, n]) elementwise compare, and every
+    value in them is used once, so each fuses into one kernel (`passes/dispatch.py`): three kernels in all."""
+    from ..errors import UnsupportedOpError
+
+    shape = x.type.shape
+    n = shape[axis]
+    k = n if k is None else k
+    if any(isinstance(d, Sym) for d in shape):
+        raise UnsupportedOpError(f"sorting a tensor of sizes known only at run time ({x.type}) is not supported",
+                                 hint="export with static sizes")
+    if n > SORT_AXIS_LIMIT:
+        raise UnsupportedOpError(
+            f"sorting an axis of {n} elements is not supported: sort and topk compare every pair of elements "
+            f"along the axis (n * n a row), so the axis is limited to {SORT_AXIS_LIMIT}",
+            hint=f"sort or take the top k over axes of at most {SORT_AXIS_LIMIT} elements, or run this op on the "
+                 "CPU (--fallback llvm-cpu)")
+    if not 0 <= k <= n:
+        raise UnsupportedOpError(f"k = {k} is out of range for an axis of {n} elements")
+    keys = b.op("rt.cast", [x], {"dtype": "i32"}) if x.type.dtype.kind == "bool" else x
+    inner = (1,) * (len(shape) - axis - 1)  # the axes after `axis`, which the [n, n] iotas broadcast over
+    mine = b.op("rt.reshape", [keys], {"shape": shape[:axis + 1] + (1,) + shape[axis + 1:]})  # i at axis
+    other = b.op("rt.reshape", [keys], {"shape": shape[:axis] + (1,) + shape[axis:]})  # j at axis + 1
+
+    def compare(a, c, predicate):
+        return b.op("rt.cmp", [a, c], {"predicate": predicate})
+
+    before = compare(other, mine, "gt" if descending else "lt")
+    equal = compare(other, mine, "eq")
+    if keys.type.dtype.is_float:  # NaN is larger than every number, and equal to NaN
+        larger, smaller = (other, mine) if descending else (mine, other)
+        nan_first = b.op("rt.and", [compare(larger, larger, "ne"), compare(smaller, smaller, "eq")])
+        before = b.op("rt.or", [before, nan_first])
+        both_nan = b.op("rt.and", [compare(other, other, "ne"), compare(mine, mine, "ne")])
+        equal = b.op("rt.or", [equal, both_nan])
+    i, j = (b.op("rt.iota", [], {"shape": (n, n) + inner, "axis": a, "dtype": "i32"}) for a in (0, 1))
+    counted = b.op("rt.or", [before, b.op("rt.and", [equal, compare(j, i, "lt")])])
+    rank = b.op("rt.reduce", [b.op("rt.cast", [counted], {"dtype": "i32"})],
+                {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
+    # the index at each place p < k: an [.., k, n] compare of the ranks with p, reduced over i
+    rank = b.op("rt.reshape", [rank], {"shape": shape[:axis] + (1,) + shape[axis:]})
+    place, i = (b.op("rt.iota", [], {"shape": (k, n) + inner, "axis": a, "dtype": "i32"}) for a in (0, 1))
+    chosen = b.op("rt.select", [compare(rank, place, "eq"), i, scalar(b, 0, i)])
+    index = b.op("rt.reduce", [chosen], {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
+    index = b.op("rt.cast", [index], {"dtype": "i64"})
+    return take_along_axis(b, x, b.op("rt.cast", [index], {"dtype": "i32"}), axis), index
+
+
+def take_along_axis(b: Builder, x: Value, index: Value, axis: int) -> Value:
+    """np.take_along_axis: x read along `axis` at `index` (in range, static shapes), other axes as they are. One
+    gather of the flattened x, at linear positions from iotas, each value used once so that they fuse into it."""
+    shape, out = x.type.shape, index.type.shape
+    dtype = "i64" if math.prod(shape) > np.iinfo(np.int32).max else "i32"
+    linear = None
+    for d in range(len(shape)):
+        coordinate = index if d == axis else b.op("rt.iota", [], {"shape": out, "axis": d, "dtype": dtype})
+        if coordinate.type.dtype.name != dtype:
+            coordinate = b.op("rt.cast", [coordinate], {"dtype": dtype})
+        stride = math.prod(shape[d + 1:])
+        term = coordinate if stride == 1 else b.op("rt.mul", [coordinate, scalar(b, stride, coordinate)])
+        linear = term if linear is None else b.op("rt.add", [linear, term])
+    flat = b.op("rt.reshape", [x], {"shape": (math.prod(shape),)})
+    return b.op("rt.gather", [flat, linear], {"axis": 0})

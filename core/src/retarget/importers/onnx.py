@@ -338,7 +338,7 @@ _REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 Red
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
     "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "Dropout": (1, 2), **{op: (1,) for op in _REDUCE_OPS},
+    "Dropout": (1, 2), "TopK": (1,), **{op: (1,) for op in _REDUCE_OPS},
 }
 
 
@@ -1180,6 +1180,14 @@ def _argmax(n):
         x = n.b.op("rt.gather", [x, n.b.constant(np.arange(size - 1, -1, -1, dtype=np.int64))], {"axis": axis})
     y = n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": bool(n.attr("keepdims", 1))})
     return n.b.op("rt.sub", [C.scalar(n.b, size - 1, y), y]) if last else y
+
+
+@handles("TopK")
+def _top_k(n):
+    """Always sorted (the spec allows it for sorted=0); equal values come in their order along the axis."""
+    x = n(0)
+    k = int(np.asarray(n.known(1, "K")).reshape(-1)[0])
+    return list(C.sort(n.b, x, _axis(n, x, -1), descending=bool(n.attr("largest", 1)), k=k))
 
 
 # -- arithmetic on sizes known only at run time (the Shape -> ... -> Reshape chains of exporters) ----------
