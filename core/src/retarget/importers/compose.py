@@ -227,8 +227,9 @@ def advanced_index(b: Builder, x: Value, indices) -> Value:
     for k, (index, size) in enumerate(zip(tensors, sizes)):
         if index.type.dtype.name != dtype:
             index = b.op("rt.cast", [index], {"dtype": dtype})
-        negative = b.op("rt.cmp", [index, scalar(b, 0, index)], {"predicate": "lt"})
-        index = b.op("rt.select", [negative, b.op("rt.add", [index, scalar(b, size, index)]), index])
+        # negative indices count from the end: (index + size) mod size reads the index once, so that its ops fuse
+        # into the gather's kernel (a value used twice is a kernel of its own)
+        index = b.op("rt.rem", [b.op("rt.add", [index, scalar(b, size, index)]), scalar(b, size, index)])
         stride = math.prod(sizes[k + 1:])
         term = index if stride == 1 else b.op("rt.mul", [index, scalar(b, stride, index)])
         linear = term if linear is None else b.op("rt.add", [linear, term])
