@@ -318,11 +318,11 @@ def test_boolean_mask_index_is_refused_with_what_to_do_instead():
 
 
 def test_unsupported_op_names_aten_op_node_and_source_line():
-    model = Fn(lambda x: torch.cumsum(x, dim=-1))
+    model = Fn(lambda x: torch.cumprod(x, dim=-1))
     with pytest.raises(UnsupportedOpError) as info:
         TorchImporter().load(model, example_inputs=(randn(2, 3),))
     err = info.value
-    assert "aten.cumsum" in err.message and "cumsum" in err.message
+    assert "aten.cumprod" in err.message and "cumprod" in err.message
     assert err.location and __file__.rsplit("/", 1)[-1] in err.location
     assert "supported aten ops" in err.hint and "convolution" in err.hint
 

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..errors import UnsupportedOpError
 from ..ir.core import Builder, Value
 from ..ir.symbolic import Sym
 
@@ -358,3 +359,153 @@ def take_along_axis(b: Builder, x: Value, index: Value, axis: int) -> Value:
         linear = term if linear is None else b.op("rt.add", [linear, term])
     flat = b.op("rt.reshape", [x], {"shape": (math.prod(shape),)})
     return b.op("rt.gather", [flat, linear], {"axis": 0})
+
+
+def argmin(b: Builder, x: Value, axis: int, keepdims: bool = False) -> Value:
+    """The first index of the least value along `axis`: the argmax of an order-reversing map of x, negation for
+    floats (a NaN stays a NaN, which argmax picks) and bitwise not for integers and bools (-x - 1 for signed ones,
+    which never overflows, unlike negation at the most negative value)."""
+    flipped = b.op("rt.neg" if x.type.dtype.is_float else "rt.not", [x])
+    return b.op("rt.argmax", [flipped], {"axis": axis, "keepdims": keepdims})
+
+
+def tile(b: Builder, x: Value, repeats) -> Value:
+    """x repeated `repeats[d]` times along each axis d, whole (numpy's tile): each repeated axis is lifted to
+    [1, size], broadcast to [repeats, size] and merged back."""
+    shape = x.type.shape
+    if all(r == 1 for r in repeats):
+        return x
+    lifted = tuple(v for d, r in zip(shape, repeats, strict=True) for v in ((d,) if r == 1 else (1, d)))
+    wide = tuple(v for d, r in zip(shape, repeats, strict=True) for v in ((d,) if r == 1 else (r, d)))
+    y = b.op("rt.broadcast", [b.op("rt.reshape", [x], {"shape": lifted})], {"shape": wide})
+    return b.op("rt.reshape", [y], {"shape": tuple(d * r for d, r in zip(shape, repeats, strict=True))})
+
+
+SCAN_DIRECT = 128  # the longest axis summed by one masked reduction; longer ones are cut into blocks
+
+
+def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, reverse: bool = False) -> Value:
+    """Running sums along `axis`, in x's element type: y[i] = the sum of x[j] over j <= i (j < i when `exclusive`;
+    j >= i and j > i when `reverse`). The axis must be static. Up to SCAN_DIRECT long, one reduction of x masked by
+    position (`_masked_scan`): one kernel, n adds per element, no constant. A longer axis is cut into blocks of
+    about sqrt(n), each scanned so, plus the exclusive scan of the blocks' totals: about sqrt(n) + 2 adds per element
+    and six kernels, where a matmul with a triangular constant would hold n^2 values and do n multiply-adds."""
+    n = x.type.shape[axis]
+    if isinstance(n, Sym):
+        raise UnsupportedOpError(f"a cumulative sum along an axis whose size ({n}) is known only at run time",
+                                 hint="export with a static size for the summed axis")
+    if n <= SCAN_DIRECT:
+        return _masked_scan(b, x, axis, exclusive, reverse)
+    shape, block = x.type.shape, math.isqrt(n - 1) + 1
+    blocks = -(-n // block)
+    if blocks * block != n:  # zeros at the end, which change no sum that is kept
+        high = tuple(blocks * block - n if d == axis else 0 for d in range(len(shape)))
+        x = b.op("rt.pad", [x], {"low": (0,) * len(shape), "high": high, "value": 0})
+    x = b.op("rt.reshape", [x], {"shape": shape[:axis] + (blocks, block) + shape[axis + 1:]})
+    inside = cumulative_sum(b, x, axis + 1, exclusive, reverse)
+    totals = b.op("rt.reduce", [x], {"kind": "sum", "axes": (axis + 1,), "keepdims": True})
+    y = b.op("rt.add", [inside, cumulative_sum(b, totals, axis, True, reverse)])  # plus the blocks before it
+    y = b.op("rt.reshape", [y], {"shape": shape[:axis] + (blocks * block,) + shape[axis + 1:]})
+    return slice_axis(b, y, axis, 0, n)
+
+
+def _masked_scan(b: Builder, x: Value, axis: int, exclusive: bool, reverse: bool) -> Value:
+    """`cumulative_sum` as one sum over [..., i, j, ...] of x[..., j, ...] where j is before i (or after): the
+    mask comes from i32 iotas, so the reduction's kernel computes it and nothing n x n is stored."""
+    shape, n = x.type.shape, x.type.shape[axis]
+    if n == 0 or (n == 1 and not exclusive):
+        return x
+    lifted = b.op("rt.reshape", [x], {"shape": shape[:axis] + (1, n) + shape[axis + 1:]})
+    square = (n, n) + (1,) * (len(shape) - axis - 1)
+    out_pos, in_pos = (b.op("rt.iota", [], {"shape": square, "axis": a, "dtype": "i32"}) for a in (0, 1))
+    predicate = {(False, False): "le", (True, False): "lt", (False, True): "ge", (True, True): "gt"}
+    keep = b.op("rt.cmp", [in_pos, out_pos], {"predicate": predicate[exclusive, reverse]})
+    masked = b.op("rt.select", [keep, lifted, scalar(b, 0, x)])
+    return b.op("rt.reduce", [masked], {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
+
+
+def adaptive_windows(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of PyTorch's adaptive pooling windows along an axis: output i reads input positions
+    [floor(i * in / out), ceil((i + 1) * in / out))."""
+    i = np.arange(size_out, dtype=np.int64)
+    return i * size_in // size_out, -(-(i + 1) * size_in // size_out)
+
+
+def _static_image(x: Value, what: str) -> tuple[int, int]:
+    h, w = x.type.shape[-2:]
+    if isinstance(h, Sym) or isinstance(w, Sym):
+        raise UnsupportedOpError(f"{what} of an image whose size ({h}x{w}) is known only at run time",
+                                 hint="export with static image sizes")
+    return h, w
+
+
+def adaptive_avg_pool2d(b: Builder, x: Value, size) -> Value:
+    """PyTorch's adaptive average pooling of [..., H, W] to `size` (oh, ow). Where the windows tile the image
+    evenly, an average pool; else, since each window is a product of a row range and a column range, a sum over
+    each axis in turn, as a matmul with a constant 0/1 [out, in] window matrix, divided by each window's size."""
+    oh, ow = size
+    h, w = _static_image(x, "adaptive_avg_pool2d")
+    if (oh, ow) == (1, 1):
+        return mean(b, x, (-2, -1), keepdims=True)
+    if h % oh == 0 and w % ow == 0:
+        return _as_nchw(b, x, lambda y: b.op("rt.avg_pool2d", [y], {"kernel": (h // oh, w // ow),
+                                                                    "strides": (h // oh, w // ow)}))
+    count = np.ones((oh, ow))
+    for axis, (size_in, size_out) in ((-1, (w, ow)), (-2, (h, oh))):
+        if size_in == size_out:
+            continue
+        starts, ends = adaptive_windows(size_in, size_out)
+        positions = np.arange(size_in)
+        inside = (positions >= starts[:, None]) & (positions < ends[:, None])  # [out, in]
+        window = b.constant(inside.astype(x.type.dtype.np_dtype))
+        x = b.op("rt.matmul", [x, b.op("rt.transpose", [window], {"perm": (1, 0)})] if axis == -1 else [window, x])
+        count = count * (ends - starts).reshape((-1, 1) if axis == -2 else (1, -1))
+    return b.op("rt.div", [x, b.constant(count.astype(x.type.dtype.np_dtype))])
+
+
+def _as_nchw(b: Builder, x: Value, pool) -> Value:
+    """`pool` (of an NCHW value) applied to x of rank 3 (CHW) or 4."""
+    if x.type.rank == 4:
+        return pool(x)
+    y = pool(b.op("rt.reshape", [x], {"shape": (1,) + x.type.shape}))
+    return b.op("rt.reshape", [y], {"shape": y.type.shape[1:]})
+
+
+def _window_positions(size_in: int, size_out: int) -> np.ndarray:
+    """[out, widest window] input positions of each adaptive window, a shorter one filled with its last position:
+    the repeats come after the position they copy, so neither a max nor the first index of one changes."""
+    starts, ends = adaptive_windows(size_in, size_out)
+    return np.minimum(starts[:, None] + np.arange(int((ends - starts).max())), ends[:, None] - 1)
+
+
+def adaptive_max_pool2d(b: Builder, x: Value, size, indices: bool = False):
+    """PyTorch's adaptive max pooling of [..., H, W] to `size` (oh, ow): a max pool where the windows tile the
+    image evenly; else each window's rows gathered (padded to the widest window) and reduced, then its columns.
+    With `indices`, (values, the flat index h * W + w of each window's first maximum in row-major order, as
+    torch's): an argmax over each window's gathered [rows, columns], offset by the window's start."""
+    oh, ow = size
+    h, w = _static_image(x, "adaptive_max_pool2d")
+    rows, cols = _window_positions(h, oh), _window_positions(w, ow)
+    if h % oh == 0 and w % ow == 0:
+        values = _as_nchw(b, x, lambda y: b.op("rt.max_pool2d", [y], {"kernel": (h // oh, w // ow),
+                                                                      "strides": (h // oh, w // ow)}))
+    else:
+        values = x
+        for axis, positions in ((x.type.rank - 2, rows), (x.type.rank - 1, cols)):
+            if positions.shape[1] > 1 or not np.array_equal(positions[:, 0], np.arange(len(positions))):
+                values = b.op("rt.gather", [values, b.constant(positions.astype(np.int32))], {"axis": axis})
+                values = b.op("rt.reduce", [values], {"kind": "max", "axes": (axis + 1,), "keepdims": False})
+    if not indices:
+        return values
+    lead, (kh, kw) = x.type.rank - 2, (rows.shape[1], cols.shape[1])
+    y = b.op("rt.gather", [x, b.constant(rows.astype(np.int32))], {"axis": lead})  # [..., oh, kh, W]
+    y = b.op("rt.gather", [y, b.constant(cols.astype(np.int32))], {"axis": lead + 2})  # [..., oh, kh, ow, kw]
+    perm = tuple(range(lead)) + (lead, lead + 2, lead + 1, lead + 3)
+    y = b.op("rt.transpose", [y], {"perm": perm})
+    y = b.op("rt.reshape", [y], {"shape": x.type.shape[:lead] + (oh, ow, kh * kw)})
+    first = b.op("rt.argmax", [y], {"axis": lead + 2, "keepdims": False})  # row * kw + column in the window
+    row = b.op("rt.div", [first, scalar(b, kw, first)])
+    column = b.op("rt.rem", [first, scalar(b, kw, first)])
+    start = rows[:, :1] * w + cols[:, 0]  # the flat index of each window's first position, [oh, ow]
+    index = b.op("rt.add", [b.op("rt.mul", [row, scalar(b, w, row)]), column])
+    return values, b.op("rt.add", [index, b.constant(start.astype(np.int64))])

@@ -337,7 +337,7 @@ _REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 Red
                "ReduceLogSum ReduceLogSumExp").split()
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
-    "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "CumSum": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "Dropout": (1, 2), "TopK": (1,), **{op: (1,) for op in _REDUCE_OPS},
 }
 
@@ -994,13 +994,7 @@ def _range(n):
 
 @handles("Tile")
 def _tile(n):
-    x = n(0)
-    reps = [int(r) for r in n.known(1, "repeats")]
-    shape = x.type.shape
-    lifted = tuple(v for d in shape for v in (1, d))
-    wide = tuple(v for d, r in zip(shape, reps, strict=False) for v in (r, d))
-    y = n.b.op("rt.broadcast", [_reshape(n, x, lifted)], {"shape": wide})
-    return _reshape(n, y, [d * r for d, r in zip(shape, reps, strict=False)])
+    return C.tile(n.b, n(0), [int(r) for r in n.known(1, "repeats")])
 
 
 RESIZE_COORDINATES = {  # ONNX's coordinate_transformation_mode: the input position of output x along an axis of
@@ -1170,15 +1164,15 @@ for _op, _kind in {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max",
 def _argmax(n):
     x = n(0)
     axis = _axis(n, x, 0)
-    if n.node.op_type == "ArgMin":
-        if x.type.dtype.kind in ("uint", "bool"):
-            raise UnsupportedOpError(f"ArgMin of {x.type.dtype} is not supported")
-        x = n.b.op("rt.neg", [x])
     last = n.attr("select_last_index", 0)
     size = x.type.shape[axis]
-    if last:  # the first maximum of the reversed axis
-        x = n.b.op("rt.gather", [x, n.b.constant(np.arange(size - 1, -1, -1, dtype=np.int64))], {"axis": axis})
-    y = n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": bool(n.attr("keepdims", 1))})
+    if last:  # the first extremum of the reversed axis
+        x = C.reverse(n.b, x, (axis,))
+    keepdims = bool(n.attr("keepdims", 1))
+    if n.node.op_type == "ArgMin":
+        y = C.argmin(n.b, x, axis, keepdims)
+    else:
+        y = n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": keepdims})
     return n.b.op("rt.sub", [C.scalar(n.b, size - 1, y), y]) if last else y
 
 
@@ -1188,6 +1182,13 @@ def _top_k(n):
     x = n(0)
     k = int(np.asarray(n.known(1, "K")).reshape(-1)[0])
     return list(C.sort(n.b, x, _axis(n, x, -1), descending=bool(n.attr("largest", 1)), k=k))
+
+
+@handles("CumSum")
+def _cumsum(n):
+    x = n(0)
+    axis = C.normalize_axis(int(np.asarray(n.known(1, "axis")).reshape(-1)[0]), x.type.rank)
+    return C.cumulative_sum(n.b, x, axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
 
 
 # -- arithmetic on sizes known only at run time (the Shape -> ... -> Reshape chains of exporters) ----------

@@ -709,17 +709,23 @@ def _max_min(cv, node, x, dim=None, keepdim=False):
     if dim is None:
         return cv.b.op("rt.reduce", [x], {"kind": kind, "axes": tuple(range(x.type.rank)), "keepdims": False})
     values = cv.b.op("rt.reduce", [x], {"kind": kind, "axes": _axes(dim, x.type.rank), "keepdims": bool(keepdim)})
-    index = None
+    axis = C.normalize_axis(dim, x.type.rank)
     if kind == "max":
-        index = cv.b.op("rt.argmax", [x], {"axis": C.normalize_axis(dim, x.type.rank), "keepdims": bool(keepdim)})
+        index = cv.b.op("rt.argmax", [x], {"axis": axis, "keepdims": bool(keepdim)})
+    else:
+        index = C.argmin(cv.b, x, axis, bool(keepdim))
     return _Multi((values, index))
 
 
-@handles("argmax")
+@handles("argmax", "argmin")
 def _argmax(cv, node, x, dim=None, keepdim=False):
     if dim is None:
         x, dim = cv.reshape(x, (x.type.num_elements,)), 0
-    y = cv.b.op("rt.argmax", [x], {"axis": C.normalize_axis(dim, x.type.rank), "keepdims": bool(keepdim)})
+    axis = C.normalize_axis(dim, x.type.rank)
+    if str(node.target).startswith("aten.argmin"):
+        y = C.argmin(cv.b, x, axis, bool(keepdim))
+    else:
+        y = cv.b.op("rt.argmax", [x], {"axis": axis, "keepdims": bool(keepdim)})
     return cv.reshape(y, cv.out_type(node)[0])
 
 
@@ -741,6 +747,12 @@ def _topk(cv, node, x, *args, **kwargs):
         return _Multi((x, cv.tensor(0, DTYPES["i64"])))
     dim = C.normalize_axis(bound["dim"], x.type.rank)
     return _Multi(C.sort(cv.b, x, dim, descending=bool(bound["largest"]), k=int(bound["k"])))
+
+
+@handles("cumsum")
+def _cumsum(cv, node, x, dim, dtype=None):
+    x = cv.tensor(x, cv.out_type(node)[1])  # integers and bools sum in int64, as torch's do, or in `dtype`
+    return C.cumulative_sum(cv.b, x, C.normalize_axis(dim, x.type.rank)) if x.type.rank else x
 
 
 @handles("var")
@@ -771,14 +783,22 @@ def _max_pool2d(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode
 @handles("avg_pool2d")
 def _avg_pool2d(cv, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
+    """torch divides each window's sum by `divisor_override`, else by the number of its positions inside the
+    image (count_include_pad=False), else inside the padded image, never counting those past it that ceil_mode
+    adds, where rt.avg_pool2d counts the whole kernel: a constant factor per output position mends those."""
     kernel, stride, padding = _pool_args(kernel, stride, padding)
-    if divisor_override is not None:
-        raise UnsupportedOpError("avg_pool2d with divisor_override is not supported")
     pad = _pool_pad(x, kernel, stride, padding, ceil_mode)
-    if ceil_mode and count_include_pad and pad != (padding[0], padding[0], padding[1], padding[1]):
-        raise UnsupportedOpError("avg_pool2d with ceil_mode and count_include_pad is not supported")
-    return cv.b.op("rt.avg_pool2d", [x], {"kernel": kernel, "strides": stride, "pad": pad,
-                                          "count_include_pad": bool(count_include_pad) and any(pad)})
+    by_kernel = bool(count_include_pad) or divisor_override is not None  # then rt.avg_pool2d's divisor is k*k
+    y = cv.b.op("rt.avg_pool2d", [x], {"kernel": kernel, "strides": stride, "pad": pad,
+                                       "count_include_pad": by_kernel and any(pad)})
+    if divisor_override is not None:
+        return cv.b.op("rt.mul", [y, C.scalar(cv.b, math.prod(kernel) / divisor_override, y)])
+    if count_include_pad and pad != _pool_pad(x, kernel, stride, padding):  # windows past the padded image
+        inside = [np.minimum(np.arange(out) * s - p + k, size + p) - (np.arange(out) * s - p)
+                  for out, size, k, s, p in zip(y.type.shape[2:], x.type.shape[2:], kernel, stride, padding)]
+        factor = math.prod(kernel) / (inside[0][:, None] * inside[1][None, :])
+        y = cv.b.op("rt.mul", [y, cv.b.constant(factor.astype(y.type.dtype.np_dtype))])
+    return y
 
 
 def _pair(v):
@@ -792,7 +812,7 @@ def _pool_args(kernel, stride, padding):
     return kernel, stride, _pair(padding)
 
 
-def _pool_pad(x, kernel, stride, padding, ceil_mode):
+def _pool_pad(x, kernel, stride, padding, ceil_mode=False):
     pads = []
     for d, (k, s, p) in enumerate(zip(kernel, stride, padding, strict=False)):
         size = x.type.shape[2 + d]
@@ -808,14 +828,12 @@ def _pool_pad(x, kernel, stride, padding, ceil_mode):
 
 @handles("_adaptive_avg_pool2d", "adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(cv, node, x, output_size):
-    oh, ow = _pair(output_size)
-    h, w = x.type.shape[2:]
-    if (oh, ow) == (1, 1):
-        return C.mean(cv.b, x, (2, 3), keepdims=True)
-    if h % oh or w % ow:
-        raise UnsupportedOpError(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (not a divisor) is not supported")
-    k = (h // oh, w // ow)
-    return cv.b.op("rt.avg_pool2d", [x], {"kernel": k, "strides": k})
+    return C.adaptive_avg_pool2d(cv.b, x, cv.out_type(node)[0][-2:])
+
+
+@handles("adaptive_max_pool2d")
+def _adaptive_max_pool2d(cv, node, x, output_size):
+    return _Multi(C.adaptive_max_pool2d(cv.b, x, cv.out_type(node, 0)[0][-2:], indices=True))
 
 
 @handles("cat", "concat")
@@ -959,6 +977,21 @@ def _upsample(mode: str):
 HANDLERS["upsample_nearest1d"] = HANDLERS["upsample_nearest2d"] = _upsample("nearest")
 HANDLERS["_upsample_nearest_exact1d"] = HANDLERS["_upsample_nearest_exact2d"] = _upsample("nearest-exact")
 HANDLERS["upsample_bilinear2d"] = _upsample("bilinear")
+
+
+@handles("flip")
+def _flip(cv, node, x, dims):
+    axes = sorted({C.normalize_axis(d, x.type.rank) for d in dims})
+    if any(isinstance(x.type.shape[a], Sym) for a in axes):
+        raise UnsupportedOpError(f"flip of {x.type} along a dimension known only at run time",
+                                 hint="export with static sizes for the flipped dimensions")
+    return C.reverse(cv.b, x, axes)
+
+
+@handles("repeat")
+def _repeat(cv, node, x, repeats):
+    x = cv.reshape(x, (1,) * (len(repeats) - x.type.rank) + x.type.shape)  # more repeats than dims: ones lead
+    return C.tile(cv.b, x, repeats)
 
 
 @handles("constant_pad_nd")

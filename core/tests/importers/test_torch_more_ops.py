@@ -1,0 +1,182 @@
+"""torch.export ops composed from graph ops: cumsum, argmin, flip, repeat, adaptive pooling to any size, and
+avg_pool2d's ceil_mode with count_include_pad. Each case is imported both ways (the training IR as it stands,
+and decomposed to core ATen), compiled for a target and run, and compared with torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import retarget  # noqa: E402
+from retarget.errors import UnsupportedOpError  # noqa: E402
+from retarget.importers import torch_training_ir  # noqa: E402
+from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
+from retarget.ir import verify  # noqa: E402
+from retarget.vmvx.interpreter import run_function  # noqa: E402
+
+TARGETS = ["vmvx", "llvm-cpu"]
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def ints(low, high, shape, dtype, seed=0):
+    return torch.randint(low, high, shape, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+def ties(*shape, seed=0):
+    """Floats with many equal values (few distinct integers), so that which index wins a tie shows."""
+    return torch.floor(randn(*shape, seed=seed) * 1.5)
+
+
+def assert_matches(outs, expected, tol=1e-5):
+    assert len(outs) == len(expected)
+    for k, (out, ref) in enumerate(zip(outs, expected, strict=True)):
+        ref = to_numpy(ref)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, (k, out.shape, ref.shape, out.dtype, ref.dtype)
+        if ref.dtype.kind == "f":
+            scale = max(float(np.abs(ref).max(initial=0)), 1e-6)
+            assert np.abs(out - ref).max(initial=0) / scale <= tol, k
+        else:
+            np.testing.assert_array_equal(out, ref, err_msg=f"output {k}")
+
+
+def compile_and_compare(fn, inputs, target):
+    """Import `fn` both ways, compile each for `target`, run on local-task and compare every output with torch."""
+    if target not in retarget.targets():
+        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+    model = Fn(fn).eval()
+    program = torch.export.export(model, inputs)
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
+    for decompose in (False, True):
+        module = verify(TorchImporter().load(program, decompose=decompose))
+        outs = retarget.load(retarget.compile(module, target), device="local-task").main(*[to_numpy(x) for x in inputs])
+        assert_matches(outs if isinstance(outs, (tuple, list)) else (outs,), expected)
+
+
+INT32_MIN = torch.iinfo(torch.int32).min
+
+CASES = {  # name: (function, inputs)
+    "cumsum along every dim, negative ones too": (
+        lambda x: tuple(torch.cumsum(x, d) for d in (0, 1, 2, 3, -1, -3)), (randn(2, 3, 4, 5),)),
+    "cumsum with dtype=, and of a scalar": (
+        lambda x, i: (torch.cumsum(x, 1, dtype=torch.float64), torch.cumsum(x * 4, 0, dtype=torch.int64),
+                      torch.cumsum(i, -1, dtype=torch.float32), torch.cumsum(i, 0, dtype=torch.int32),
+                      torch.cumsum(x.sum(), 0)),
+        (randn(3, 6), ints(-9, 9, (3, 6), torch.int32))),
+    # an int8 running sum of 100s past 127 would wrap: torch sums integers and bools in int64
+    "cumsum of integers and bools sums in int64": (
+        lambda i8, i32, u8, mask: (torch.cumsum(i8, 1), torch.cumsum(i32, 0), torch.cumsum(u8, -1),
+                                   torch.cumsum(mask, 1)),
+        (ints(90, 127, (3, 9), torch.int8), ints(-2**30, 2**30, (7, 2), torch.int32),
+         ints(200, 255, (2, 5), torch.uint8), ints(0, 2, (4, 11), torch.int64) > 0)),
+    # 144 is 12 blocks of 12; 1031 (prime) is padded to 33 x 32; 20000 is cut into blocks of 142, each cut again
+    "cumsum of a long axis, in blocks": (
+        lambda x, y, i, j: (torch.cumsum(x, 1), torch.cumsum(y, -1, ), torch.cumsum(i, 0), torch.cumsum(j, 0)),
+        (randn(2, 144), randn(2, 3, 1031), ints(-1000, 1000, (1031, 2), torch.int64),
+         ints(-1000, 1000, (20000,), torch.int64))),
+    "argmin picks the first of equal values": (
+        lambda x: (torch.argmin(x), torch.argmin(x, 0), torch.argmin(x, -1, keepdim=True), *torch.min(x, 1),
+                   *torch.min(x, -1, keepdim=True)),
+        (ties(4, 6, 5),)),
+    # negation would overflow at the most negative int32, and cannot order unsigned values; -0.0 equals 0.0
+    "argmin of integers (their least value too), bytes and signed zeros": (
+        lambda i, u8, z: (torch.argmin(i, 1), torch.argmin(u8, 0), torch.argmin(z)),
+        (torch.tensor([[5, INT32_MIN, 3, INT32_MIN], [0, 7, -1, -1], [2**31 - 1, 0, 0, INT32_MIN]], dtype=torch.int32),
+         ints(0, 4, (6, 3), torch.uint8), torch.tensor([0.0, -0.0, 1.0]))),
+    "flip along several dims": (
+        lambda x, i: (torch.flip(x, [0, -1]), torch.flip(x, [1, 2, 3]), torch.flip(x, [-2]), torch.flip(i, [0]),
+                      torch.flip(x, [])),
+        (randn(2, 3, 1, 5), ints(-5, 5, (4, 3), torch.int32))),
+    "repeat, with more repeats than dims": (
+        lambda x, v: (x.repeat(2, 1, 1, 3, 2), x.repeat(1, 2, 1, 1), x.repeat(1, 1, 1, 1), v.repeat(3, 2, 2),
+                      v.repeat(4)),
+        (randn(2, 3, 4, 5), ints(-5, 5, (3,), torch.int64))),
+    "adaptive_avg_pool2d to sizes that do not divide the input, larger ones too": (
+        lambda x, chw: (F.adaptive_avg_pool2d(x, (3, 2)), F.adaptive_avg_pool2d(x, (5, 3)),
+                        F.adaptive_avg_pool2d(x, (9, 8)), F.adaptive_avg_pool2d(x, (7, 2)),
+                        F.adaptive_avg_pool2d(x, (4, 5)), F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(chw, 4),
+                        F.adaptive_avg_pool2d(chw, (3, 3))),
+        (randn(2, 3, 7, 5), randn(3, 6, 9, seed=1))),
+    "adaptive_max_pool2d values and first indices, to any size": (
+        lambda x, chw: (*F.adaptive_max_pool2d(x, (3, 2), return_indices=True),
+                        *F.adaptive_max_pool2d(x, (5, 3), return_indices=True),
+                        *F.adaptive_max_pool2d(x, (9, 8), return_indices=True),
+                        *F.adaptive_max_pool2d(x, (7, 1), return_indices=True),
+                        *F.adaptive_max_pool2d(x, 1, return_indices=True),
+                        F.adaptive_max_pool2d(x, (2, 4)), *F.adaptive_max_pool2d(chw, 4, return_indices=True),
+                        *F.adaptive_max_pool2d(chw, (2, 3), return_indices=True)),
+        (ties(2, 3, 7, 5), ties(3, 6, 9, seed=1))),
+    # the divisor counts the padding but not what ceil_mode's last window reaches past it
+    "avg_pool2d with ceil_mode and count_include_pad, and divisor_override": (
+        lambda x: (F.avg_pool2d(x, 3, 2, 1, True, True), F.avg_pool2d(x, 2, 2, 0, True, True),
+                   F.avg_pool2d(x, (3, 2), (2, 3), (1, 0), True, True), F.avg_pool2d(x, 3, 3, 1, True, True),
+                   F.avg_pool2d(x, 3, 2, 1, True, False), F.avg_pool2d(x, 3, 2, 1, True, True, 2),
+                   F.avg_pool2d(x, 2, 3, 1, False, False, 3), F.avg_pool2d(x, 3, 2, 0, False, True, 5)),
+        (randn(2, 3, 8, 7),)),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", CASES)
+def test_matches_torch(name, target):
+    fn, inputs = CASES[name]
+    compile_and_compare(fn, inputs, target)
+
+
+def test_ops_import_from_the_training_ir_as_it_stands(monkeypatch):
+    """None of them needs a retrace to core ATen (adaptive_max_pool2d would: it is not tagged core ATen, and
+    torch_training_ir does not list it)."""
+    def refuse(*args, **kw):
+        raise AssertionError("run_decompositions was called")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
+    x = ties(2, 3, 7, 5)
+
+    def every_op(x):
+        return (torch.cumsum(x, 1), torch.argmin(x, 2), torch.flip(x, [0, 3]), x.repeat(1, 2, 1, 1, 2),
+                F.adaptive_avg_pool2d(x, (3, 2)), x.min(1).indices,
+                F.avg_pool2d(x, 3, 2, 1, True, True))
+
+    program = torch.export.export(Fn(every_op), (x,))
+    assert torch_training_ir.plan(program).reason is None
+    module = verify(TorchImporter().load(program))
+    assert_matches(run_function(module.functions["main"], [to_numpy(x)]), every_op(x))
+
+
+class RunningSum(torch.nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, 1)
+
+
+def test_cumsum_of_a_static_axis_with_a_dynamic_batch():
+    batch = torch.export.Dim("batch", max=64)
+    program = torch.export.export(RunningSum(), (randn(3, 6),), dynamic_shapes=({0: batch},))
+    module = verify(TorchImporter().load(program))
+    for rows in (1, 3, 5):
+        y = randn(rows, 6, seed=rows)
+        assert_matches(run_function(module.functions["main"], [to_numpy(y)]), (torch.cumsum(y, 1),))
+
+
+def test_cumsum_along_a_dynamic_axis_is_refused_with_what_to_do():
+    length = torch.export.Dim("length", max=64)
+    program = torch.export.export(RunningSum(), (randn(3, 6),), dynamic_shapes=({1: length},))
+    with pytest.raises(UnsupportedOpError) as info:
+        TorchImporter().load(program)
+    assert "cumulative sum" in info.value.message and "known only at run time" in info.value.message
+    assert "static size" in info.value.hint
