@@ -25,12 +25,9 @@ PAIRS = [("vmvx", "local-sync"), ("llvm-cpu", "local-task"), ("vulkan-spirv", "v
 RUNS = [("graph", "f32", range(60)), ("gemm", "f32", range(10)), ("gemm", "f16", range(10))]
 F16_REFUSED = {"webgpu-spirv", "opencl"}  # their default profiles do not assume f16 (shader-f16, cl_khr_fp16)
 # limits as they stand, not bugs: ops of the graph table that the torch importer does not take (the same on every
-# target), and WGSL, which has no 64-bit integers and no bool it can store in a buffer
+# target)
 KNOWN_REFUSALS = re.compile(
-    r"^the importer: (aten op 'aten\.(cumsum|topk|sort|argmin|native_group_norm|repeat|adaptive_max_pool2d|flip|"
-    r"_native_batch_norm_legit)\.|transposed convolution|adaptive_avg_pool2d from .* \(not a divisor\)|"
-    r"avg_pool2d with ceil_mode and count_include_pad)"
-    r"|^webgpu-spirv: .* cannot (read|write) an i(1|64) buffer")
+    r"^the importer: (aten op 'aten\.(native_group_norm|_native_batch_norm_legit)\.|transposed convolution)")
 
 
 # where each plugin's source is (the OpenCL one stands outside plugins/, as a third party's would)

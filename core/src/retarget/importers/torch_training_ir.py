@@ -67,6 +67,7 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.rsub.Scalar": (NEW, None),
     "aten.max_pool2d.default": (NEW, None),
     "aten.adaptive_avg_pool2d.default": (NEW, None),
+    "aten.adaptive_max_pool2d.default": (NEW, None),
     "aten.scaled_dot_product_attention.default": (NEW, (lambda a: a["dropout_p"] == 0 and not a["enable_gqa"],
                                                         "without dropout or grouped-query attention")),
     "aten.arange.default": (NEW, None),
