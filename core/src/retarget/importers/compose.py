@@ -80,15 +80,24 @@ def log_softmax(b: Builder, x: Value, axis: int = -1) -> Value:
     return b.op("rt.sub", [shifted, b.op("rt.log", [total])])
 
 
+def normalized(b: Builder, x: Value, axes, eps: float, compute: str | None = None) -> Value:
+    """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance, computed in the float type `compute`
+    (x's own by default), which the result has. x is cast once for each of its two reads, so that each cast fuses
+    into the kernel that reads it rather than writing a converted copy of x."""
+    def read():
+        return x if compute in (None, x.type.dtype.name) else b.op("rt.cast", [x], {"dtype": compute})
+
+    mu = mean(b, read(), axes, keepdims=True)
+    centered = b.op("rt.sub", [read(), mu])
+    var = mean(b, b.op("rt.mul", [centered, centered]), axes, keepdims=True)
+    inv = b.op("rt.rsqrt", [b.op("rt.add", [var, scalar(b, eps, var)])])
+    return b.op("rt.mul", [centered, inv])
+
+
 def layer_norm(b: Builder, x: Value, axes, weight: Value | None, bias: Value | None, eps: float) -> Value:
     """(x - mean) / sqrt(var + eps) * weight + bias, over `axes` (the trailing ones); a half float computes in f32
     and is rounded once (`widen`)."""
-    wide = widen(b, x)
-    mu = mean(b, wide, axes, keepdims=True)
-    centered = b.op("rt.sub", [wide, mu])
-    var = mean(b, b.op("rt.mul", [centered, centered]), axes, keepdims=True)
-    inv = b.op("rt.rsqrt", [b.op("rt.add", [var, scalar(b, eps, wide)])])
-    y = b.op("rt.mul", [centered, inv])
+    y = normalized(b, x, axes, eps, compute="f32" if x.type.dtype.name in HALF_FLOATS else None)
     if weight is not None:
         y = b.op("rt.mul", [y, widen(b, weight)])
     if bias is not None:
@@ -113,6 +122,40 @@ def batch_norm(b: Builder, x: Value, scale: Value, bias: Value, mean_: Value, va
     c = b.op("rt.sub", [bias, b.op("rt.mul", [mean_, a])])
     y = b.op("rt.mul", [x, channel_vector(b, a, rank)])
     return b.op("rt.add", [y, channel_vector(b, c, rank)])
+
+
+def _statistics_type(x: Value) -> str | None:
+    """f32 for half-precision x, whose statistics over many elements lose too much in f16; else x's own."""
+    return "f32" if x.type.dtype.name in ("f16", "bf16") else None
+
+
+def _affine(b: Builder, y: Value, weight: Value | None, bias: Value | None, shape, dtype) -> Value:
+    """y * weight + bias (either may be None), the per-channel vectors reshaped to `shape` to broadcast against y;
+    then rounded to `dtype` once."""
+    for v, op in ((weight, "rt.mul"), (bias, "rt.add")):
+        if v is not None:
+            if v.type.dtype != y.type.dtype:
+                v = b.op("rt.cast", [v], {"dtype": y.type.dtype.name})
+            y = b.op(op, [y, b.op("rt.reshape", [v], {"shape": tuple(shape)})])
+    return y if y.type.dtype == dtype else b.op("rt.cast", [y], {"dtype": dtype.name})
+
+
+def group_norm(b: Builder, x: Value, groups: int, weight: Value | None, bias: Value | None, eps: float) -> Value:
+    """Group norm of NC... input: each sample's channels in `groups` groups of C / groups, each normalized over
+    its channels and positions, then a per-channel weight and bias. Instance norm is groups = C. The weight and
+    bias apply in the grouped layout, so that they fuse with the normalization (a reshape between would not)."""
+    n, c, *spatial = x.type.shape
+    grouped = b.op("rt.reshape", [x], {"shape": (n, groups, c // groups, *spatial)})
+    y = normalized(b, grouped, tuple(range(2, grouped.type.rank)), eps, _statistics_type(x))
+    y = _affine(b, y, weight, bias, (groups, c // groups) + (1,) * len(spatial), x.type.dtype)
+    return b.op("rt.reshape", [y], {"shape": x.type.shape})
+
+
+def batch_stats_norm(b: Builder, x: Value, weight: Value | None, bias: Value | None, eps: float) -> Value:
+    """Batch norm of NC... input by the batch's own statistics (training mode): each channel normalized over every
+    sample and position, then a per-channel weight and bias."""
+    y = normalized(b, x, (0, *range(2, x.type.rank)), eps, _statistics_type(x))
+    return _affine(b, y, weight, bias, (x.type.shape[1],) + (1,) * (x.type.rank - 2), x.type.dtype)
 
 
 def gelu(b: Builder, x: Value, approximate: str = "none") -> Value:
@@ -161,6 +204,32 @@ def conv2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), p
     y = b.op("rt.conv2d", [x, w], {"strides": tuple(strides), "pad": tuple(pad),
                                    "dilations": tuple(dilations), "groups": groups})
     return b.op("rt.add", [y, channel_vector(b, bias, 4)]) if bias is not None else y
+
+
+def conv_transpose2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), pad=(0, 0, 0, 0),
+                     dilations=(1, 1), groups: int = 1) -> Value:
+    """NCHW transposed convolution (conv2d's gradient with respect to its input) with an IOHW filter
+    ([C_in, C_out / groups, kh, kw], as torch and ONNX hold it), plus a per-output-channel bias. `pad` (top,
+    bottom, left, right) crops the full output, (H - 1) * stride + dilation * (kh - 1) + 1 rows; a negative
+    amount extends it (an output padding is a smaller bottom or right).
+
+    Spelled as a conv2d: over the input dilated by the stride (stride - 1 zeros between neighbours) and padded by
+    dilation * (k - 1) - pad, with the kernel flipped and its in and out channels swapped within each group.
+    At stride 1 that is conv2d's own padding (negative: a crop), and nothing is materialized. A stride s writes
+    the zero-stuffed input, s_h * s_w times the input, and the conv spends s_h * s_w times the multiplies that a
+    transposed conv needs, on zeros; splitting it into s_h * s_w phases of small convs would avoid both. The
+    zeros after the last row and column stay, and count toward the far side's padding."""
+    cin, cout_per_group, kh, kw = w.type.shape
+    per_group = (groups, cin // groups, cout_per_group, kh, kw)
+    w = b.op("rt.transpose", [b.op("rt.reshape", [w], {"shape": per_group})], {"perm": (0, 2, 1, 3, 4)})
+    w = reverse(b, b.op("rt.reshape", [w], {"shape": (groups * cout_per_group, cin // groups, kh, kw)}), (2, 3))
+    sh, sw = strides
+    x = spread(b, x, (0, 0, sh - 1, sw - 1))
+    spans = (dilations[0] * (kh - 1), dilations[0] * (kh - 1) - (sh - 1),
+             dilations[1] * (kw - 1), dilations[1] * (kw - 1) - (sw - 1))
+    around = [span - p for span, p in zip(spans, pad)]  # (top, bottom, left, right) of the correlation
+    x = pad_signed(b, x, (0, 0, min(around[0], 0), min(around[2], 0)), (0, 0, min(around[1], 0), min(around[3], 0)))
+    return conv2d(b, x, w, bias, (1, 1), tuple(max(a, 0) for a in around), dilations, groups)
 
 
 def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
@@ -257,9 +326,9 @@ def reverse(b: Builder, x: Value, axes) -> Value:
     return x
 
 
-def dilate(b: Builder, x: Value, interior, value=0) -> Value:
-    """`interior[d]` copies of `value` between neighbours along each axis d (StableHLO's interior padding,
-    an input dilation of interior + 1): pad a unit axis after each dilated one, merge, drop the tail."""
+def spread(b: Builder, x: Value, interior, value=0) -> Value:
+    """`interior[d]` copies of `value` after each element along each axis d, the last one's included:
+    pad a unit axis after each spread one, and merge."""
     if not any(interior):
         return x
     lifted, padded, merged = [], [], []
@@ -269,7 +338,15 @@ def dilate(b: Builder, x: Value, interior, value=0) -> Value:
         merged.append(size * (k + 1) if k else size)
     y = b.op("rt.pad", [b.op("rt.reshape", [x], {"shape": tuple(lifted)})],
              {"low": (0,) * len(lifted), "high": tuple(padded), "value": value})
-    y = b.op("rt.reshape", [y], {"shape": tuple(merged)})
+    return b.op("rt.reshape", [y], {"shape": tuple(merged)})
+
+
+def dilate(b: Builder, x: Value, interior, value=0) -> Value:
+    """`interior[d]` copies of `value` between neighbours along each axis d (StableHLO's interior padding,
+    an input dilation of interior + 1): spread, then drop the tail."""
+    if not any(interior):
+        return x
+    y = spread(b, x, interior, value)
     limit = tuple((size - 1) * (k + 1) + 1 if size else 0 for size, k in zip(x.type.shape, interior))
     return b.op("rt.slice", [y], {"start": (0,) * len(limit), "limit": limit, "stride": (1,) * len(limit)})
 

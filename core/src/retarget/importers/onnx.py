@@ -581,6 +581,33 @@ def _batch_norm(n):
     return [y, running(mean, batch_mean), running(var, batch_var)]
 
 
+@handles("InstanceNormalization")
+def _instance_norm(n):
+    x = n(0)
+    return C.group_norm(n.b, x, x.type.shape[1], n(1), n(2), n.attr("epsilon", 1e-5))
+
+
+@handles("GroupNormalization")
+def _group_norm(n):
+    """Opset 21's scale and bias are per channel; opset 18's per group, each shared by its group's channels.
+    Statistics are computed in f32 (or f64 for f64 input), whatever `stash_type` says."""
+    x, scale, bias = n(0), n(1), n(2)
+    groups, channels = n.attr("num_groups"), x.type.shape[1]
+    if n.opset < 21:
+        scale, bias = (_per_channel(n.b, v, groups, channels) for v in (scale, bias))
+    return C.group_norm(n.b, x, groups, scale, bias, n.attr("epsilon", 1e-5))
+
+
+def _per_channel(b: Builder, v: Value, groups: int, channels: int) -> Value:
+    """A per-group vector [G] as a per-channel one [C]: each entry repeated for the C / G channels of its group."""
+    if v.type.shape != (groups,):
+        raise InputError(f"GroupNormalization-18's scale and bias hold one value per group ({groups}), got {v.type}",
+                         hint="opset 21 and later take one per channel")
+    wide = b.op("rt.broadcast", [b.op("rt.reshape", [v], {"shape": (groups, 1)})],
+                {"shape": (groups, channels // groups)})
+    return b.op("rt.reshape", [wide], {"shape": (channels,)})
+
+
 @handles("Gemm")
 def _gemm(n):
     a, b = n(0), n(1)
@@ -666,6 +693,42 @@ def _conv(n):
     bias = n(2) if n.has(2) else None
     y = C.conv2d(n.b, x4, w4, bias, strides, (begin[0], end[0], begin[1], end[1]), dilations, n.attr("group", 1))
     if rank == 3:
+        y = n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
+    return y
+
+
+@handles("ConvTranspose")
+def _conv_transpose(n):
+    """Output size s * (in - 1) + output_padding + dilation * (k - 1) + 1 - pads. With `output_shape` (or
+    SAME_UPPER / SAME_LOWER, whose output is in * s) the pads are what makes that size, their odd one at the
+    end for SAME_UPPER and at the start otherwise; as ONNX's reference computes them, with floor division."""
+    x, w = n(0), n(1)
+    spatial = list(x.type.shape[2:])
+    kernel = list(n.attr("kernel_shape", w.type.shape[2:]))
+    strides, dilations = _spatial_attrs(n, x.type.rank, kernel)
+    extra = list(n.attr("output_padding", [0] * len(kernel)))
+    auto = n.attr("auto_pad", "NOTSET")
+    wanted = n.attr("output_shape")
+    if wanted is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = list(wanted)[-len(spatial):] if wanted is not None else [d * s for d, s in zip(spatial, strides)]
+        total = [s * (d - 1) + e + dil * (k - 1) + 1 - o
+                 for d, s, e, dil, k, o in zip(spatial, strides, extra, dilations, kernel, wanted, strict=True)]
+        small = [t // 2 for t in total]
+        big = [t - h for t, h in zip(total, small)]
+        begin, end = (small, big) if auto == "SAME_UPPER" else (big, small)
+    elif auto == "VALID":
+        begin = end = [0] * len(spatial)
+    else:
+        pads = list(n.attr("pads", [0] * 2 * len(spatial)))
+        begin, end = pads[:len(spatial)], pads[len(spatial):]
+    end = [p - e for p, e in zip(end, extra)]  # the output padding extends the end: a smaller crop there
+    x4, w4 = _lift_1d(n, x), _lift_1d(n, w)
+    if len(spatial) == 1:
+        strides, dilations, begin, end = [1] + strides, [1] + dilations, [0] + begin, [0] + end
+    bias = n(2) if n.has(2) else None
+    y = C.conv_transpose2d(n.b, x4, w4, bias, strides, (begin[0], end[0], begin[1], end[1]), dilations,
+                           n.attr("group", 1))
+    if len(spatial) == 1:
         y = n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
     return y
 

@@ -573,6 +573,22 @@ def _batch_norm(cv, node, x, weight, bias, mean, var, momentum, eps):
     return _Multi((inference_batch_norm(cv, x, weight, bias, mean, var, eps), None, None))
 
 
+@handles("_native_batch_norm_legit")
+def _batch_stats_norm(cv, node, x, weight, bias, *args):
+    """`.no_stats`: normalized by the batch's own statistics; F.instance_norm exports to it, over the input
+    viewed as one sample of N * C channels."""
+    if not str(node.target).endswith(".no_stats"):
+        raise UnsupportedOpError(f"'{node.target}' is not supported (of its overloads only .no_stats is)",
+                                 hint="a batch norm in training mode: export the model in eval mode")
+    training, momentum, eps = args
+    return _Multi((C.batch_stats_norm(cv.b, x, weight, bias, eps), None, None))
+
+
+@handles("native_group_norm")
+def _native_group_norm(cv, node, x, weight, bias, n, c, positions, groups, eps):
+    return _Multi((C.group_norm(cv.b, x, groups, weight, bias, eps), None, None))
+
+
 def inference_batch_norm(cv, x, weight, bias, mean, var, eps):
     c = x.type.shape[1]
     dtype = x.type.dtype
@@ -583,8 +599,6 @@ def inference_batch_norm(cv, x, weight, bias, mean, var, eps):
 
 @handles("convolution")
 def _convolution(cv, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise UnsupportedOpError("transposed convolution is not supported")
     rank = x.type.rank
     if rank not in (3, 4):
         raise UnsupportedOpError(f"convolution of rank {rank} is not supported (1-D and 2-D are)")
@@ -592,9 +606,15 @@ def _convolution(cv, node, x, w, bias, stride, padding, dilation, transposed, ou
         x = cv.reshape(x, x.type.shape[:2] + (1,) + x.type.shape[2:])
         w = cv.reshape(w, w.type.shape[:2] + (1,) + w.type.shape[2:])
         stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
+        output_padding = (0, *output_padding)
     ph, pw = padding
-    y = C.conv2d(cv.b, x, w, bias, strides=tuple(stride), pad=(ph, ph, pw, pw),
-                 dilations=tuple(dilation), groups=groups)
+    if transposed:  # the output padding extends the far side: a smaller crop there
+        oph, opw = output_padding
+        y = C.conv_transpose2d(cv.b, x, w, bias, strides=tuple(stride), pad=(ph, ph - oph, pw, pw - opw),
+                               dilations=tuple(dilation), groups=groups)
+    else:
+        y = C.conv2d(cv.b, x, w, bias, strides=tuple(stride), pad=(ph, ph, pw, pw),
+                     dilations=tuple(dilation), groups=groups)
     if rank == 3:
         y = cv.reshape(y, cv.out_type(node)[0])
     return y

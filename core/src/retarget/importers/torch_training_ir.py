@@ -53,11 +53,16 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.upsample_bilinear2d.vec": (NEW, None),
     "aten.var.dim": (NEW, None),
     "aten.conv2d.default": (NEW, None),
+    "aten.conv_transpose1d.default": (NEW, None),
+    "aten.conv_transpose2d.input": (NEW, None),
     "aten.linear.default": (NEW, None),
     "aten.matmul.default": (NEW, None),
     "aten.batch_norm.default": (NEW, (lambda a: not a["training"] and a["running_mean"] is not None
                                       and a["running_var"] is not None, "in inference mode with running statistics")),
     "aten.layer_norm.default": (NEW, None),
+    "aten.group_norm.default": (NEW, None),
+    "aten.instance_norm.default": (NEW, (lambda a: not a["use_input_stats"] or a["running_mean"] is None,
+                                         "in eval mode or without running statistics")),
     "aten.softmax.int": (NEW, None),
     "aten.log_softmax.int": (NEW, None),
     "aten.relu6.default": (NEW, None),
@@ -238,9 +243,28 @@ def _conv(cv, node, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
                         False, (0,) * n, groups)
 
 
+@handles("conv_transpose1d", "conv_transpose2d")
+def _conv_transpose(cv, node, x, w, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    n = x.type.rank - 2
+    return _convolution(cv, node, x, w, bias, _ntuple(stride, n), _ntuple(padding, n), _ntuple(dilation, n),
+                        True, _ntuple(output_padding, n), groups)
+
+
 @handles("batch_norm")
 def _batch_norm(cv, node, x, weight, bias, mean, var, training, momentum, eps, *_):
     return inference_batch_norm(cv, x, weight, bias, mean, var, eps)
+
+
+@handles("group_norm")
+def _group_norm(cv, node, x, groups, weight=None, bias=None, eps=1e-5, *_):
+    return C.group_norm(cv.b, x, groups, weight, bias, eps)
+
+
+@handles("instance_norm")
+def _instance_norm(cv, node, x, weight, bias, mean, var, use_input_stats, momentum, eps, *_):
+    if not use_input_stats:  # eval mode with tracked statistics: a batch norm by them
+        return inference_batch_norm(cv, x, weight, bias, mean, var, eps)
+    return C.group_norm(cv.b, x, x.type.shape[1], weight, bias, eps)
 
 
 @handles("layer_norm")
