@@ -749,24 +749,17 @@ def _argmax(cv, node, x, dim=None, keepdim=False):
     return cv.reshape(y, cv.out_type(node)[0])
 
 
-@handles("sort")
+@handles("sort", "topk")
 def _sort(cv, node, x, *args, **kwargs):
-    """sort and sort.stable: `C.sort` is stable, so `stable` changes nothing."""
+    """sort, sort.stable (`C.sort` is stable, so `stable` changes nothing) and topk, always sorted (torch allows it
+    for sorted=False); equal values come in their order along `dim`."""
     bound = _named_arguments(node)
     if x.type.rank == 0:
         return _Multi((x, cv.tensor(0, DTYPES["i64"])))
     dim = C.normalize_axis(bound["dim"], x.type.rank)
+    if "k" in bound:  # topk
+        return _Multi(C.sort(cv.b, x, dim, descending=bool(bound["largest"]), k=int(bound["k"])))
     return _Multi(C.sort(cv.b, x, dim, descending=bool(bound["descending"])))
-
-
-@handles("topk")
-def _topk(cv, node, x, *args, **kwargs):
-    """topk, always sorted (torch allows it for sorted=False); equal values come in their order along `dim`."""
-    bound = _named_arguments(node)
-    if x.type.rank == 0:
-        return _Multi((x, cv.tensor(0, DTYPES["i64"])))
-    dim = C.normalize_axis(bound["dim"], x.type.rank)
-    return _Multi(C.sort(cv.b, x, dim, descending=bool(bound["largest"]), k=int(bound["k"])))
 
 
 @handles("cumsum")
