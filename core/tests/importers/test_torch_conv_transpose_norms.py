@@ -14,22 +14,10 @@ F = torch.nn.functional
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
 from retarget.testing.numerics import relative_error  # noqa: E402
+from retarget.testing.torch_cases import module_of, randn  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
 TOLERANCE = 1e-5  # of the largest output magnitude, as the other importer tests
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.fixture
@@ -46,7 +34,7 @@ def matches_torch(monkeypatch):
     monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", spy)
 
     def check(fn, x):
-        model = (fn if isinstance(fn, torch.nn.Module) else Fn(fn)).eval()
+        model = (fn if isinstance(fn, torch.nn.Module) else module_of(fn)).eval()
         program = torch.export.export(model, (x,))
         with torch.no_grad():
             expected = to_numpy(model(x))
@@ -144,7 +132,7 @@ def test_half_precision_group_norm_takes_its_statistics_in_f32():
     """16384 values near 8 a group: their sum (131072) overflows f16, their mean does not."""
     weight = randn(8, seed=1).half()
     x = (randn(1, 8, 64, 64) + 8).half()
-    module = TorchImporter().load(Fn(lambda x: F.group_norm(x, 2, weight, weight)), example_inputs=(x,))
+    module = TorchImporter().load(module_of(lambda x: F.group_norm(x, 2, weight, weight)), example_inputs=(x,))
     (out,) = run_function(module.functions["main"], [x.numpy()])
     expected = F.group_norm(x.float(), 2, weight.float(), weight.float()).numpy()
     assert out.dtype == np.float16

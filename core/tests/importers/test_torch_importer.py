@@ -15,23 +15,15 @@ F = torch.nn.functional
 from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
 from retarget.importers.torch_export import HANDLERS, TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.testing.torch_cases import module_of, randn  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 def run_both(fn, *inputs, tol=1e-5):
     """Import `fn` (a function or module) both ways, as torch.export's training IR (where it imports as it
     stands) and decomposed to core ATen, run each on vmvx, and compare every output with torch.
     Returns the first."""
-    model = (fn if isinstance(fn, torch.nn.Module) else Fn(fn)).eval()
+    model = (fn if isinstance(fn, torch.nn.Module) else module_of(fn)).eval()
     program = torch.export.export(model, inputs)
     with torch.no_grad():
         expected = model(*inputs)
@@ -49,10 +41,6 @@ def run_both(fn, *inputs, tol=1e-5):
             else:
                 np.testing.assert_array_equal(out, ref)
     return modules[0]
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def test_accepts_modules_programs_and_pt2_paths():
@@ -191,9 +179,9 @@ def test_variance_of_the_training_ir_imports_as_it_stands(unbiased, spelled):
     from retarget.importers import torch_training_ir
 
     if spelled == "keyword":
-        fn = Fn(lambda x: torch.var(x, dim=[0, 2], unbiased=unbiased, keepdim=True))
+        fn = module_of(lambda x: torch.var(x, dim=[0, 2], unbiased=unbiased, keepdim=True))
     else:
-        fn = Fn(lambda x: torch.var(x, [0, 2], unbiased, True))
+        fn = module_of(lambda x: torch.var(x, [0, 2], unbiased, True))
     x = randn(3, 4, 5)
     assert torch_training_ir.plan(torch.export.export(fn, (x,))).reason is None
     run_both(fn, x)
@@ -257,7 +245,7 @@ def test_interpolate_nearest_modes_import_without_decomposition(monkeypatch, sha
         raise AssertionError("run_decompositions was called")
 
     monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
-    x, model = randn(*shape), Fn(lambda x: F.interpolate(x, **kwargs))
+    x, model = randn(*shape), module_of(lambda x: F.interpolate(x, **kwargs))
     module = verify(TorchImporter().load(torch.export.export(model, (x,))))
     (out,) = run_function(module.functions["main"], [to_numpy(x)])
     np.testing.assert_array_equal(out, to_numpy(model(x)))
@@ -302,14 +290,14 @@ def test_indexing_and_nearest_exact_compile_and_run(target):
                 F.interpolate(signal, scale_factor=1.5, mode="nearest-exact"))
 
     inputs = (x, i, j, image, signal)
-    module = TorchImporter().load(Fn(every_form), example_inputs=inputs)
+    module = TorchImporter().load(module_of(every_form), example_inputs=inputs)
     outs = retarget.load(retarget.compile(module, target), device="local-task").main(*[t.numpy() for t in inputs])
     for out, ref in zip(outs, every_form(*inputs), strict=True):
         np.testing.assert_array_equal(out, ref.numpy())
 
 
 def test_boolean_mask_index_is_refused_with_what_to_do_instead():
-    model = Fn(lambda x, mask: x[mask])
+    model = module_of(lambda x, mask: x[mask])
     x = randn(3, 4)
     with pytest.raises(UnsupportedOpError) as info:
         TorchImporter().load(model, example_inputs=(x, x > 0))
@@ -318,7 +306,11 @@ def test_boolean_mask_index_is_refused_with_what_to_do_instead():
 
 
 def test_unsupported_op_names_aten_op_node_and_source_line():
-    model = Fn(lambda x: torch.cumprod(x, dim=-1))
+    class Cumprod(torch.nn.Module):
+        def forward(self, x):
+            return torch.cumprod(x, dim=-1)
+
+    model = Cumprod()
     with pytest.raises(UnsupportedOpError) as info:
         TorchImporter().load(model, example_inputs=(randn(2, 3),))
     err = info.value
@@ -337,7 +329,7 @@ def test_untraceable_model_is_a_retarget_error():
         return x * 2 if x.sum() > 0 else x
 
     with pytest.raises(RetargetError, match="torch.export"):
-        TorchImporter().load(Fn(data_dependent), example_inputs=(randn(3),))
+        TorchImporter().load(module_of(data_dependent), example_inputs=(randn(3),))
 
 
 def test_missing_pt2_file_is_an_input_error(tmp_path):

@@ -15,22 +15,10 @@ from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers import torch_training_ir  # noqa: E402
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.testing.torch_cases import module_of, randn  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
 TARGETS = ["vmvx", "llvm-cpu"]
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def ints(low, high, shape, dtype, seed=0):
@@ -58,7 +46,7 @@ def compile_and_compare(fn, inputs, target):
     """Import `fn` both ways, compile each for `target`, run on local-task and compare every output with torch."""
     if target not in retarget.targets():
         pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
-    model = Fn(fn).eval()
+    model = module_of(fn).eval()
     program = torch.export.export(model, inputs)
     with torch.no_grad():
         expected = model(*inputs)
@@ -153,7 +141,7 @@ def test_ops_import_from_the_training_ir_as_it_stands(monkeypatch):
                 F.adaptive_avg_pool2d(x, (3, 2)), x.min(1).indices,
                 F.avg_pool2d(x, 3, 2, 1, True, True))
 
-    program = torch.export.export(Fn(every_op), (x,))
+    program = torch.export.export(module_of(every_op), (x,))
     assert torch_training_ir.plan(program).reason is None
     module = verify(TorchImporter().load(program))
     assert_matches(run_function(module.functions["main"], [to_numpy(x)]), every_op(x))

@@ -13,17 +13,9 @@ from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers.compose import SORT_AXIS_LIMIT  # noqa: E402
 from retarget.importers.torch_export import TorchImporter  # noqa: E402
 from retarget.passes.dispatch import form_dispatches  # noqa: E402
+from retarget.testing.torch_cases import module_of  # noqa: E402
 
 DEVICES = {"vmvx": "local-sync", "llvm-cpu": "local-task"}
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return tuple(self.fn(*args))
 
 
 @pytest.fixture(params=sorted(DEVICES))
@@ -36,8 +28,8 @@ def target(request):
 def check(target, fn, x, compared=None, reference=None):
     """Compile `fn` of `x` for `target`, run it, and compare outputs `compared` (default: all) with torch's
     (`reference`'s, default `fn`'s): same shape, dtype and elements (NaN where torch has NaN)."""
-    model = Fn(fn)
-    expected = [t.numpy() for t in Fn(reference or fn)(x)]
+    model = module_of(fn, as_tuple=True)
+    expected = [t.numpy() for t in module_of(reference or fn, as_tuple=True)(x)]
     module = TorchImporter().load(model, example_inputs=(x,))
     outs = retarget.load(retarget.compile(module, target), device=DEVICES[target]).main(x.numpy())
     outs = outs if isinstance(outs, (list, tuple)) else (outs,)
@@ -109,7 +101,8 @@ def test_integer_inputs(target, dtype):
 def test_sort_and_topk_are_three_kernels_with_the_pairs_in_one_reduction():
     """Ranks, indices and values: each an elementwise compare fused into its reduction (or gather), never a
     buffer of n * n comparisons."""
-    module = TorchImporter().load(Fn(lambda x: torch.topk(x, 3, dim=1)), example_inputs=(distinct(2, 16, 3),))
+    model = module_of(lambda x: torch.topk(x, 3, dim=1), as_tuple=True)
+    module = TorchImporter().load(model, example_inputs=(distinct(2, 16, 3),))
     dispatches = form_dispatches(module.functions["main"])
     roots = [[op.name for op in d.function.ops if op.name in ("rt.reduce", "rt.gather")] for d in dispatches]
     assert roots == [["rt.reduce"], ["rt.reduce"], ["rt.gather"]]
@@ -117,7 +110,7 @@ def test_sort_and_topk_are_three_kernels_with_the_pairs_in_one_reduction():
 
 
 def test_an_axis_past_the_limit_is_refused_with_what_to_do():
-    model = Fn(lambda x: torch.sort(x, dim=0))
+    model = module_of(lambda x: torch.sort(x, dim=0), as_tuple=True)
     TorchImporter().load(model, example_inputs=(torch.zeros(SORT_AXIS_LIMIT, 2),))
     with pytest.raises(UnsupportedOpError) as info:
         TorchImporter().load(model, example_inputs=(torch.zeros(SORT_AXIS_LIMIT + 1, 2),))
