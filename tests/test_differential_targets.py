@@ -65,3 +65,26 @@ def test_random_models_match_float64(run_on_every_pair, target, device, family, 
         assert outcomes == {"ok": len(seeds)}, report.summary()
     else:
         assert outcomes == {"ok": len(seeds)}, report.summary()
+
+
+@pytest.mark.parametrize("target, device", PAIRS, ids=[t for t, _ in PAIRS])
+def test_argmax_and_argmin_take_nan_as_the_largest_on_every_pair(target, device):
+    """torch and numpy take NaN as larger than every number, so argmax and argmin return the first NaN's index.
+    Every compiled target returned the first number's instead (the lowering compared with `>` alone)."""
+    import numpy as np
+    import torch
+    from retarget.compiler import import_model
+
+    if why := _missing(target, device):
+        pytest.skip(why)
+
+    class ArgExtremes(torch.nn.Module):
+        def forward(self, x):
+            return x.argmax(-1), x.argmin(-1)
+
+    nan = float("nan")
+    x = torch.tensor([[1.0, nan, -3.0, nan], [2.0, 5.0, 5.0, 1.0], [nan, 1.0, 2.0, 3.0], [-1.0, -4.0, 7.0, nan]])
+    art = retarget.compile(import_model(ArgExtremes(), example_inputs=(x,)), target)
+    got = retarget.load(art, device=device).main(x.numpy())
+    for g, want in zip(got, ArgExtremes()(x)):
+        np.testing.assert_array_equal(g, want.numpy())

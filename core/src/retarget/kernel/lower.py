@@ -476,6 +476,8 @@ class _Lowering:
             at[axis] = Var(r)
             x = self.value(src, at)
             better = Compare("gt", x, Var(best, dt))
+            if dt.is_float:  # NaN is larger than every number, as torch and numpy take it: the first NaN wins
+                better = Select(Compare("ne", x, x), Compare("eq", Var(best, dt), Var(best, dt)), better)
             self.override[op.result] = Var(where, op.result.type.dtype)
             first = list(at)
             first[axis] = k.const(0)
