@@ -97,7 +97,7 @@ def normalized(b: Builder, x: Value, axes, eps: float, compute: str | None = Non
 def layer_norm(b: Builder, x: Value, axes, weight: Value | None, bias: Value | None, eps: float) -> Value:
     """(x - mean) / sqrt(var + eps) * weight + bias, over `axes` (the trailing ones); a half float computes in f32
     and is rounded once (`widen`)."""
-    y = normalized(b, x, axes, eps, compute="f32" if x.type.dtype.name in HALF_FLOATS else None)
+    y = normalized(b, x, axes, eps, _statistics_type(x))
     if weight is not None:
         y = b.op("rt.mul", [y, widen(b, weight)])
     if bias is not None:
@@ -126,7 +126,7 @@ def batch_norm(b: Builder, x: Value, scale: Value, bias: Value, mean_: Value, va
 
 def _statistics_type(x: Value) -> str | None:
     """f32 for half-precision x, whose statistics over many elements lose too much in f16; else x's own."""
-    return "f32" if x.type.dtype.name in ("f16", "bf16") else None
+    return "f32" if x.type.dtype.name in HALF_FLOATS else None
 
 
 def _affine(b: Builder, y: Value, weight: Value | None, bias: Value | None, shape, dtype) -> Value:
