@@ -82,6 +82,20 @@ def test_verbose_shows_the_traceback(mlp_rtm):
     assert result.returncode == 2 and "Traceback" in result.stderr
 
 
+def test_a_bug_is_one_line_that_says_so(monkeypatch, capsys):
+    import retarget.cli as cli_module
+
+    def broken():
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(cli_module, "app", broken)
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 70 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "internal error: OverflowError: cannot convert float infinity" in err and "--verbose" in err
+
+
 @pytest.mark.parametrize("command", ["plugins", "targets", "drivers", "devices"])
 def test_listings_have_json(command):
     result = cli(command, "--json")

@@ -144,3 +144,20 @@ def test_torch_export_dim_keeps_its_name_range_and_derived_sizes():
     for n in (2, 7):
         x = torch.randn(n, 4)
         np.testing.assert_allclose(_run(fn, x.numpy()), Model()(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_export_dim_without_bounds_is_at_least_one_and_unbounded():
+    torch = pytest.importorskip("torch")
+    from retarget.compiler import import_model
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2
+
+    # torch records the missing bound as its own int_oo, which claims to be finite
+    module = import_model(Model(), example_inputs=(torch.randn(3, 4),),
+                          dynamic_shapes=({0: torch.export.Dim("rows")},))
+    fn = module.functions["main"]
+    assert fn.symbols == {"rows": SymbolRange(1, None)}
+    x = torch.randn(300, 4)
+    np.testing.assert_allclose(_run(fn, x.numpy()), Model()(x).numpy())

@@ -1,7 +1,9 @@
 """The `retarget` command line. Flags and the --input syntax follow IREE's tools.
 
 Every error a user can cause prints one line, `error: what (what to do)`, and
-exits with code 2; `--verbose` adds the traceback.
+exits with code 2; `--verbose` adds the traceback. Anything else is a bug of
+ours or of a plugin: one line too, naming it as such, and exit code 70
+(sysexits' EX_SOFTWARE); Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
@@ -575,3 +577,15 @@ def main() -> None:
         # The message is text: `[b]` stays as written, and `vulkan-spirv:apple: ...` is no emoji code.
         err.print(f"[red]error:[/] {escape(e.oneline())}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as e:  # a bug, not the user's input: still one line, and how to report it
+        if _state["verbose"]:
+            traceback.print_exc()
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        err.print(f"[red]internal error:[/] {escape(type(e).__name__)}: {escape(str(e) or '(no message)')} "
+                  f"(at {escape(Path(where.filename).name)}:{where.lineno}). This is a bug in retarget or one of "
+                  f"its plugins, not in your input: run again with --verbose for the traceback and report it",
+                  highlight=False, soft_wrap=True)
+        sys.exit(70)

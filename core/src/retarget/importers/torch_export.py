@@ -348,9 +348,9 @@ def _symbol_range(program, expr) -> SymbolRange:
     vr = program.range_constraints.get(expr)
     if vr is None:
         return SymbolRange()
-    lo, hi = vr.lower, vr.upper
-    lo = int(lo) if getattr(lo, "is_finite", True) and getattr(lo, "is_number", True) else 0
-    hi = int(hi) if getattr(hi, "is_finite", False) and getattr(hi, "is_number", True) else None
+    # Bounds are sympy Integers, or torch's int_oo for none (which claims is_finite; only is_Integer tells).
+    lo = int(vr.lower) if getattr(vr.lower, "is_Integer", False) else 0
+    hi = int(vr.upper) if getattr(vr.upper, "is_Integer", False) else None
     return SymbolRange(max(lo, 1), hi)  # a symbolic size is at least 1 (torch allows 0)
 
 
