@@ -47,6 +47,31 @@ def test_graphs_draw_every_op_kind_over_a_few_seeds():
         assert kind in names, kind
 
 
+def test_integer_graphs_draw_every_integer_op_kind_and_dtype_over_a_few_seeds():
+    names = " ".join(" ".join(make_model(seed, "int", dtype)[2]) for seed in range(150) for dtype in ("i8", "i64"))
+    for kind in ("x // -", "remainder(x, -", "fmod(x, ", "rounding_mode=trunc", "x >> ", "x << ", "x & ", "x ^ ",
+                 "~x", "abs", "neg", "clamp(", "to(int8)", "to(uint8)", "to(f32)", "to(bool)", "sum(dim",
+                 "dtype=x.dtype",
+                 "cumsum", "count_nonzero", "argmax", "argmin", "x // y", "remainder(x, y)", "x < y (bool)",
+                 "where(x > y", "permute", "cat("):
+        assert kind in names, kind
+    _, (x,), _ = make_model(3, "int", "ui8")
+    assert x.dtype == torch.uint8
+
+
+def test_a_family_refuses_a_dtype_it_does_not_take():
+    with pytest.raises(ValueError, match="the int family takes i8, ui8, i16, i32, i64, not f32"):
+        make_model(0, "int", "f32")
+    result = subprocess.run([sys.executable, "-m", "retarget.testing.differential", "--family", "gemm", "--dtype",
+                             "i8"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--family gemm takes --dtype f32, f16" in result.stderr
+
+
+def test_a_short_integer_run_on_vmvx_is_exact():
+    report = check(range(12), VMVX, "int", "i8")
+    assert report.outcomes == {"ok": 12} and report.worst[VMVX[0][0] + "=" + VMVX[0][1]] == 0.0, report.summary()
+
+
 def _outputs(seeds, dtype="f32"):
     """seed -> (the model's output in `dtype`, its output in float64)."""
     outputs = {}

@@ -81,3 +81,13 @@ def test_narrowed_vars_carry_the_i32_type():
     narrowed = narrow_indices(_conv())
     assigns = [s for s in k.walk_stmts(narrowed.body) if isinstance(s, k.Assign) and s.value.dtype.is_integer]
     assert assigns and all(s.value.dtype == I32 for s in assigns)
+
+
+def test_i64_data_constants_past_i32_stay_i64():
+    """The min of i64 values starts from INT64_MAX: data, not index arithmetic, though both are i64 constants.
+    Narrowed to i32 it overflowed, and the bounds check refused the kernel."""
+    kernel = _kernel(lambda b, x: b.op("rt.reduce", [x], {"kind": "min", "axes": (1,), "keepdims": False}), (4, 13),
+                     dtype=dtypes.i64)
+    consts = [e for e in k.walk_exprs(narrow_indices(kernel).body) if isinstance(e, k.Const)]
+    assert any(c.value == 2**63 - 1 and c.dtype == dtypes.i64 for c in consts)
+    assert all(-2**31 <= c.value < 2**31 for c in consts if c.dtype == I32)

@@ -84,6 +84,11 @@ def test_npy_inputs_come_back_c_contiguous_in_native_byte_order(tmp_path):
     np.testing.assert_array_equal(big_endian, [0, 1, 2])
 
 
+def test_an_npy_scalar_stays_a_scalar(tmp_path):
+    got = parse_input(_npy(tmp_path, np.array(3.5, np.float32)))  # ascontiguousarray made it shape (1,)
+    assert got.shape == () and got == 3.5
+
+
 def test_an_npy_header_promising_more_than_the_file_holds_is_refused_before_allocating(tmp_path):
     path = tmp_path / "a.npy"
     with open(path, "wb") as f:

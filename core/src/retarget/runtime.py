@@ -665,7 +665,7 @@ def read_npy(path: str) -> np.ndarray:
                 raise ValueError(f"its header promises {nbytes:,} bytes of data and the file holds {size - offset:,}")
             data = f.read(nbytes)
         array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
-        return np.ascontiguousarray(array, dtype=native)
+        return np.require(array, native, "C")  # as ascontiguousarray, but a 0-d array stays 0-d
     except InputError:
         raise
     except OSError as e:

@@ -161,6 +161,27 @@ def test_integer_division_rounding_modes():
                            a // b), a, b)
 
 
+def test_remainder_takes_the_divisors_sign_and_fmod_the_dividends():
+    """torch.remainder is Python's %; it imported as C's fmod, wrong wherever the signs differ."""
+    a, b = torch.tensor([7, -7, 6, -6, 5, 0]), torch.tensor([2, 2, -4, 4, -3, -3])
+    run_both(lambda a, b: (torch.remainder(a, b), torch.remainder(a, -3), a % 4, torch.fmod(a, b),
+                           torch.remainder(a.float() * 0.5, b.float())), a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_shifts_by_numbers_and_tensors_as_torch_shifts(dtype):
+    """Right shifts are arithmetic for signed types; past the width they leave the sign (or 0); left shifts wrap."""
+    x = torch.tensor([0, 1, 5, 100, 127, -1, -100, -128], dtype=torch.int64).to(dtype)
+    y = torch.tensor([0, 1, 2, 3, 7, 1, 20, 4], dtype=torch.int64).to(dtype)
+    run_both(lambda x, y: (x >> 2, x << 3, x >> 9, x << 9, x >> y, torch.bitwise_right_shift(x, 1),
+                           torch.bitwise_left_shift(x, 1)), x, y)
+
+
+def test_a_negative_number_with_unsigned_bytes_wraps_as_in_torch():
+    x = torch.tensor([10, 7, 0, 255, 254], dtype=torch.uint8)
+    run_both(lambda x: (x // -2, x + (-1), torch.remainder(x, -3)), x)
+
+
 def test_embedding_and_index_select():
     table = randn(10, 6)
     idx = torch.tensor([[1, 3, 9], [0, 0, 2]])

@@ -32,3 +32,19 @@ def tokens_and_masks():
 
     torch.manual_seed(0)
     return Model().eval(), torch.tensor([[3, 49, 0, 7, 7], [1, 2, 48, 0, 30]])
+
+
+@pytest.fixture(scope="session")
+def image_bytes():
+    """(model, image): a uint8 RGBA image in (HWC, as a canvas gives it), normalized to f32 inside, and 8- and
+    16-bit integers out, whose arithmetic wraps at their width: what WGSL holds as parts of u32 words."""
+    torch = pytest.importorskip("torch")
+
+    class Model(torch.nn.Module):
+        def forward(self, image):
+            x = image.permute(2, 0, 1).float() / 255.0
+            return (x.mean((1, 2)), image // 3, image.to(torch.int8) + 100, (image.to(torch.int16) - 128) * 300,
+                    image >> 4)
+
+    torch.manual_seed(0)
+    return Model().eval(), torch.randint(0, 256, (5, 7, 4), dtype=torch.uint8)

@@ -324,6 +324,21 @@ def test_token_ids_argmax_and_masks_run_on_webgpu(webgpu_device, tokens_and_mask
         m.main(np.full((2, 5), 2**32))
 
 
+def test_uint8_images_and_8_and_16_bit_integers_run_on_webgpu(webgpu_device, image_bytes):
+    torch = pytest.importorskip("torch")
+    from retarget.compiler import import_model
+
+    model, image = image_bytes
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(image)]
+    m = retarget.load(retarget.compile(import_model(model, example_inputs=(image,)), "webgpu-spirv"), device="webgpu")
+    got = m.main(image.numpy())
+    assert [g.dtype for g in got] == [e.dtype for e in expected] == [np.float32, np.uint8, np.int8, np.int16, np.uint8]
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
+    for g, e in zip(got[1:], expected[1:]):  # exact, wrapped where torch wraps (int8 + 100, int16 * 300)
+        np.testing.assert_array_equal(g, e)
+
+
 def test_an_i64_constant_beyond_i32_is_refused_at_compile_time_naming_its_op():
     torch = pytest.importorskip("torch")
     from retarget.compiler import import_model

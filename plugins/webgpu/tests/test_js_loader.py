@@ -236,6 +236,18 @@ def test_token_ids_argmax_and_masks_in_the_js_loader_match_torch(dawn, tmp_path,
     assert "input 0 ('ids') of main holds -1099511627776, outside [-2147483648, 2147483647]" in refused["error"]
 
 
+def test_a_uint8_image_and_8_and_16_bit_integers_in_the_js_loader_match_torch(dawn, tmp_path, image_bytes):
+    """A Uint8Array in (a canvas's pixels); Int8Array and Int16Array out, held by the kernels in 32-bit words."""
+    model, image = image_bytes
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(image)]
+    export(retarget.compile(import_model(model, example_inputs=(image,)), "webgpu-spirv"), tmp_path / "model")
+    got = _run(tmp_path / "model", [image.numpy()], dtypes=[e.dtype for e in expected])["outputs"][0]
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
+    for g, e in zip(got[1:], expected[1:]):
+        np.testing.assert_array_equal(g, e.ravel())
+
+
 def test_an_input_of_the_wrong_size_is_refused_with_the_shape(dawn, mlp_folder):
     result = _run(mlp_folder, [np.zeros(100, np.float32)])
     assert result["name"] == "RetargetError"

@@ -37,6 +37,45 @@ def relu(b: Builder, x: Value) -> Value:
     return clamp(b, x, lo=0)
 
 
+def shift(b: Builder, x: Value, amount, left: bool) -> Value:
+    """x shifted by `amount` bits (a number, or for a right shift a tensor), as torch and ONNX shift: a right shift
+    is arithmetic for signed x, and past the width it leaves the sign (signed) or 0 (unsigned); a left shift
+    wraps, so it is a multiplication by 2^amount in x's type (0 past the width)."""
+    bits = x.type.dtype.bits
+    if isinstance(amount, Value):
+        if left:
+            raise UnsupportedOpError("a left shift by amounts in a tensor is not supported",
+                                     hint="shift by a number, or multiply by a power of two")
+        amount = b.op("rt.cast", [amount], {"dtype": x.type.dtype.name}) if amount.type.dtype != x.type.dtype \
+            else amount
+        if x.type.dtype.kind == "int":
+            return b.op("rt.shr", [x, clamp(b, amount, 0, bits - 1)])
+        past = b.op("rt.cmp", [amount, scalar(b, bits, amount)], {"predicate": "ge"})
+        return b.op("rt.select", [past, scalar(b, 0, x), b.op("rt.shr", [x, clamp(b, amount, hi=bits - 1)])])
+    amount = int(amount)
+    if amount < 0:
+        raise UnsupportedOpError(f"a shift by {amount} bits is not defined", hint="shift by 0 or more bits")
+    if left:
+        factor = np.array(1 << amount if amount < bits else 0, np.uint64).astype(x.type.dtype.np_dtype)  # wraps
+        return b.op("rt.mul", [x, b.constant(factor)])
+    if amount >= bits and x.type.dtype.kind == "uint":
+        return b.op("rt.mul", [x, scalar(b, 0, x)])
+    return b.op("rt.shr", [x, scalar(b, min(amount, bits - 1), x)])
+
+
+def floor_mod(b: Builder, x: Value, y: Value) -> Value:
+    """x mod y with the sign of y, as Python's `%`, torch's `remainder` and ONNX's Mod (fmod=0) take it: the
+    truncating remainder (`rt.rem`, exact), plus y where it is nonzero and its sign differs from y's."""
+    r = b.op("rt.rem", [x, y])
+    if r.type.dtype.kind in ("uint", "bool"):
+        return r
+    zero = scalar(b, 0, r)
+    differ = b.op("rt.cmp", [b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
+                             b.op("rt.cmp", [y, zero], {"predicate": "lt"})], {"predicate": "ne"})
+    fix = b.op("rt.and", [b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
+    return b.op("rt.select", [fix, b.op("rt.add", [r, y]), r])
+
+
 HALF_FLOATS = ("f16", "bf16")
 
 

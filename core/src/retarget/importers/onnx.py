@@ -378,15 +378,7 @@ def _pow(n):
 
 @handles("Mod")
 def _mod(n):
-    a, b = n(0), n(1)
-    r = n.b.op("rt.rem", [a, b])
-    if n.attr("fmod", 0) or a.type.dtype.kind == "uint":
-        return r
-    zero = C.scalar(n.b, 0, r)
-    differ = n.b.op("rt.cmp", [n.b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
-                               n.b.op("rt.cmp", [b, zero], {"predicate": "lt"})], {"predicate": "ne"})
-    fix = n.b.op("rt.and", [n.b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
-    return n.b.op("rt.select", [fix, n.b.op("rt.add", [r, b]), r])
+    return n.b.op("rt.rem", [n(0), n(1)]) if n.attr("fmod", 0) else C.floor_mod(n.b, n(0), n(1))
 
 
 def _variadic(rt_name, mean=False):

@@ -319,6 +319,8 @@ class _Converter:
         """`x` (a Value or a Python number) as a tensor of `dtype`."""
         if isinstance(x, Value):
             return x if x.type.dtype == dtype else self.b.op("rt.cast", [x], {"dtype": dtype.name})
+        if isinstance(x, int) and not isinstance(x, bool) and dtype.kind in ("int", "uint"):
+            return self.b.constant(np.array(x, np.int64).astype(dtype.np_dtype))  # wraps, as torch's x // -2 on uint8
         return self.b.constant(np.array(x, dtype=dtype.np_dtype))
 
     def reshape(self, x: Value, shape) -> Value:
@@ -420,7 +422,7 @@ for _aten, _rt in {
     _UNARY_RT.add(f"rt.{_rt}")
     HANDLERS[_aten] = _elementwise(f"rt.{_rt}")
 for _aten, _rt in {"mul": "mul", "maximum": "max", "minimum": "min", "pow": "pow", "fmod": "rem",
-                   "remainder": "rem", "atan2": "atan2", "bitwise_and": "and", "bitwise_or": "or",
+                   "atan2": "atan2", "bitwise_and": "and", "bitwise_or": "or",
                    "bitwise_xor": "xor", "logical_and": "and", "logical_or": "or", "logical_xor": "xor"}.items():
     HANDLERS[_aten] = _elementwise(f"rt.{_rt}")
 
@@ -434,6 +436,20 @@ def _add_sub(cv, node, a, b, alpha=1):
     if alpha != 1:
         b = cv.b.op("rt.mul", [b, cv.tensor(alpha, dtype)])
     return cv.b.op("rt.sub" if "sub" in str(node.target) else "rt.add", [a, b])
+
+
+@handles("__rshift__", "bitwise_right_shift", "__lshift__", "bitwise_left_shift")
+def _shift(cv, node, a, b):
+    _, dtype = cv.out_type(node)
+    if not isinstance(b, Value) and not isinstance(a, Value):
+        raise UnsupportedOpError(f"'{node.target}' of two numbers is not supported", location=_loc_str(node))
+    return C.shift(cv.b, cv.tensor(a, dtype), b, left="lshift" in str(node.target) or "left" in str(node.target))
+
+
+@handles("remainder")
+def _remainder(cv, node, a, b):
+    _, dtype = cv.out_type(node)
+    return C.floor_mod(cv.b, cv.tensor(a, dtype), cv.tensor(b, dtype))
 
 
 @handles("div")

@@ -4,7 +4,10 @@ Semantics follow numpy where numpy has the op: elementwise ops broadcast,
 `rt.matmul` is `np.matmul`. Images are NCHW and conv filters OIHW; importers
 insert the transposes for other layouts, and passes fold them. Integer `div`
 and `rem` truncate toward zero, as C and every GPU do. `shr` shifts integers
-right (arithmetic for signed, logical for unsigned), by 0 to bits - 1.
+right (arithmetic for signed, logical for unsigned), by 0 to bits - 1. A cast
+from a float to an integer truncates toward zero and saturates at the type's
+bounds, NaN giving 0 (llvm's fptosi.sat; C leaves it undefined); one between
+integers wraps.
 
 Quantized weights (`passes/quantize.py` makes them) are packed into 32-bit words:
 `rt.dequantize(q, scale[, zero])` unpacks `bits`-bit unsigned values u along a

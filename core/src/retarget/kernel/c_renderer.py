@@ -211,6 +211,9 @@ class Dialect:
     # language computes them in one word (its `types`), so values must fit one; `high` is the high word of
     # value {0} (its sign, extended).
     word_pairs: dict = field(default_factory=dict)
+    # Narrow integer types a language computes in a wider one (WGSL: i8 and i16 in i32): dtype -> how a value {0}
+    # of the wide type wraps to the narrow one, as C's cast to the narrow type does. Absent: `cast`.
+    wrap: dict = field(default_factory=dict)
 
 
 C99 = Dialect(
@@ -370,7 +373,7 @@ WGSL_OPS = {
     "sign.float": f"select(sign({{0}}), {{0}}, {_WGSL_NAN.format('{0}')})",
     "sign.int": "sign({0})", "sign.uint": "{T}({0} != 0u)", "sign.bool": "{0}",
     "atan.float": f"select(atan({{0}}), {{0}}, {_WGSL_NAN.format('{0}')})",
-    "not.int": "(~{0})", "not.bool": "(!{0})",
+    "not.int": "(~{0})", "not.bool": "(!{0})", "neg.uint": "(0u - {0})",  # WGSL has no unary - of u32
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
     "div.float": "({0} / {1})", "div.int": "rt_div_{s}({0}, {1})",
     "rem.float": "({0} % {1})",  # truncated, as fmod
@@ -459,18 +462,42 @@ def _wgsl_word_parts(width: int, load: str, bits: str) -> dict:
             "load": load, "bits": bits, "store": store}
 
 
+def _wgsl_narrow_ints() -> tuple[dict, dict]:
+    """(word_parts, wrap) for WGSL's i8, ui8, i16 and ui16, computed in i32 and u32: a signed element is read
+    by shifting it to the top of the word and back (arithmetic), an unsigned one by a shift and a mask."""
+    parts, wrap = {}, {}
+    for bits in (8, 16):
+        mask = f"0x{(1 << bits) - 1:x}u"
+        top = 32 - bits
+        parts[f"i{bits}"] = _wgsl_word_parts(
+            bits, load=f"(bitcast<i32>(({{0}}) << ({top}u - u32({{1}}) * {bits}u)) >> {top}u)",
+            bits=f"(bitcast<u32>({{0}}) & {mask})")
+        parts[f"ui{bits}"] = _wgsl_word_parts(bits, load=f"((({{0}}) >> (u32({{1}}) * {bits}u)) & {mask})",
+                                              bits=f"(({{0}}) & {mask})")
+        wrap[f"i{bits}"] = f"((({{0}}) << {top}u) >> {top}u)"
+        wrap[f"ui{bits}"] = f"(({{0}}) & {mask})"
+    return parts, wrap
+
+
+_WGSL_NARROW_PARTS, _WGSL_WRAP = _wgsl_narrow_ints()
+
 WGSL = Dialect(
     name="wgsl",
-    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "i32"},  # i64: index arithmetic
+    # i64: in i32 (index arithmetic, and data within i32); i8 and i16 in i32, wrapped after each op (`wrap`)
+    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "i32", "i16": "i32", "i8": "i32",
+           "ui16": "u32", "ui8": "u32"},
     storage={"f16": "f16"},
     from_storage={"f16": "f32({0})", "bf16": "bitcast<f32>(({0}) << 16u)"},
     to_storage={"f16": "f16({0})", "bf16": "rt_f32_to_bf16({0})"},  # bf16: its bits, in the low half of a u32
-    # WGSL has no 8- or 16-bit types in buffers and no shareable bool: bf16 buffers are u32 words of two elements,
-    # bool buffers of four (numpy's bytes), low part first; i64 buffers are pairs of i32 words (values within i32)
+    # WGSL has no 8- or 16-bit types in buffers and no shareable bool: bf16, i16 and ui16 buffers are u32 words of
+    # two elements, bool, i8 and ui8 buffers of four (numpy's bytes), low part first; i64 buffers are pairs of i32
+    # words (values within i32)
     word_parts={"bf16": _wgsl_word_parts(16, load="rt_bf16_half({0}, {1})", bits="rt_f32_to_bf16({0})"),
                 "i1": _wgsl_word_parts(8, load="(((({0}) >> (u32({1}) * 8u)) & 0xffu) != 0u)",
-                                       bits="select(0u, 1u, {0})")},
+                                       bits="select(0u, 1u, {0})"),
+                **_WGSL_NARROW_PARTS},
     word_pairs={"i64": {"word": "i32", "high": "(({0}) >> 31u)"}},
+    wrap=_WGSL_WRAP,
     kernel="@compute @workgroup_size({wx}, {wy}, {wz})\nfn {name}({params})",
     param="",
     global_param="@group(0) @binding({i}) var<storage, read_write> {name}: array<{T}>;",
@@ -567,14 +594,14 @@ def _helpers(d: Dialect) -> list[tuple[str, str]]:
         for dt_name, ctype in d.types.items():
             dt = DTYPES[dt_name]
             if dt.kind in kinds:
-                held = DTYPES["i32"] if ctype == d.types.get("i32") else dt  # WGSL computes i64 as i32
+                held = DTYPES["i32"] if dt.bits > 32 and ctype == d.types.get("i32") else dt  # WGSL's i64 is i32
                 fields = dict(Q=d.qualifier, T=ctype, s=dt_name, f=_suffix(dt, d), min=_int_min(held, d))
                 out.append((Template(name).substitute(fields), Template(body).substitute(fields)))
     for src in ("f32", "f64"):
         for dst, dctype in d.types.items():
             dt = DTYPES[dst]
             if src in d.types and dt.kind in ("int", "uint"):
-                held = DTYPES["i32"] if dctype == d.types.get("i32") else dt  # WGSL's i64 saturates as i32
+                held = DTYPES["i32"] if dt.bits > 32 and dctype == d.types.get("i32") else dt  # WGSL's i64: as i32
                 lo, hi = (-(2 ** (held.bits - 1)), 2 ** (held.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
                 fields = dict(Q=d.qualifier, T=d.types[src], D=dctype, s=src, d=dst, lo=f"{float(lo)!r}",
                               hi=f"{float(hi)!r}", dmin=_int_literal(lo, held, d), dmax=_int_literal(hi - 1, held, d))
@@ -899,6 +926,9 @@ class _Renderer:
         ctype = self.ctype(dt)
         if dt.kind == "bool":
             return "true" if e.value else "false"
+        if dt.name in self.d.word_pairs:  # values fit one word (the compiler refuses constants that do not), so a
+            lo, hi = -(2 ** 31), 2 ** 31 - 1  # kernel's own constant past it (a min's INT64_MAX) is the word's bound
+            return _int_literal(min(max(int(e.value), lo), hi), DTYPES["i32"], self.d)
         if dt.is_float:
             v = float(np.array(e.value, dtype=e.dtype.np_dtype))  # a half constant is rounded to its type once
             if math.isnan(v):
@@ -940,8 +970,14 @@ class _Renderer:
         c = self.compute(dt)
         text = template.format(*args, T=self.ctype(c), s=c.name, f=_suffix(c, self.d))
         if c.kind in ("int", "uint") and c.bits < 32:  # C computes these in int: wrap back, as numpy does
-            text = self.d.cast.format(text, T=self.ctype(c))
+            text = self.narrow(text, c)
         return text
+
+    def narrow(self, text: str, dt: DType) -> str:
+        """`text`, computed in a type at least as wide as `dt`'s (an int), as a value of `dt`: wrapped."""
+        if dt.name in self.d.wrap:
+            return self.d.wrap[dt.name].format(text)
+        return self.d.cast.format(text, T=self.ctype(dt))
 
     def expr_unary(self, e: k.Unary) -> str:
         return self.apply(self.template("unary", e.op, e.dtype), e.dtype, self.expr(e.a))
@@ -990,6 +1026,8 @@ class _Renderer:
         if cs.is_float and cd.kind in ("int", "uint"):
             self.ctype(cd)
             return f"rt_cast_{cs.name}_{cd.name}({text})"
+        if cd.name in self.d.wrap and cs.kind != "bool":  # to a narrow type computed in a wide one: wrap
+            return self.d.wrap[cd.name].format(self.d.cast.format(text, T=self.ctype(cd)))
         return self.d.cast.format(text, T=self.ctype(cd))
 
 

@@ -83,8 +83,8 @@ def _index_variables(kernel: k.Kernel) -> set[str]:
 
 
 def _is_index(e: k.Expr, index: set[str]) -> bool:
-    if isinstance(e, k.Const):
-        return e.dtype == k.INDEX
+    if isinstance(e, k.Const):  # i64 data has constants past i32 (INT64_MAX starts a min): not index arithmetic
+        return e.dtype == k.INDEX and -LIMIT - 1 <= int(e.value) <= LIMIT
     if isinstance(e, k.Var):
         return e.name in index
     if isinstance(e, k.Binary):

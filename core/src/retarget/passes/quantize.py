@@ -173,7 +173,7 @@ class _Ops:
         return self.b.op(name, operands, attrs)
 
     def constant(self, array) -> Value:
-        return self.b.op("rt.constant", [], {"value": DenseAttr(np.ascontiguousarray(array))})
+        return self.b.op("rt.constant", [], {"value": DenseAttr(np.require(array, requirements="C"))})
 
 
 def _rewrite(fn: Function, op: Operation, s: Scheme):

@@ -54,7 +54,7 @@ def fold_constants(module: Module) -> Module:
                 continue  # as big as an input known only at run time
             if out_type.nbytes > max([a.nbytes for a in inputs] + [FOLD_LIMIT_BYTES]):
                 continue  # e.g. a broadcast of a scalar: cheaper to compute than to store
-            value = np.ascontiguousarray(evaluate(op.name, op.attrs, inputs, out_type))
+            value = np.require(evaluate(op.name, op.attrs, inputs, out_type), requirements="C")  # 0-d stays 0-d
             op.name, op.operands, op.attrs = "rt.constant", [], {"value": DenseAttr(value)}
         eliminate_dead_ops(fn)
     return module

@@ -22,6 +22,7 @@ I32_A = np.array([7, -7, 7, -7, 5, 0, -8, 9, 3, -2147483647 - 1, 12, -3], dtype=
 I32_B = np.array([2, 2, -2, -2, 0, 3, 3, 4, 3, -1, 5, 0], dtype=np.int32)
 INT_UNARY = ("neg", "abs", "sign", "not")
 INT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor")
+NARROW_INTS = ("i8", "ui8", "i16", "ui16")
 FLOAT_UNARY = [op for op in k.UNARY_OPS if op != "not"]
 FLOAT_BINARY = [op for op in k.BINARY_OPS if op not in ("and", "or", "xor", "shr")]
 
@@ -92,6 +93,20 @@ def op_cases() -> dict:
     x8 = np.array([100, -100, 127, 5], np.int8)
     add("i8_add_wraps", lambda a: k.Binary("div", k.Binary("add", a, a), k.const(2, dtypes.i8)), [x8], dtypes.i8,
         ((x8 + x8) // 2).astype(np.int8) + (((x8 + x8) % 2 != 0) & ((x8 + x8) < 0)))
+    for name in NARROW_INTS:  # every op of the 8- and 16-bit integers, at their bounds (WGSL computes them in 32 bits)
+        dt = dtypes.DTYPES[name]
+        info = np.iinfo(dt.np_dtype)
+        a = np.concatenate([I32_A, [info.min, info.max, info.max, info.min]]).astype(dt.np_dtype)  # wrapped
+        b = np.concatenate([I32_B, [-1, 1, 2, 3]]).astype(dt.np_dtype)
+        for op in INT_UNARY:
+            add(f"{name}_{op}", lambda x, op=op: k.Unary(op, x), [a], dt, ref(f"rt.{op}", [a], dt))
+        for op in INT_BINARY:
+            add(f"{name}_{op}", lambda x, y, op=op: k.Binary(op, x, y), [a, b], dt, ref(f"rt.{op}", [a, b], dt))
+        amounts = (np.arange(len(a)) % dt.bits).astype(dt.np_dtype)
+        add(f"{name}_shr", lambda x, y: k.Binary("shr", x, y), [a, amounts], dt, ref("rt.shr", [a, amounts], dt))
+        add(f"{name}_to_i32", lambda x: k.Cast(x, i32), [a], i32, a.astype(np.int32))
+        add(f"i32_to_{name}", lambda x, dt=dt: k.Cast(x, dt), [I32_X], dt, I32_X.astype(dt.np_dtype))
+        add(f"f32_to_{name}", lambda x, dt=dt: k.Cast(x, dt), [wide], dt, ref("rt.cast", [wide], dt, {"dtype": name}))
     return cases
 
 

@@ -284,13 +284,24 @@ def _quantized_matmul(attrs, xq, x_scale, q, w_scale, w_zero=None):
     return out * _wide(x_scale).astype(np.float64)
 
 
+def _saturate(x: np.ndarray, target: np.dtype) -> np.ndarray:
+    """Floats as integers of `target`: truncated toward zero, saturated at its bounds, NaN as 0 (llvm's
+    fptosi.sat, what every compiled target does; C leaves it undefined, and numpy's astype wraps on x86)."""
+    info = np.iinfo(target)
+    x = np.trunc(np.nan_to_num(np.asarray(x, np.float64), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    above, below = x >= float(info.max), x <= float(info.min)  # float(max) rounds up to a power of two
+    out = np.where(above | below, 0, x).astype(target)
+    out[above], out[below] = info.max, info.min
+    return out
+
+
 def evaluate(name: str, attrs: dict, arrays: list[np.ndarray], result_type: TensorType) -> np.ndarray:
     """Run op `name` on `arrays`; the result has exactly `result_type`."""
     with np.errstate(all="ignore"):
         out = np.asarray(KERNELS[name](attrs, *arrays))
         target = result_type.dtype.np_dtype
         if out.dtype.kind == "f" and target.kind in "iu":
-            out = np.trunc(np.nan_to_num(out))
+            out = _saturate(out, target)
         if out.dtype != target:
             out = out.astype(target)
     if out.shape != result_type.shape:

@@ -61,7 +61,7 @@ def storage_type(dt: DType) -> ir.Type:
 # The elementwise ops `expr_unary` and `expr_binary` compute on integers and booleans, and the bitwise ops they
 # do not compute on floats; `support_table` refuses the rest, so placement sends them elsewhere.
 INTEGER_UNARY = ("neg", "abs", "not", "sign")
-INTEGER_BINARY = ("add", "sub", "mul", "and", "or", "xor", "div", "rem", "max", "min")
+INTEGER_BINARY = ("add", "sub", "mul", "and", "or", "xor", "shr", "div", "rem", "max", "min")
 NOT_ON_FLOATS = ("not", "and", "or", "xor", "shr")
 
 

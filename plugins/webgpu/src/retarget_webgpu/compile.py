@@ -46,11 +46,12 @@ from . import FORMAT
 
 MAGIC = "retarget-wgsl"
 VERSION = 1
-# dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 sits two to a u32 word and bool four
-# (the shared renderer's `word_parts`), an i64 in two i32 words (`word_pairs`); their bases count words: tensors
-# start on words.
+# dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 and the 16-bit integers sit two to a
+# u32 word, bool and the 8-bit integers four (the shared renderer's `word_parts`), an i64 in two i32 words
+# (`word_pairs`); their bases count words: tensors start on words.
 STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2), "bf16": ("u32", 4),
-                 "i1": ("u32", 4), "i64": ("i32", 4)}
+                 "i1": ("u32", 4), "i64": ("i32", 4), "i8": ("u32", 4), "ui8": ("u32", 4), "i16": ("u32", 4),
+                 "ui16": ("u32", 4)}
 INDEX_LIMIT = 2**31
 I64_RANGE = (-2**31, 2**31 - 1, "webgpu-spirv computes i64 in 32 bits (WGSL has no 64-bit integers)")
 
@@ -69,8 +70,8 @@ def _dialect(packed: bool):
 
 # Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
 REFUSED_BUFFERS = {"f64": "WGSL has no f64; use f32"}
-BUFFER_TYPES_NOTE = ("WGSL buffers hold f32, i32, u32, (with shader-f16) f16, and here bf16 and bool in u32 words "
-                     "and i64 (within i32) in pairs of i32 words")
+BUFFER_TYPES_NOTE = ("WGSL buffers hold f32, i32, u32, (with shader-f16) f16, and here bf16, bool and the 8- and "
+                     "16-bit integers in u32 words and i64 (within i32) in pairs of i32 words")
 SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not assume"
 
 

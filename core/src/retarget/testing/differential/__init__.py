@@ -19,11 +19,17 @@ Families:
   rounding upstream moves a jump. A graph may end in an integer or bool result (argmax/argmin, comparisons,
   logic, counts, casts), compared exactly;
 - `gemm`: one matmul, linear layer, batched matmul or convolution of random size (up to `max_size`), ragged
-  and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run.
+  and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run;
+- `int`: a chain of integer ops on an i8, ui8, i16, i32 or i64 input (every value of the 8-bit types, so that
+  arithmetic wraps): floor and truncating division and both remainders by numbers of both signs and by tensors,
+  shifts, bitwise ops, casts between integer types (wrapping) and through f32, sums in i64 and in the input's
+  type, cumulative sums, products, counts, argmax/argmin, comparisons, and the float graphs' moves. Its reference
+  is torch itself, and every result must be equal.
 
 A float result is wrong when its relative error (`numerics.relative_error`) against the same model in float64
 passes `TOLERANCE` for the family and dtype, or where it has NaN or an infinity that float64 has not (or the other
-way: the variance of one element is NaN in both); an integer or bool result, when its dtype or any element differs.
+way: the variance of one element is NaN in both); an integer or bool result, when its dtype or any element differs
+(the `int` family's reference is torch's own result, not float64's).
 An op that a target refuses with a `RetargetError` is counted as refused, not as a finding; any other exception
 is a finding.
 """
@@ -43,12 +49,13 @@ import numpy as np
 from ...errors import RetargetError
 from ..numerics import relative_error
 
-__all__ = ["DTYPES", "FAMILIES", "TOLERANCE", "Finding", "Report", "check", "make_model"]
+__all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "INT_DTYPES", "TOLERANCE", "Finding", "Report", "check", "make_model"]
 
 # relative error against float64 that a result may have, by family and dtype. In f16 the reference has the
 # same f16 inputs and weights; a gemm's error is its output's rounding and the order of its f32 sums, while
 # each op of a graph rounds its result to f16 where the float64 reference does not.
-TOLERANCE = {("graph", "f32"): 1e-4, ("gemm", "f32"): 1e-4, ("graph", "f16"): 1e-2, ("gemm", "f16"): 4e-3}
+TOLERANCE = {("graph", "f32"): 1e-4, ("gemm", "f32"): 1e-4, ("graph", "f16"): 1e-2, ("gemm", "f16"): 4e-3,
+             **{("int", d): 0.0 for d in ("i8", "ui8", "i16", "i32", "i64")}}
 DTYPES = ("f16", "f32")
 
 
@@ -551,14 +558,24 @@ def _model(steps, weights):
     return RandomModel().eval()
 
 
-def _graph(r: random.Random, max_size: int):
+def _graph(r: random.Random, max_size: int, dtype: str):
     torch, _ = _torch()
+    return _chain(r, GRAPH_OPS, EXACT, torch.randn(*_graph_shape(r, max_size)))
+
+
+def _graph_shape(r: random.Random, max_size: int) -> list[int]:
     rank = r.choice([2, 3, 4, 4])
     if rank == 4:
-        shape = [r.randint(1, 3), r.randint(1, 12), r.randint(3, 15), r.randint(3, 15)]
-    else:
-        shape = [r.randint(1, 4)] + [r.randint(1, min(17, max_size)) for _ in range(rank - 1)]
-    inputs, weights, steps, shapes, exact = [torch.randn(*shape)], [], [], [tuple(shape)], [True]
+        return [r.randint(1, 3), r.randint(1, 12), r.randint(3, 15), r.randint(3, 15)]
+    return [r.randint(1, 4)] + [r.randint(1, min(17, max_size)) for _ in range(rank - 1)]
+
+
+def _chain(r: random.Random, ops: dict, exact_ops, x, draws=None):
+    """(steps, weights, inputs): 2-7 ops of `ops` drawn in turn (from `draws`, where a name may repeat to weigh it
+    more), each on an earlier value (`x` first), until a bool result, or for a float graph an integer one, ends
+    the chain."""
+    torch, _ = _torch()
+    inputs, weights, steps, shapes, exact = [x], [], [], [tuple(x.shape)], [True]
 
     def param(t):
         weights.append(t)
@@ -568,8 +585,8 @@ def _graph(r: random.Random, max_size: int):
     for _ in range(200):
         if len(steps) == goal:
             break
-        name = r.choice(sorted(GRAPH_OPS))
-        build, second = GRAPH_OPS[name]
+        name = r.choice(draws or sorted(ops))
+        build, second = ops[name]
         i = r.choice([k for k, e in enumerate(exact) if e]) if second in ("exact", "mask") else r.randrange(len(shapes))
         if not shapes[i]:  # a scalar (a reduction of every axis) feeds no further op
             continue
@@ -584,7 +601,7 @@ def _graph(r: random.Random, max_size: int):
         try:
             with torch.no_grad():
                 out = _model(steps + [step], weights)(*inputs)
-        except (RuntimeError, ValueError, IndexError):  # torch refuses the shapes: draw again
+        except (RuntimeError, ValueError, IndexError, TypeError):  # torch refuses the shapes or types: draw again
             del weights[before:]
             continue
         if not 0 < out.numel() <= MAX_ELEMENTS:
@@ -592,9 +609,9 @@ def _graph(r: random.Random, max_size: int):
             continue
         steps.append(step)
         shapes.append(tuple(out.shape))
-        exact.append(name in EXACT and all(exact[k] for k in args))
-        if not out.dtype.is_floating_point:  # an index or a mask is the graph's output
-            break
+        exact.append(name in exact_ops and all(exact[k] for k in args))
+        if out.dtype == torch.bool or (x.dtype.is_floating_point and not out.dtype.is_floating_point):
+            break  # an index or a mask is a float graph's output; a mask, an integer graph's
     return steps, weights, inputs
 
 
@@ -605,7 +622,7 @@ def _size(r: random.Random, limit: int) -> int:
     return r.randint(1, limit) if r.random() < 0.5 else r.randint(max(1, limit // 2), limit)
 
 
-def _gemm(r: random.Random, max_size: int):
+def _gemm(r: random.Random, max_size: int, dtype: str):
     torch, F = _torch()
     kind = r.choice(["matmul", "linear", "bmm", "conv2d"])
     weights = []
@@ -632,16 +649,118 @@ def _gemm(r: random.Random, max_size: int):
               lambda mod, v, i: act(F.linear(v[i], mod.weights[0], mod.weights[1])), (0,))], weights, [x])
 
 
-FAMILIES = {"graph": _graph, "gemm": _gemm}
+# -- the integer family: chains of integer ops on an integer input, compared exactly with torch on the CPU
+
+INT_DTYPES = ("i8", "ui8", "i16", "i32", "i64")
+# the input's values: every value of the narrow types (so that arithmetic wraps, as in torch), small ones else
+INT_RANGES = {"i8": (-128, 127), "ui8": (0, 255), "i16": (-3000, 3000), "i32": (-1000, 1000), "i64": (-1000, 1000)}
 
 
-def make_model(seed: int, family: str = "graph", dtype: str = "f32", max_size: int = 256):
-    """(model, inputs, the ops' names) for `seed`: the same on every run and machine."""
+def _int_scalar(r, s, p):
+    """x op c for a constant c: floor and truncating division and both remainders (divisors of both signs), shifts,
+    masks, clamps, and round trips through f32 (a cast truncates; the values stay in x's type, since out of it
+    torch's result depends on the CPU and ours saturates)."""
     torch, _ = _torch()
+    c, k, mask = r.choice([2, 3, 5, 7, -2, -3, -7]), r.randint(0, 3), r.choice([0x0F, 0x5A, 0x7F])
+    low, high = sorted(r.randint(-100, 100) for _ in range(2))
+    table = {f"x // {c}": lambda x: x // c, f"remainder(x, {c})": lambda x: torch.remainder(x, c),
+             f"fmod(x, {c})": lambda x: torch.fmod(x, c),
+             f"div(x, {c}, rounding_mode=trunc)": lambda x: torch.div(x, c, rounding_mode="trunc"),
+             f"x >> {k}": lambda x: x >> k, f"x << {k}": lambda x: x << k, f"x & {mask}": lambda x: x & mask,
+             f"x | {mask}": lambda x: x | mask, f"x ^ {mask}": lambda x: x ^ mask, "~x": torch.bitwise_not,
+             "abs": torch.abs, "neg": torch.neg, "sign": torch.sign, "x * x": lambda x: x * x,
+             f"x * {c} + {k}": lambda x: x * c + k, f"clamp({low}, {high})": lambda x: x.clamp(low, high),
+             "(x * 0.37).to(x.dtype)": lambda x: (x.float() * 0.37).to(x.dtype),
+             f"round(x / {abs(c)}).to(x.dtype)": lambda x: torch.round(x.float() / abs(c)).to(x.dtype)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _nonzero(y):
+    torch, _ = _torch()
+    return torch.where(y == 0, torch.ones_like(y), y)
+
+
+def _int_binary(r, s, p):
+    """x op y for two integer values of one shape (their types promote as torch's do)."""
+    torch, _ = _torch()
+    table = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum,
+             "minimum": torch.minimum, "x & y": torch.bitwise_and, "x | y": torch.bitwise_or,
+             "x ^ y": torch.bitwise_xor, "x // y (0 -> 1)": lambda x, y: x // _nonzero(y),
+             "remainder(x, y) (0 -> 1)": lambda x, y: torch.remainder(x, _nonzero(y)),
+             "fmod(x, y) (0 -> 1)": lambda x, y: torch.fmod(x, _nonzero(y)),
+             "where(x > y, x, y)": lambda x, y: torch.where(x > y, x, y),
+             "x < y (bool)": lambda x, y: x < y, "x == y (bool)": lambda x, y: x == y,
+             "(x != y) & (x > 0) (bool)": lambda x, y: (x != y) & (x > 0)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, j, f=table[name]: f(v[i], v[j])
+
+
+def _int_cast(r, s, p):
+    """A cast to another integer type (wrapping, as torch's), to f32 and back, or to bool."""
+    torch, _ = _torch()
+    to = r.choice(["int8", "uint8", "int16", "int32", "int64"])
+    table = {f"to({to})": lambda x: x.to(getattr(torch, to)),
+             "to(f32) * 0.5 to(x.dtype)": lambda x: (x.to(torch.float32) * 0.5).to(x.dtype),
+             "to(bool)": lambda x: x.to(torch.bool)}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+def _int_reduce(r, s, p):
+    """Sums (in i64, as torch's, or in the input's type), cumulative sums, products of short rows, counts, argmax and
+    argmin (ties: the first)."""
+    torch, _ = _torch()
+    d, keep = r.randrange(len(s)), r.random() < 0.5
+    table = {f"sum(dim={d}, keepdim={keep})": lambda x: torch.sum(x, dim=d, keepdim=keep),
+             f"sum(dim={d}, dtype=x.dtype)": lambda x: torch.sum(x, dim=d, dtype=x.dtype),
+             f"cumsum(dim={d})": lambda x: torch.cumsum(x, dim=d),
+             f"count_nonzero(dim={d})": lambda x: torch.count_nonzero(x, dim=d),
+             f"argmax(dim={d}, keepdim={keep})": lambda x: torch.argmax(x, dim=d, keepdim=keep),
+             f"argmin(dim={d})": lambda x: torch.argmin(x, dim=d)}
+    if s[d] <= 4:
+        table[f"prod(dim={d})"] = lambda x: torch.prod(x, dim=d)
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
+# ops on integers; the ops that only move values come from the float graphs' table
+INT_OPS = {"scalar": (_int_scalar, None), "binary": (_int_binary, "same"), "cast": (_int_cast, None),
+           "reduce": (_int_reduce, None),
+           **{name: GRAPH_OPS[name] for name in ("extremum", "permute", "reshape", "rearrange", "order", "stack",
+                                                 "flatten", "slice", "pad", "concat", "gather", "expand", "chunk")}}
+# arithmetic drawn about twice as often as moves
+INT_DRAWS = sorted(INT_OPS) + 4 * ["scalar", "binary"] + 3 * ["cast", "reduce"]
+
+
+def _int_graph(r: random.Random, max_size: int, dtype: str):
+    torch, _ = _torch()
+    low, high = INT_RANGES[dtype]
+    x = torch.randint(low, high + 1, _graph_shape(r, max_size), dtype=_torch_dtype(dtype))
+    return _chain(r, INT_OPS, INT_OPS, x, INT_DRAWS)
+
+
+def _torch_dtype(name: str):
+    torch, _ = _torch()
+    return {"f16": torch.float16, "f32": torch.float32, "i8": torch.int8, "ui8": torch.uint8, "i16": torch.int16,
+            "i32": torch.int32, "i64": torch.int64}[name]
+
+
+FAMILIES = {"graph": _graph, "gemm": _gemm, "int": _int_graph}
+FAMILY_DTYPES = {"graph": ("f32", "f16"), "gemm": ("f32", "f16"), "int": INT_DTYPES}  # the first: the default
+
+
+def make_model(seed: int, family: str = "graph", dtype: str | None = None, max_size: int = 256):
+    """(model, inputs, the ops' names) for `seed`: the same on every run and machine. `dtype` defaults to the
+    family's first (`FAMILY_DTYPES`)."""
+    torch, _ = _torch()
+    dtype = dtype or FAMILY_DTYPES[family][0]
+    if dtype not in FAMILY_DTYPES[family]:
+        raise ValueError(f"the {family} family takes {', '.join(FAMILY_DTYPES[family])}, not {dtype}")
     r = random.Random(f"{family}:{seed}")
     with torch.random.fork_rng():  # the caller's random state is left as it was
         torch.manual_seed(r.randrange(1 << 31))
-        steps, weights, inputs = FAMILIES[family](r, max_size)
+        steps, weights, inputs = FAMILIES[family](r, max_size, dtype)
     model = _model(steps, weights)
     if dtype == "f16":
         model, inputs = model.half(), [x.half() for x in inputs]
@@ -673,7 +792,7 @@ def _compare(out, expected) -> tuple[float, str]:
     return error, f"relative error {error:.3g}"
 
 
-def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str = "f32", max_size: int = 256,
+def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str | None = None, max_size: int = 256,
           tolerance: float | None = None, progress: Callable[[str], None] | None = None) -> Report:
     """Each model of `seeds`, imported once, compiled for each (target, device) pair and run there."""
     import torch
@@ -681,12 +800,14 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
     import retarget
     from retarget.compiler import import_model
 
+    dtype = dtype or FAMILY_DTYPES[family][0]
     limit = TOLERANCE[family, dtype] if tolerance is None else tolerance
     report, start = Report(), time.perf_counter()
     for seed in seeds:
         model, inputs, ops = make_model(seed, family, dtype, max_size)
-        with torch.no_grad():
-            expected = copy.deepcopy(model).double()(*[x.double() for x in inputs]).numpy()
+        with torch.no_grad():  # integers: torch's own result, which has no rounding to avoid
+            expected = (model(*inputs) if family == "int" else
+                        copy.deepcopy(model).double()(*[x.double() for x in inputs])).numpy()
         report.models += 1
         try:
             module = import_model(model, example_inputs=inputs)

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from . import DTYPES, FAMILIES, check
+from . import FAMILIES, FAMILY_DTYPES, check
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -27,8 +27,11 @@ def main(argv=None) -> int:
     parser.add_argument("--pair", type=_pair, action="append", default=None, metavar="TARGET=DEVICE",
                         help="a target and the device to run it on (repeat for several)")
     parser.add_argument("--family", choices=sorted(FAMILIES), default="graph",
-                        help="graph: chains of 2-7 ops; gemm: one matmul, linear, bmm or convolution (default graph)")
-    parser.add_argument("--dtype", choices=DTYPES, default="f32", help="the model's element type (default f32)")
+                        help="graph: chains of 2-7 float ops; gemm: one matmul, linear, bmm or convolution; int: "
+                             "chains of integer ops, compared exactly with torch (default graph)")
+    parser.add_argument("--dtype", choices=sorted({d for ds in FAMILY_DTYPES.values() for d in ds}), default=None,
+                        help="the model's element type: f32 or f16 for graph and gemm (default f32), i8, ui8, i16, "
+                             "i32 or i64 for int (default i8)")
     parser.add_argument("--seed", type=int, default=0, help="the first model's seed (default 0)")
     parser.add_argument("--count", type=int, default=50, help="models to check (default 50)")
     parser.add_argument("--max-size", type=int, default=256, help="largest matmul side of the gemm family (256)")
@@ -38,6 +41,9 @@ def main(argv=None) -> int:
                         help="print each model's ops and each pair's error (or refusal) as it is checked")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+    args.dtype = args.dtype or FAMILY_DTYPES[args.family][0]
+    if args.dtype not in FAMILY_DTYPES[args.family]:
+        parser.error(f"--family {args.family} takes --dtype {', '.join(FAMILY_DTYPES[args.family])}")
 
     import retarget
 

@@ -24,8 +24,8 @@ export class RetargetError extends Error {
 }
 
 // retarget's element types -> typed arrays. f16 is a Float16Array where the engine has one, else the raw bits.
-// (WGSL buffers hold f32, i32, u32 and f16; bool, bf16 and i64 sit in 32-bit words; the 8- and 16-bit integers can
-// still be inputs and outputs.)
+// (WGSL buffers hold f32, i32, u32 and f16; bool, bf16, i64 and the 8- and 16-bit integers sit in 32-bit words,
+// laid out as these arrays' bytes.)
 const ARRAYS = {
   f32: Float32Array, i32: Int32Array, ui32: Uint32Array, f16: globalThis.Float16Array ?? Uint16Array,
   i8: Int8Array, ui8: Uint8Array, i16: Int16Array, ui16: Uint16Array, i1: Uint8Array, i64: BigInt64Array,
