@@ -1,8 +1,8 @@
 """A zoo model split between a GPU target and llvm-cpu, run on the GPU (lavapipe in CI) and the CPU, against torch.
 
 - vulkan-spirv told to refuse erf (`--refuse rt.erf`): the MLP's GELU runs on the CPU, between two GPU segments;
-- webgpu-spirv with the MLP's labels returned as int8, which WGSL cannot store: a real gap, so the cast runs on the
-  CPU (the argmax itself, int64, runs on the GPU: WGSL holds it in 32-bit words).
+- webgpu-spirv with the MLP's probabilities returned as float64, which WGSL has not: a real gap, so the cast runs on
+  the CPU (the argmax itself, int64, runs on the GPU: WGSL holds it in 32-bit words).
 """
 
 from __future__ import annotations
@@ -36,20 +36,20 @@ def classifier():
 
 
 @pytest.fixture(scope="module")
-def int8_labels(classifier):
-    """The classifier with its labels returned as int8."""
+def f64_probabilities(classifier):
+    """The classifier with its probabilities returned as float64."""
     model, inputs = zoo.make("mlp", argmax=True)
 
-    class Int8Labels(torch.nn.Module):
+    class F64Probabilities(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
 
         def forward(self, x):
             probabilities, labels = self.model(x)
-            return probabilities, labels.to(torch.int8)
+            return probabilities.to(torch.float64), labels
 
-    module = retarget.compiler.import_model(Int8Labels(), example_inputs=inputs)
+    module = retarget.compiler.import_model(F64Probabilities(), example_inputs=inputs)
     return module, classifier[1], classifier[2]
 
 
@@ -80,26 +80,25 @@ def test_webgpu_runs_the_classifier_and_its_int64_argmax_without_a_fallback(clas
     np.testing.assert_array_equal(got_labels, labels)
 
 
-def test_webgpu_runs_an_int8_cast_on_the_cpu_because_wgsl_has_no_8_bit_buffers(int8_labels):
+def test_webgpu_runs_an_f64_cast_on_the_cpu_because_wgsl_has_no_f64(f64_probabilities):
     _needs("webgpu-spirv", "webgpu")
-    module, x, (probabilities, labels) = int8_labels
+    module, x, (probabilities, labels) = f64_probabilities
     artifact = retarget.compile(module, "webgpu-spirv", fallback="llvm-cpu")
     where = _placements(artifact)
     assert where["rt.cast"] == "cpu" and {p for op, p in where.items() if op != "rt.cast"} == {"gpu"}
     cast = next(op for op in artifact.placement["functions"]["main"]["ops"] if op["op"] == "rt.cast")
-    assert "refuses i8" in cast["reason"]
+    assert "refuses f64" in cast["reason"]
     loaded = retarget.load(artifact)  # auto: the best device for each placement
     assert loaded.placements["gpu"].device.info.driver == "webgpu"
     got_probabilities, got_labels = loaded.main(x)
-    assert relative_error(got_probabilities, probabilities) <= 1e-4
-    assert got_labels.dtype == np.int8
+    assert got_probabilities.dtype == np.float64 and relative_error(got_probabilities, probabilities) <= 1e-4
     np.testing.assert_array_equal(got_labels, labels)
 
 
-def test_webgpu_without_a_fallback_names_the_cast_its_source_line_and_the_fix(int8_labels):
+def test_webgpu_without_a_fallback_names_the_cast_its_source_line_and_the_fix(f64_probabilities):
     if "webgpu-spirv" not in retarget.targets():
         pytest.skip("needs the webgpu plugin")
-    module, _, _ = int8_labels
+    module, _, _ = f64_probabilities
     with pytest.raises(PlacementError) as e:
         retarget.compile(module, "webgpu-spirv")
     assert e.value.message.startswith("rt.cast at ") and "test_fallback.py:" in e.value.message
