@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("torch")
 
 import retarget  # noqa: E402
+from retarget.testing.devices import unavailable  # noqa: E402
 from retarget.testing.differential import check  # noqa: E402
 
 PAIRS = [("vmvx", "local-sync"), ("llvm-cpu", "local-task"), ("vulkan-spirv", "vulkan"), ("webgpu-spirv", "webgpu"),
@@ -29,13 +30,11 @@ SOURCE = {"webgpu-spirv": "plugins/webgpu", "opencl": "examples/opencl_plugin"}
 
 
 def _missing(target: str, device: str) -> str | None:
-    """Why the pair cannot run here, or None."""
-    if target not in retarget.targets():
-        source = SOURCE.get(target, f"plugins/{target.replace('-', '_')}")
-        return f"target {target} is not installed (pip install -e {source})"
-    if not any(d.available for d in retarget.devices() if d.driver == device):
-        return f"no {device} device here"
-    return None
+    """Why the pair cannot run here (with how to install a missing plugin), or None."""
+    why = unavailable(target, device)
+    if why and target not in retarget.targets():
+        why += f"; pip install -e {SOURCE.get(target, 'plugins/' + target.replace('-', '_'))}"
+    return why
 
 
 @pytest.fixture(scope="module")

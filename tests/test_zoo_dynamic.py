@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 import retarget  # noqa: E402
 from retarget.compiler import import_model  # noqa: E402
 from retarget.testing import zoo  # noqa: E402
+from retarget.testing.devices import unavailable  # noqa: E402
 from retarget.testing.numerics import relative_error  # noqa: E402
 
 # Small enough for lavapipe, which runs a 224x224 MobileNetV2 in about 1.4 s: the batch is what varies here
@@ -43,10 +44,8 @@ def dynamic_model(request, tmp_path_factory):
 
 
 def _device_or_skip(target: str, device: str):
-    if target.split(":")[0] not in retarget.targets():
-        pytest.skip(f"target {target} is not installed")
-    if not any(d.available for d in retarget.devices() if d.driver == device):
-        pytest.skip(f"no {device} device here")
+    if why := unavailable(target, device):
+        pytest.skip(why)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c[1])

@@ -182,6 +182,13 @@ def test_nan_and_infinities_must_be_where_float64_has_them():
     assert _compare(np.array([1.0, np.nan, -np.inf, 2.5]), expected)[0] == pytest.approx(0.25)
 
 
+def test_an_exact_zero_against_float64_rounding_noise_is_right_and_a_small_wrong_answer_is_not():
+    """Seed 163 (instance norm of equal values): float64 gives 5e-14 where float32 gives exactly 0."""
+    noise = np.array([5e-14, -3e-14, 0.0])
+    assert _compare(np.zeros(3, np.float32), noise)[0] < 1e-7
+    assert _compare(np.array([0.0, 0.0, 1e-3], np.float32), noise)[0] > 100
+
+
 def test_integers_and_bools_must_be_equal_and_of_the_reference_dtype():
     expected = np.array([[0, 3], [2, 1]], dtype=np.int64)
     assert _compare(expected.copy(), expected) == (0.0, "equal")

@@ -3,6 +3,7 @@
 - `graphs`: tiny graph-IR modules built in code (the conformance suite's reference graphs);
 - `zoo`: reference models in torch, with seeded weights;
 - `numerics`: how results are compared with a reference;
+- `devices`: whether a (target, device) pair can run here, and why not;
 - `differential`: seeded random models compiled for several targets and checked against float64
   (`python -m retarget.testing.differential`);
 - `conformance`: the conformance suite, run with

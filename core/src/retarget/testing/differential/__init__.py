@@ -57,6 +57,9 @@ __all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "INT_DTYPES", "TOLERANCE", "Fi
 TOLERANCE = {("graph", "f32"): 1e-4, ("gemm", "f32"): 1e-4, ("graph", "f16"): 1e-2, ("gemm", "f16"): 4e-3,
              **{("int", d): 0.0 for d in ("i8", "ui8", "i16", "i32", "i64")}}
 DTYPES = ("f16", "f32")
+# inputs and weights are of order 1, so a result whose float64 value is below this everywhere is an exact zero
+# in rounding noise (instance norm of equal values: 5e-14), and our exact 0 is right (seed 163 scored 1 without it)
+NOISE_FLOOR = 1e-6
 
 
 @dataclass
@@ -788,7 +791,7 @@ def _compare(out, expected) -> tuple[float, str]:
     finite = np.isfinite(out) & np.isfinite(expected)
     if not np.array_equal(out[~finite], expected[~finite], equal_nan=True):
         return float("inf"), "NaN or an infinity where float64 has none, or the other way"
-    error = relative_error(out[finite], expected[finite]) if finite.any() else 0.0
+    error = relative_error(out[finite], expected[finite], floor=NOISE_FLOOR) if finite.any() else 0.0
     return error, f"relative error {error:.3g}"
 
 

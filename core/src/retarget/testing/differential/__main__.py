@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from ..devices import unavailable
 from . import FAMILIES, FAMILY_DTYPES, check
 
 
@@ -49,16 +50,9 @@ def main(argv=None) -> int:
 
     installed = retarget.targets()
     pairs = args.pair or [(t, d) for t, d in (("vmvx", "local-sync"), ("llvm-cpu", "local-task")) if t in installed]
-    unknown = [t for t, _ in pairs if t.split(":")[0] not in installed]
-    if unknown:
-        parser.error(f"target {', '.join(unknown)} is not installed (installed: {', '.join(sorted(installed))})")
-    devices = retarget.devices()
-    for _, device in pairs:
-        driver, _, index = device.partition(":")
-        found = [d for d in devices if d.driver == driver and (not index or d.id == index)]
-        if not any(d.available for d in found):
-            why = "; ".join(d.reason for d in found if d.reason) or "no such driver or device (see: retarget devices)"
-            parser.error(f"device {device} cannot run here: {why}")
+    for target, device in pairs:
+        if why := unavailable(target, device):
+            parser.error(why)
     show = (lambda line: print(line, file=sys.stderr, flush=True)) if args.show else None
     report = check(range(args.seed, args.seed + args.count), pairs, args.family, args.dtype, args.max_size,
                    args.tolerance, progress=show)
