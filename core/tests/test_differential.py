@@ -132,6 +132,16 @@ def test_a_slightly_wrong_answer_is_a_finding_with_the_command_that_repeats_it(m
     assert "--seed 0 --count 1 --pair vmvx=local-sync" in f.command("graph", "f32")
 
 
+def test_bisect_names_the_first_op_whose_prefix_is_wrong(monkeypatch):
+    from retarget.testing.differential import bisect
+
+    seed = next(s for s in range(20) if len(make_model(s)[2]) >= 3)
+    _patched_load(monkeypatch, lambda out: out + 1e-3 * np.abs(out).max())  # wrong from the first op on
+    (finding,) = check([seed], VMVX).findings
+    n, first = bisect(finding, "graph", "f32")
+    assert n == 1 and first.ops == finding.ops[:1] and first.kind == "wrong"
+
+
 def test_a_wrong_shape_is_a_finding(monkeypatch):
     _patched_load(monkeypatch, lambda out: out.reshape(-1)[:-1])
     report = check(range(1), VMVX)

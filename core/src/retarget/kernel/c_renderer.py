@@ -186,6 +186,8 @@ class Dialect:
     global_param: str = ""  # per buffer, at module scope before the kernel (WGSL's bindings); fields of `param`
     element: str = "{name}[{index}]"  # element {index} of buffer parameter {name} (storage type {T})
     cast: str = "(({T}){0})"
+    # a signed remainder by a divisor that cannot trap (a constant other than 0 and -1, or a size)
+    trapless_rem: str = "({0} % {1})"
     special_float: str = "({sign}({T}){0})"  # `inf` or `nan` ({0}) as a value of type {T}
     select: str = "({0} ? {1} : {2})"
     unsigned_suffix: str = "U"
@@ -521,6 +523,7 @@ WGSL = Dialect(
     array="var {name}: array<{T}, {size}>;",
     shared_array="{shared} {name}: array<{T}, {size}>;",
     cast="{T}({0})",
+    trapless_rem="({0} - {1} * ({0} / {1}))",  # not `%`, whose i32 form NVIDIA's driver took as unsigned (rt_rem)
     select="select({2}, {1}, {0})",
     helpers=WGSL_HELPERS,
     cast_helper=(f"fn rt_cast_${{s}}_$d(x: $T) -> $D {{ if ({_WGSL_NAN.format('x')}) {{ return $D(0); }} "
@@ -986,7 +989,8 @@ class _Renderer:
         if e.op in ("div", "rem") and e.dtype.kind == "int" and (
                 (isinstance(e.b, k.Const) and e.b.value not in (0, -1)) or k.is_size(e.b)):
             # index arithmetic: a constant divisor, or a size known at run time, cannot trap, so C's `/` and `%`
-            return self.apply("({0} %s {1})" % ("/" if e.op == "div" else "%"), e.dtype, self.expr(e.a), self.expr(e.b))
+            template = "({0} / {1})" if e.op == "div" else self.d.trapless_rem
+            return self.apply(template, e.dtype, self.expr(e.a), self.expr(e.b))
         return self.apply(self.template("binary", e.op, e.dtype), e.dtype, self.expr(e.a), self.expr(e.b))
 
     def expr_compare(self, e: k.Compare) -> str:

@@ -49,7 +49,8 @@ import numpy as np
 from ...errors import RetargetError
 from ..numerics import relative_error
 
-__all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "INT_DTYPES", "TOLERANCE", "Finding", "Report", "check", "make_model"]
+__all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "INT_DTYPES", "TOLERANCE", "Finding", "Report", "bisect", "check",
+           "make_model"]
 
 # relative error against float64 that a result may have, by family and dtype. In f16 the reference has the
 # same f16 inputs and weights; a gemm's error is its output's rounding and the order of its f32 sums, while
@@ -753,9 +754,10 @@ FAMILIES = {"graph": _graph, "gemm": _gemm, "int": _int_graph}
 FAMILY_DTYPES = {"graph": ("f32", "f16"), "gemm": ("f32", "f16"), "int": INT_DTYPES}  # the first: the default
 
 
-def make_model(seed: int, family: str = "graph", dtype: str | None = None, max_size: int = 256):
+def make_model(seed: int, family: str = "graph", dtype: str | None = None, max_size: int = 256,
+               steps: int | None = None):
     """(model, inputs, the ops' names) for `seed`: the same on every run and machine. `dtype` defaults to the
-    family's first (`FAMILY_DTYPES`)."""
+    family's first (`FAMILY_DTYPES`); `steps` keeps only the model's first ops (to find where a finding starts)."""
     torch, _ = _torch()
     dtype = dtype or FAMILY_DTYPES[family][0]
     if dtype not in FAMILY_DTYPES[family]:
@@ -763,11 +765,23 @@ def make_model(seed: int, family: str = "graph", dtype: str | None = None, max_s
     r = random.Random(f"{family}:{seed}")
     with torch.random.fork_rng():  # the caller's random state is left as it was
         torch.manual_seed(r.randrange(1 << 31))
-        steps, weights, inputs = FAMILIES[family](r, max_size, dtype)
-    model = _model(steps, weights)
+        chain, weights, inputs = FAMILIES[family](r, max_size, dtype)
+    chain = chain[:steps]
+    model = _model(chain, weights)
     if dtype == "f16":
         model, inputs = model.half(), [x.half() for x in inputs]
-    return model, tuple(inputs), [name for name, _, _ in steps]
+    return model, tuple(inputs), [name for name, _, _ in chain]
+
+
+def bisect(finding: Finding, family: str, dtype: str, max_size: int = 256) -> tuple[int, Finding | None]:
+    """(n, what) for the shortest first n ops of the finding's model that are already wrong on its pair: its
+    n-th op is where the finding starts. (len(ops), the finding) when every shorter model is right."""
+    pair = [(finding.target, finding.device)]
+    for n in range(1, len(finding.ops)):
+        report = check([finding.seed], pair, family, dtype, max_size, steps=n)
+        if report.findings:
+            return n, report.findings[0]
+    return len(finding.ops), finding
 
 
 def _compare(out, expected) -> tuple[float, str]:
@@ -796,8 +810,10 @@ def _compare(out, expected) -> tuple[float, str]:
 
 
 def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str | None = None, max_size: int = 256,
-          tolerance: float | None = None, progress: Callable[[str], None] | None = None) -> Report:
-    """Each model of `seeds`, imported once, compiled for each (target, device) pair and run there."""
+          tolerance: float | None = None, progress: Callable[[str], None] | None = None,
+          steps: int | None = None) -> Report:
+    """Each model of `seeds` (its first `steps` ops, or all), imported once, compiled for each (target, device) pair
+    and run there."""
     import torch
 
     import retarget
@@ -807,7 +823,7 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
     limit = TOLERANCE[family, dtype] if tolerance is None else tolerance
     report, start = Report(), time.perf_counter()
     for seed in seeds:
-        model, inputs, ops = make_model(seed, family, dtype, max_size)
+        model, inputs, ops = make_model(seed, family, dtype, max_size, steps)
         with torch.no_grad():  # integers: torch's own result, which has no rounding to avoid
             expected = (model(*inputs) if family == "int" else
                         copy.deepcopy(model).double()(*[x.double() for x in inputs])).numpy()

@@ -12,7 +12,7 @@ import json
 import sys
 
 from ..devices import unavailable
-from . import FAMILIES, FAMILY_DTYPES, check
+from . import FAMILIES, FAMILY_DTYPES, bisect, check
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     parser.add_argument("--show", action="store_true",
                         help="print each model's ops and each pair's error (or refusal) as it is checked")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--bisect", action="store_true",
+                        help="for each finding, rerun the model's first 1, 2, ... ops and name the op it starts at")
     args = parser.parse_args(argv)
     args.dtype = args.dtype or FAMILY_DTYPES[args.family][0]
     if args.dtype not in FAMILY_DTYPES[args.family]:
@@ -68,6 +70,10 @@ def main(argv=None) -> int:
         for f in report.findings:
             print(f"\nseed {f.seed} on {f.target}={f.device}: {f.kind}: {f.detail.rstrip()}\n  ops: "
                   f"{' -> '.join(f.ops)}\n  again: {f.command(args.family, args.dtype)}")
+            if args.bisect:
+                n, first = bisect(f, args.family, args.dtype, args.max_size)
+                print(f"  starts at op {n}, {f.ops[n - 1]}: the first {n} ops give {first.kind}: "
+                      f"{first.detail.rstrip().splitlines()[-1]}")
     return 1 if report.findings else 0
 
 
