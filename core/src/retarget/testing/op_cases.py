@@ -61,8 +61,8 @@ def op_cases() -> dict:
     # by a constant the renderers take the trapless path (no test for 0 and -1), for negative dividends too
     for c in (3, -3, 64):
         for op in ("div", "rem"):
-            add(f"i32_{op}_by_{c}".replace("-", "minus_"), lambda a, op=op, c=c: k.Binary(op, a, k.const(c, i32)), [I32_A], i32,
-                ref(f"rt.{op}", [I32_A, np.full_like(I32_A, c)], i32))
+            add(f"i32_{op}_by_{c}".replace("-", "minus_"), lambda a, op=op, c=c: k.Binary(op, a, k.const(c, i32)),
+                [I32_A], i32, ref(f"rt.{op}", [I32_A, np.full_like(I32_A, c)], i32))
     # shifts by 0 .. bits - 1: arithmetic for signed integers, logical for unsigned (packed weights' words)
     words = np.array([-8, 7, -2147483647 - 1, 255, 0x7FFFFFFF], np.int32)
     amounts = np.array([1, 0, 31, 4, 28], np.int32)
