@@ -196,3 +196,23 @@ def test_training_dropout_without_a_seed_is_refused_with_a_hint():
     with pytest.raises(UnsupportedOpError, match="without a seed") as e:
         OnnxImporter().load(model)
     assert "drop" in e.value.message and "seed" in e.value.hint
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("...ij,...kj->...ik", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # what torch exports for x @ y^T
+    ("...ji,...jk->...ik", [(3, 4, 5), (3, 4, 2)]),
+    ("...ij,...ij->...i", [(2, 4, 5), (2, 4, 5)]),
+    ("bij,jk", [(2, 3, 4), (4, 5)]),  # implicit output: the letters seen once, sorted
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),  # three operands, left to right
+    ("bij,bjk->bik", [(1, 3, 4), (5, 4, 2)]),  # a batch of one broadcast against five
+    ("ii->i", [(4, 4)]), ("ij->", [(3, 5)]), ("ijk->kji", [(2, 3, 4)]), ("i,j->ij", [(3,), (4,)]),
+])
+def test_einsum_matches_numpy(equation, shapes):
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    names = [f"x{i}" for i in range(len(shapes))]
+    expected = np.einsum(equation, *arrays)
+    model = make_model([helper.make_node("Einsum", names, ["y"], equation=equation)],
+                       [tensor(n, list(s)) for n, s in zip(names, shapes)], [tensor("y", list(expected.shape))])
+    (got,) = run_function(verify(OnnxImporter().load(model)).functions["main"], arrays)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -625,3 +625,100 @@ def adaptive_max_pool2d(b: Builder, x: Value, size, indices: bool = False):
     start = rows[:, :1] * w + cols[:, 0]  # the flat index of each window's first position, [oh, ow]
     index = b.op("rt.add", [b.op("rt.mul", [row, scalar(b, w, row)]), column])
     return values, b.op("rt.add", [index, b.constant(start.astype(np.int64))])
+
+
+def triangle(b: Builder, x: Value, k: int = 0, upper: bool = False) -> Value:
+    """tril (`upper=False`: column - row <= k) or triu (column - row >= k) over the last two axes, the rest 0; the
+    mask comes from i32 iotas, so it is computed in the kernel and nothing n x m is stored."""
+    n, m = x.type.shape[-2:]
+    rows, cols = (b.op("rt.iota", [], {"shape": (n, m), "axis": a, "dtype": "i32"}) for a in (0, 1))
+    offset = b.op("rt.sub", [cols, rows])
+    keep = b.op("rt.cmp", [offset, b.constant(np.array(k, np.int32))], {"predicate": "ge" if upper else "le"})
+    return b.op("rt.select", [keep, x, scalar(b, 0, x)])
+
+
+def einsum(b: Builder, equation: str, operands: list[Value]) -> Value:
+    """numpy's einsum (explicit or implicit output, `...` included) as sums, transposes and batched matmuls:
+    operands are contracted two at a time, left to right, each keeping the letters that the output or a later
+    operand needs. A letter twice in one operand takes the diagonal (a mask from iotas, and a sum)."""
+    inputs, arrow, output = equation.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise UnsupportedOpError(f"einsum '{equation}' names {len(terms)} operands, and {len(operands)} are given")
+    ellipsis = max((x.type.rank - len(t.replace("...", "")) for t, x in zip(terms, operands) if "..." in t), default=0)
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation][:ellipsis]  # letters for `...`'s axes
+
+    def expand(term: str, rank: int) -> str:
+        if "..." not in term:
+            return term
+        dots = rank - len(term.replace("...", ""))
+        return term.replace("...", "".join(spare[ellipsis - dots:]))
+
+    letters = [expand(t, x.type.rank) for t, x in zip(terms, operands)]
+    if not arrow:  # implicit: the letters seen once, in order, after `...`'s
+        counts = "".join(letters)
+        output = "".join(spare) + "".join(sorted(c for c in set(counts) if counts.count(c) == 1 and c not in spare))
+    output = expand(output, len(spare) + len(output.replace("...", "")))
+    operands = list(operands)
+    for i, (term, x) in enumerate(zip(letters, operands)):
+        if len(term) != x.type.rank:
+            raise UnsupportedOpError(f"einsum '{equation}': operand '{term}' does not have rank {x.type.rank}")
+        operands[i], letters[i] = _diagonals(b, x, term)
+    acc, acc_letters = operands[0], letters[0]
+    for i in range(1, len(operands) + 1):
+        later = "".join(letters[i + 1:]) + output
+        if i == len(operands):  # the last: sum what the output does not name, in the output's order
+            acc, acc_letters = _sum_letters(b, acc, acc_letters, output)
+            break
+        acc, acc_letters = _contract_pair(b, acc, acc_letters, operands[i], letters[i], later)
+    return b.op("rt.transpose", [acc], {"perm": tuple(acc_letters.index(c) for c in output)}) \
+        if acc_letters != output else acc
+
+
+def _diagonals(b: Builder, x: Value, term: str) -> tuple[Value, str]:
+    """x's diagonal over each letter that `term` names twice ('ii' -> 'i'): the elements off it masked to 0, and
+    the second axis summed away."""
+    while (c := next((c for c in term if term.count(c) > 1), None)) is not None:
+        p = term.index(c)
+        q = term.index(c, p + 1)
+        rows, cols = (b.op("rt.iota", [], {"shape": x.type.shape, "axis": a, "dtype": "i32"}) for a in (p, q))
+        on = b.op("rt.cmp", [rows, cols], {"predicate": "eq"})
+        x = b.op("rt.reduce", [b.op("rt.select", [on, x, scalar(b, 0, x)])],
+                 {"kind": "sum", "axes": (q,), "keepdims": False})
+        term = term[:q] + term[q + 1:]
+    return x, term
+
+
+def _sum_letters(b: Builder, x: Value, term: str, keep: str) -> tuple[Value, str]:
+    """x summed over the letters of `term` that `keep` does not name."""
+    axes = tuple(i for i, c in enumerate(term) if c not in keep)
+    if not axes:
+        return x, term
+    return b.op("rt.reduce", [x], {"kind": "sum", "axes": axes, "keepdims": False}), \
+        "".join(c for c in term if c in keep)
+
+
+def _contract_pair(b: Builder, x: Value, xs: str, y: Value, ys: str, later: str) -> tuple[Value, str]:
+    """x and y multiplied over their shared letters, summed over those that `later` does not need: one batched
+    matmul of [batch, m, k] by [batch, k, n]."""
+    x, xs = _sum_letters(b, x, xs, ys + later)
+    y, ys = _sum_letters(b, y, ys, xs + later)
+    batch = "".join(c for c in xs if c in ys and c in later)
+    summed = "".join(c for c in xs if c in ys and c not in later)
+    rows = "".join(c for c in xs if c not in ys)
+    cols = "".join(c for c in ys if c not in xs)
+    size = {**dict(zip(ys, y.type.shape)), **{c: d for c, d in zip(xs, x.type.shape) if d != 1 or c not in ys}}
+
+    def arrange(v: Value, term: str, order: str, groups) -> Value:
+        if term != order:
+            v = b.op("rt.transpose", [v], {"perm": tuple(term.index(c) for c in order)})
+        full = tuple(size[c] for c in order)
+        if v.type.shape != full:  # a batch axis of 1 against a longer one: numpy's broadcast
+            v = b.op("rt.broadcast", [v], {"shape": full})
+        return b.op("rt.reshape", [v], {"shape": tuple(math.prod(size[c] for c in g) for g in groups)})
+
+    a = arrange(x, xs, batch + rows + summed, (batch, rows, summed))
+    c = arrange(y, ys, batch + summed + cols, (batch, summed, cols))
+    product = b.op("rt.matmul", [a, c])
+    out = batch + rows + cols
+    return b.op("rt.reshape", [product], {"shape": tuple(size[ch] for ch in out)}), out

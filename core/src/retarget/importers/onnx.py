@@ -338,7 +338,7 @@ _REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 Red
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
     "CumSum": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "Dropout": (1, 2), "TopK": (1,), **{op: (1,) for op in _REDUCE_OPS},
+    "Dropout": (1, 2), "TopK": (1,), "Trilu": (1,), **{op: (1,) for op in _REDUCE_OPS},
 }
 
 
@@ -512,6 +512,17 @@ def _cast(n):
 @handles("CastLike")
 def _cast_like(n):
     return _cast_to(n, n(0), n(1).type.dtype)
+
+
+@handles("Trilu")
+def _trilu(n):
+    return C.triangle(n.b, n(0), int(np.asarray(n.known_or(1, 0, "k"))), upper=bool(n.attr("upper", 1)))
+
+
+@handles("Einsum")
+def _einsum(n):
+    return C.einsum(n.b, n.attr("equation").decode() if isinstance(n.attr("equation"), bytes) else n.attr("equation"),
+                    n.inputs())
 
 
 @handles("Where")

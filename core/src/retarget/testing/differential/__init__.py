@@ -36,8 +36,11 @@ is a finding.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import random
+import sys
 import time
 import traceback
 from collections import Counter
@@ -49,8 +52,8 @@ import numpy as np
 from ...errors import RetargetError
 from ..numerics import relative_error
 
-__all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "INT_DTYPES", "TOLERANCE", "Finding", "Report", "bisect", "check",
-           "make_model"]
+__all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "IMPORTERS", "INT_DTYPES", "TOLERANCE", "Finding", "Report",
+           "bisect", "check", "make_model"]
 
 # relative error against float64 that a result may have, by family and dtype. In f16 the reference has the
 # same f16 inputs and weights; a gemm's error is its output's rounding and the order of its f32 sums, while
@@ -71,10 +74,12 @@ class Finding:
     kind: str  # "wrong" or "error"
     detail: str
     ops: list[str]
+    importer: str = "torch"
 
     def command(self, family: str, dtype: str) -> str:
+        through = f" --importer {self.importer}" if self.importer != "torch" else ""
         return (f"python -m retarget.testing.differential --family {family} --dtype {dtype} --seed {self.seed} "
-                f"--count 1 --pair {self.target}={self.device} --show")
+                f"--count 1 --pair {self.target}={self.device}{through} --show")
 
 
 @dataclass
@@ -778,7 +783,7 @@ def bisect(finding: Finding, family: str, dtype: str, max_size: int = 256) -> tu
     n-th op is where the finding starts. (len(ops), the finding) when every shorter model is right."""
     pair = [(finding.target, finding.device)]
     for n in range(1, len(finding.ops)):
-        report = check([finding.seed], pair, family, dtype, max_size, steps=n)
+        report = check([finding.seed], pair, family, dtype, max_size, steps=n, importer=finding.importer)
         if report.findings:
             return n, report.findings[0]
     return len(finding.ops), finding
@@ -809,15 +814,69 @@ def _compare(out, expected) -> tuple[float, str]:
     return error, f"relative error {error:.3g}"
 
 
+IMPORTERS = ("torch", "onnx")
+ONNX_OPSET = 18
+
+
+class _ExportError(Exception):
+    """torch.onnx.export could not write the model (an op its TorchScript exporter lacks)."""
+
+
+@contextlib.contextmanager
+def _silent_stdout():
+    """File descriptor 1 sent to /dev/null (C++ writes to it directly), so that --json's stdout stays JSON."""
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def _import(model, inputs, importer: str, expected: np.ndarray, limit: float):
+    """The model as a retarget module, through torch.export or through an ONNX file that torch writes. An ONNX
+    file that onnxruntime does not compute as torch does (the exporter's own liberties: `x >> k` as a division,
+    an int32 cumsum) is an `_ExportError`, not a finding of ours."""
+    import tempfile
+    from pathlib import Path
+
+    from retarget.compiler import import_model
+
+    if importer == "torch":
+        return import_model(model, example_inputs=inputs)
+    import onnxruntime
+
+    from retarget.bench.peers import export_onnx
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        try:
+            with _silent_stdout():  # it prints its graph when it fails, from C++
+                export_onnx(model, inputs, path, opset=ONNX_OPSET)
+            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+            theirs = session.run(None, feeds)[0]
+        except Exception as e:  # noqa: BLE001 - torch's exporter raises many kinds
+            raise _ExportError(str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__) from e
+        error, what = _compare(theirs, expected)
+        if error > limit:
+            raise _ExportError(f"onnxruntime computes the exported model differently from torch ({what})")
+        return import_model(str(path))
+
+
 def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str | None = None, max_size: int = 256,
           tolerance: float | None = None, progress: Callable[[str], None] | None = None,
-          steps: int | None = None) -> Report:
-    """Each model of `seeds` (its first `steps` ops, or all), imported once, compiled for each (target, device) pair
-    and run there."""
+          steps: int | None = None, importer: str = "torch") -> Report:
+    """Each model of `seeds` (its first `steps` ops, or all), imported once (through torch.export, or with
+    `importer="onnx"` through the ONNX file torch's exporter writes), compiled for each (target, device) pair and
+    run there."""
     import torch
 
     import retarget
-    from retarget.compiler import import_model
 
     dtype = dtype or FAMILY_DTYPES[family][0]
     limit = TOLERANCE[family, dtype] if tolerance is None else tolerance
@@ -829,12 +888,18 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
                         copy.deepcopy(model).double()(*[x.double() for x in inputs])).numpy()
         report.models += 1
         try:
-            module = import_model(model, example_inputs=inputs)
+            module = _import(model, inputs, importer, expected, limit)
         except RetargetError as e:  # the importer refuses an op: every pair is refused
             for target, device in pairs:
                 report.refused(f"{target}={device}", f"the importer: {e.message}")
             if progress:
                 progress(f"seed {seed}: refused by the importer: {str(e).splitlines()[0]}")
+            continue
+        except _ExportError as e:  # torch's ONNX exporter cannot write the model, or not faithfully: not ours
+            for target, device in pairs:
+                report.refused(f"{target}={device}", f"torch.onnx.export: {e}")
+            if progress:
+                progress(f"seed {seed}: the exporter: {e}")
             continue
         errors = {}  # "target=device" -> relative error, for `progress`
         for target, device in pairs:
@@ -849,7 +914,7 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
                 continue
             except Exception:  # noqa: BLE001 - anything else is what we are looking for
                 report.count(pair, "error")
-                report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops))
+                report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops, importer))
                 continue
             error, what = _compare(out, expected)
             errors[pair] = error
@@ -859,7 +924,7 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
             else:
                 report.count(pair, "wrong")
                 detail = what if error == float("inf") else f"{what} (tolerance {limit:g})"
-                report.findings.append(Finding(seed, target, device, "wrong", detail, ops))
+                report.findings.append(Finding(seed, target, device, "wrong", detail, ops, importer))
         if progress:
             progress(f"seed {seed}: {' -> '.join(ops)}" + "".join(f"\n  {p}: {e:.1e}" for p, e in errors.items()))
     report.seconds = time.perf_counter() - start

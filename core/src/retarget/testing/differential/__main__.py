@@ -12,7 +12,7 @@ import json
 import sys
 
 from ..devices import unavailable
-from . import FAMILIES, FAMILY_DTYPES, bisect, check
+from . import FAMILIES, FAMILY_DTYPES, IMPORTERS, ONNX_OPSET, bisect, check
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -41,6 +41,9 @@ def main(argv=None) -> int:
     parser.add_argument("--show", action="store_true",
                         help="print each model's ops and each pair's error (or refusal) as it is checked")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--importer", choices=IMPORTERS, default="torch",
+                        help="how models reach retarget: torch.export (default), or the ONNX file torch.onnx.export "
+                             f"writes (opset {ONNX_OPSET}), which tests the ONNX importer")
     parser.add_argument("--bisect", action="store_true",
                         help="for each finding, rerun the model's first 1, 2, ... ops and name the op it starts at")
     args = parser.parse_args(argv)
@@ -57,9 +60,10 @@ def main(argv=None) -> int:
             parser.error(why)
     show = (lambda line: print(line, file=sys.stderr, flush=True)) if args.show else None
     report = check(range(args.seed, args.seed + args.count), pairs, args.family, args.dtype, args.max_size,
-                   args.tolerance, progress=show)
+                   args.tolerance, progress=show, importer=args.importer)
     if args.json:
-        print(json.dumps({"family": args.family, "dtype": args.dtype, "pairs": [f"{t}={d}" for t, d in pairs],
+        print(json.dumps({"family": args.family, "dtype": args.dtype, "importer": args.importer,
+                          "pairs": [f"{t}={d}" for t, d in pairs],
                           "models": report.models, "outcomes": dict(report.outcomes), "by_pair": report.by_pair,
                           "largest_error": report.worst, "refusals": dict(report.refusals),
                           "seconds": round(report.seconds, 1),
