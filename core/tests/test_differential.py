@@ -142,6 +142,21 @@ def test_bisect_names_the_first_op_whose_prefix_is_wrong(monkeypatch):
     assert n == 1 and first.ops == finding.ops[:1] and first.kind == "wrong"
 
 
+def test_through_onnx_an_export_that_onnxruntime_computes_differently_is_the_exporters_not_a_finding():
+    from retarget.testing.differential import _ExportError, _import
+
+    class Shift(torch.nn.Module):
+        def forward(self, x):
+            return x >> 3  # torch's exporter writes a division, which rounds -85 >> 3 toward zero
+
+    x = torch.tensor([-85, 85, -8, 7], dtype=torch.int32)
+    with pytest.raises(_ExportError, match="onnxruntime computes the exported model differently"):
+        _import(Shift(), (x,), "onnx", (x >> 3).numpy(), 0.0)
+    report = check(range(8), VMVX, importer="onnx")  # graphs through ONNX: right, or the exporter's refusal
+    assert report.outcomes["ok"] >= 6 and not report.findings, report.summary()
+    assert all(why.startswith("torch.onnx.export") for why in report.refusals)
+
+
 def test_a_wrong_shape_is_a_finding(monkeypatch):
     _patched_load(monkeypatch, lambda out: out.reshape(-1)[:-1])
     report = check(range(1), VMVX)
