@@ -53,6 +53,7 @@ def test_integer_graphs_draw_every_integer_op_kind_and_dtype_over_a_few_seeds():
                  "~x", "abs", "neg", "clamp(", "to(int8)", "to(uint8)", "to(f32)", "to(bool)", "sum(dim",
                  "dtype=x.dtype",
                  "cumsum", "count_nonzero", "argmax", "argmin", "x // y", "remainder(x, y)", "x < y (bool)",
+                 "x << (y & 7)", "x >> (y & 7)",
                  "where(x > y", "permute", "cat("):
         assert kind in names, kind
     _, (x,), _ = make_model(3, "int", "ui8")

@@ -173,8 +173,8 @@ def test_shifts_by_numbers_and_tensors_as_torch_shifts(dtype):
     """Right shifts are arithmetic for signed types; past the width they leave the sign (or 0); left shifts wrap."""
     x = torch.tensor([0, 1, 5, 100, 127, -1, -100, -128], dtype=torch.int64).to(dtype)
     y = torch.tensor([0, 1, 2, 3, 7, 1, 20, 4], dtype=torch.int64).to(dtype)
-    run_both(lambda x, y: (x >> 2, x << 3, x >> 9, x << 9, x >> y, torch.bitwise_right_shift(x, 1),
-                           torch.bitwise_left_shift(x, 1)), x, y)
+    run_both(lambda x, y: (x >> 2, x << 3, x >> 9, x << 9, x >> y, x << y, torch.bitwise_right_shift(x, 1),
+                           torch.bitwise_left_shift(x, y)), x, y)
 
 
 def test_a_negative_number_with_unsigned_bytes_wraps_as_in_torch():

@@ -38,29 +38,34 @@ def relu(b: Builder, x: Value) -> Value:
 
 
 def shift(b: Builder, x: Value, amount, left: bool) -> Value:
-    """x shifted by `amount` bits (a number, or for a right shift a tensor), as torch and ONNX shift: a right shift
-    is arithmetic for signed x, and past the width it leaves the sign (signed) or 0 (unsigned); a left shift
-    wraps, so it is a multiplication by 2^amount in x's type (0 past the width)."""
-    bits = x.type.dtype.bits
-    if isinstance(amount, Value):
+    """x shifted by `amount` bits (a number or a tensor), as torch and ONNX shift. A right shift is arithmetic for
+    signed x; a left shift wraps, so it is a multiplication by 2^amount in x's type. An amount outside [0, bits)
+    (past the width, or negative, as ONNX's BitShift defines it) leaves 0, or for a right shift of signed x its
+    sign."""
+    dtype, bits = x.type.dtype, x.type.dtype.bits
+    signed = dtype.kind == "int"
+    if not isinstance(amount, Value):
+        amount = int(amount)
+        inside = 0 <= amount < bits
         if left:
-            raise UnsupportedOpError("a left shift by amounts in a tensor is not supported",
-                                     hint="shift by a number, or multiply by a power of two")
-        amount = b.op("rt.cast", [amount], {"dtype": x.type.dtype.name}) if amount.type.dtype != x.type.dtype \
-            else amount
-        if x.type.dtype.kind == "int":
-            return b.op("rt.shr", [x, clamp(b, amount, 0, bits - 1)])
-        past = b.op("rt.cmp", [amount, scalar(b, bits, amount)], {"predicate": "ge"})
-        return b.op("rt.select", [past, scalar(b, 0, x), b.op("rt.shr", [x, clamp(b, amount, hi=bits - 1)])])
-    amount = int(amount)
-    if amount < 0:
-        raise UnsupportedOpError(f"a shift by {amount} bits is not defined", hint="shift by 0 or more bits")
-    if left:
-        factor = np.array(1 << amount if amount < bits else 0, np.uint64).astype(x.type.dtype.np_dtype)  # wraps
-        return b.op("rt.mul", [x, b.constant(factor)])
-    if amount >= bits and x.type.dtype.kind == "uint":
-        return b.op("rt.mul", [x, scalar(b, 0, x)])
-    return b.op("rt.shr", [x, scalar(b, min(amount, bits - 1), x)])
+            factor = np.array(1 << amount if inside else 0, np.uint64).astype(dtype.np_dtype)  # wraps
+            return b.op("rt.mul", [x, b.constant(factor)])
+        if not inside and not signed:
+            return b.op("rt.mul", [x, scalar(b, 0, x)])
+        return b.op("rt.shr", [x, scalar(b, amount if inside else bits - 1, x)])
+    amount = b.op("rt.cast", [amount], {"dtype": dtype.name}) if amount.type.dtype != dtype else amount
+    past = b.op("rt.cmp", [amount, scalar(b, bits, amount)], {"predicate": "ge"})
+    if signed:
+        past = b.op("rt.or", [past, b.op("rt.cmp", [amount, scalar(b, 0, amount)], {"predicate": "lt"})])
+    if left:  # x times 2^amount, the power gathered from a table of `bits` (no integer pow on every target)
+        powers = np.array([1 << i for i in range(bits)], np.uint64).astype(dtype.np_dtype)  # wraps
+        index = b.op("rt.cast", [b.op("rt.select", [past, scalar(b, 0, amount), amount])], {"dtype": "i32"})
+        shifted = b.op("rt.mul", [x, b.op("rt.gather", [b.constant(powers), index], {"axis": 0})])
+        return b.op("rt.select", [past, scalar(b, 0, x), shifted])
+    if signed:  # past the width: by bits - 1, which leaves the sign
+        return b.op("rt.shr", [x, b.op("rt.select", [past, scalar(b, bits - 1, amount), amount])])
+    inside = b.op("rt.select", [past, scalar(b, 0, amount), amount])
+    return b.op("rt.select", [past, scalar(b, 0, x), b.op("rt.shr", [x, inside])])
 
 
 def floor_mod(b: Builder, x: Value, y: Value) -> Value:

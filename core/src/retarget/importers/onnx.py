@@ -514,6 +514,13 @@ def _cast_like(n):
     return _cast_to(n, n(0), n(1).type.dtype)
 
 
+@handles("BitShift")
+def _bit_shift(n):
+    direction = n.attr("direction")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    return C.shift(n.b, n(0), n(1), left=direction == "LEFT")
+
+
 @handles("Trilu")
 def _trilu(n):
     return C.triangle(n.b, n(0), int(np.asarray(n.known_or(1, 0, "k"))), upper=bool(n.attr("upper", 1)))

@@ -695,7 +695,8 @@ def _int_binary(r, s, p):
     torch, _ = _torch()
     table = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum,
              "minimum": torch.minimum, "x & y": torch.bitwise_and, "x | y": torch.bitwise_or,
-             "x ^ y": torch.bitwise_xor, "x // y (0 -> 1)": lambda x, y: x // _nonzero(y),
+             "x ^ y": torch.bitwise_xor, "x >> (y & 7)": lambda x, y: x >> (y & 7),
+             "x << (y & 7)": lambda x, y: x << (y & 7), "x // y (0 -> 1)": lambda x, y: x // _nonzero(y),
              "remainder(x, y) (0 -> 1)": lambda x, y: torch.remainder(x, _nonzero(y)),
              "fmod(x, y) (0 -> 1)": lambda x, y: torch.fmod(x, _nonzero(y)),
              "where(x > y, x, y)": lambda x, y: torch.where(x > y, x, y),
