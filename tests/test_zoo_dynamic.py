@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import retarget  # noqa: E402
 from retarget.compiler import import_model  # noqa: E402
 from retarget.testing import zoo  # noqa: E402
-from retarget.testing.devices import unavailable  # noqa: E402
+from retarget.testing.devices import skip_unless_runs  # noqa: E402
 from retarget.testing.numerics import relative_error  # noqa: E402
 
 # Small enough for lavapipe, which runs a 224x224 MobileNetV2 in about 1.4 s: the batch is what varies here
@@ -43,18 +43,13 @@ def dynamic_model(request, tmp_path_factory):
     return name, route, model, module, {}
 
 
-def _device_or_skip(target: str, device: str):
-    if why := unavailable(target, device):
-        pytest.skip(why)
-
-
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c[1])
 def test_one_module_matches_torch_at_several_sizes(dynamic_model, config):
     name, route, model, module, compiled = dynamic_model
     if config not in RUNS[name, route]:
         pytest.skip(f"{name} through {route} is tested on {', '.join(d for _, d in RUNS[name, route])}")
     target, device = config
-    _device_or_skip(target, device)
+    skip_unless_runs(target, device)
     if target not in compiled:
         compiled[target] = retarget.compile(module, target)
     fn = retarget.load(compiled[target], device=device).main

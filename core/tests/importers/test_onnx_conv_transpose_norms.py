@@ -13,6 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from retarget.importers.onnx import OnnxImporter  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.testing.devices import skip_unless_runs  # noqa: E402
 from retarget.testing.numerics import relative_error  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
@@ -104,8 +105,7 @@ def test_instance_normalization_matches_onnxruntime(shape):
 def test_conv_transpose_and_group_norm_compile_and_match_onnxruntime(target):
     import retarget
 
-    if target not in retarget.targets():
-        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+    skip_unless_runs(target)
     nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[2, 2], pads=[1, 1, 0, 0],
                               output_padding=[1, 0], group=2),
              helper.make_node("GroupNormalization", ["t", "scale", "bias"], ["g"], num_groups=3),

@@ -13,6 +13,7 @@ F = torch.nn.functional
 
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.testing.devices import skip_unless_runs  # noqa: E402
 from retarget.testing.numerics import relative_error  # noqa: E402
 from retarget.testing.torch_cases import module_of, randn  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
@@ -21,17 +22,9 @@ TOLERANCE = 1e-5  # of the largest output magnitude, as the other importer tests
 
 
 @pytest.fixture
-def matches_torch(monkeypatch):
+def matches_torch(decompositions):
     """matches_torch(fn, x): export `fn`, import it as its training IR stands (asserting that nothing was
     decomposed) and decomposed to core ATen, run each on vmvx and compare with torch."""
-    decomposed = []
-    original = torch.export.ExportedProgram.run_decompositions
-
-    def spy(self, *args, **kwargs):
-        decomposed.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", spy)
 
     def check(fn, x):
         model = (fn if isinstance(fn, torch.nn.Module) else module_of(fn)).eval()
@@ -39,7 +32,7 @@ def matches_torch(monkeypatch):
         with torch.no_grad():
             expected = to_numpy(model(x))
         as_it_stands = TorchImporter().load(program)
-        assert not decomposed, "the training IR was decomposed"
+        assert not decompositions, "the training IR was decomposed"
         for module in (as_it_stands, TorchImporter().load(program, decompose=True)):
             (out,) = run_function(verify(module).functions["main"], [x.numpy()])
             assert out.shape == expected.shape and out.dtype == expected.dtype
@@ -68,26 +61,24 @@ CONV_TRANSPOSE_2D = {
 }
 
 
-@pytest.mark.parametrize("name", CONV_TRANSPOSE_2D)
-def test_conv_transpose2d_matches_torch(matches_torch, name):
-    cin, cout, k, stride, padding, output_padding, dilation, groups, bias = CONV_TRANSPOSE_2D[name]
-    conv = torch.nn.ConvTranspose2d(cin, cout, k, stride, padding, output_padding, groups, bias, dilation)
-    matches_torch(conv, randn(2, cin, 5, 6))
-
-
 CONV_TRANSPOSE_1D = {
     "3 wide": (3, 4, 3, 1, 0, 0, 1, 1, True),
     "stride 2, output padding 1": (3, 4, 3, 2, 1, 1, 1, 1, False),
     "stride 3, dilation 2, 2 groups": (4, 2, 5, 3, 2, 1, 2, 2, True),
     "1 wide, stride 2": (2, 3, 1, 2, 0, 1, 1, 1, True),
 }
+# rank -> (the module, its cases, the spatial size of the input)
+CONV_TRANSPOSE = {"2d": (torch.nn.ConvTranspose2d, CONV_TRANSPOSE_2D, (5, 6)),
+                  "1d": (torch.nn.ConvTranspose1d, CONV_TRANSPOSE_1D, (7,))}
 
 
-@pytest.mark.parametrize("name", CONV_TRANSPOSE_1D)
-def test_conv_transpose1d_matches_torch(matches_torch, name):
-    cin, cout, k, stride, padding, output_padding, dilation, groups, bias = CONV_TRANSPOSE_1D[name]
-    conv = torch.nn.ConvTranspose1d(cin, cout, k, stride, padding, output_padding, groups, bias, dilation)
-    matches_torch(conv, randn(2, cin, 7))
+@pytest.mark.parametrize("rank, name", [(rank, name) for rank, (_, cases, _) in CONV_TRANSPOSE.items()
+                                        for name in cases])
+def test_conv_transpose_matches_torch(matches_torch, rank, name):
+    module, cases, spatial = CONV_TRANSPOSE[rank]
+    cin, cout, k, stride, padding, output_padding, dilation, groups, bias = cases[name]
+    conv = module(cin, cout, k, stride, padding, output_padding, groups, bias, dilation)
+    matches_torch(conv, randn(2, cin, *spatial))
 
 
 def test_conv_transpose_of_a_weight_input_matches_torch(matches_torch):
@@ -163,8 +154,7 @@ class Decoder(torch.nn.Module):
 def test_decoder_compiles_and_matches_torch(target, decompose):
     import retarget
 
-    if target not in retarget.targets():
-        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+    skip_unless_runs(target)
     model, x = Decoder().eval(), randn(2, 8, 5, 4)
     module = TorchImporter().load(model, example_inputs=(x,), decompose=decompose)
     outs = retarget.load(retarget.compile(module, target), device="local-task").main(x.numpy())

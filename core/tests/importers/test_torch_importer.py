@@ -15,6 +15,7 @@ F = torch.nn.functional
 from retarget.errors import InputError, RetargetError, UnsupportedOpError  # noqa: E402
 from retarget.importers.torch_export import HANDLERS, TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.testing.devices import skip_unless_runs  # noqa: E402
 from retarget.testing.torch_cases import module_of, randn  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
@@ -299,8 +300,7 @@ def test_indexing_and_nearest_exact_compile_and_run(target):
     """Every indexing form and nearest-exact interpolation, in one module compiled (constants folded) for a target."""
     import retarget
 
-    if target not in retarget.targets():
-        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+    skip_unless_runs(target)
     x, i, j = randn(4, 4, 5), torch.tensor([[0], [3], [-2]]), torch.tensor([4, -1])
     image, signal = randn(2, 3, 6, 4, seed=1), randn(2, 3, 7, seed=2)
 

@@ -15,6 +15,7 @@ from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers import torch_training_ir  # noqa: E402
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
+from retarget.testing.devices import skip_unless_runs  # noqa: E402
 from retarget.testing.torch_cases import module_of, randn  # noqa: E402
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
@@ -44,8 +45,7 @@ def assert_matches(outs, expected, tol=1e-5):
 
 def compile_and_compare(fn, inputs, target):
     """Import `fn` both ways, compile each for `target`, run on local-task and compare every output with torch."""
-    if target not in retarget.targets():
-        pytest.skip(f"target {target} is not installed (pip install -e plugins/{target.replace('-', '_')})")
+    skip_unless_runs(target)
     model = module_of(fn).eval()
     program = torch.export.export(model, inputs)
     with torch.no_grad():

@@ -13,6 +13,7 @@ from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers.compose import SORT_AXIS_LIMIT  # noqa: E402
 from retarget.importers.torch_export import TorchImporter  # noqa: E402
 from retarget.passes.dispatch import form_dispatches  # noqa: E402
+from retarget.testing.devices import skip_unless_runs  # noqa: E402
 from retarget.testing.torch_cases import module_of  # noqa: E402
 
 DEVICES = {"vmvx": "local-sync", "llvm-cpu": "local-task"}
@@ -20,8 +21,7 @@ DEVICES = {"vmvx": "local-sync", "llvm-cpu": "local-task"}
 
 @pytest.fixture(params=sorted(DEVICES))
 def target(request):
-    if request.param not in retarget.targets():
-        pytest.skip(f"target {request.param} is not installed (pip install -e plugins/llvm_cpu)")
+    skip_unless_runs(request.param, DEVICES[request.param])
     return request.param
 
 

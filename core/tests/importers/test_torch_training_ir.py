@@ -26,20 +26,6 @@ class ConvThen(torch.nn.Module):
         return self.then(self.conv(x), x)
 
 
-@pytest.fixture
-def decompositions(monkeypatch) -> list:
-    """The programs that the importer decomposed to core ATen, in order."""
-    calls = []
-    original = torch.export.ExportedProgram.run_decompositions
-
-    def spy(self, *args, **kwargs):
-        calls.append(self)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", spy)
-    return calls
-
-
 def _export_and_check(then, x=None):
     """Export ConvThen(then), import it, and check every output against torch; returns the program."""
     torch.manual_seed(0)

@@ -57,15 +57,15 @@ def shift(b: Builder, x: Value, amount, left: bool) -> Value:
     past = b.op("rt.cmp", [amount, scalar(b, bits, amount)], {"predicate": "ge"})
     if signed:
         past = b.op("rt.or", [past, b.op("rt.cmp", [amount, scalar(b, 0, amount)], {"predicate": "lt"})])
+    keeps_sign = signed and not left  # past the width: shifted by bits - 1, which leaves the sign
+    inside = b.op("rt.select", [past, scalar(b, bits - 1 if keeps_sign else 0, amount), amount])
     if left:  # x times 2^amount, the power gathered from a table of `bits` (no integer pow on every target)
         powers = np.array([1 << i for i in range(bits)], np.uint64).astype(dtype.np_dtype)  # wraps
-        index = b.op("rt.cast", [b.op("rt.select", [past, scalar(b, 0, amount), amount])], {"dtype": "i32"})
+        index = b.op("rt.cast", [inside], {"dtype": "i32"})
         shifted = b.op("rt.mul", [x, b.op("rt.gather", [b.constant(powers), index], {"axis": 0})])
-        return b.op("rt.select", [past, scalar(b, 0, x), shifted])
-    if signed:  # past the width: by bits - 1, which leaves the sign
-        return b.op("rt.shr", [x, b.op("rt.select", [past, scalar(b, bits - 1, amount), amount])])
-    inside = b.op("rt.select", [past, scalar(b, 0, amount), amount])
-    return b.op("rt.select", [past, scalar(b, 0, x), b.op("rt.shr", [x, inside])])
+    else:
+        shifted = b.op("rt.shr", [x, inside])
+    return shifted if keeps_sign else b.op("rt.select", [past, scalar(b, 0, x), shifted])
 
 
 def floor_mod(b: Builder, x: Value, y: Value) -> Value:
@@ -670,12 +670,10 @@ def einsum(b: Builder, equation: str, operands: list[Value]) -> Value:
             raise UnsupportedOpError(f"einsum '{equation}': operand '{term}' does not have rank {x.type.rank}")
         operands[i], letters[i] = _diagonals(b, x, term)
     acc, acc_letters = operands[0], letters[0]
-    for i in range(1, len(operands) + 1):
+    for i in range(1, len(operands)):
         later = "".join(letters[i + 1:]) + output
-        if i == len(operands):  # the last: sum what the output does not name, in the output's order
-            acc, acc_letters = _sum_letters(b, acc, acc_letters, output)
-            break
         acc, acc_letters = _contract_pair(b, acc, acc_letters, operands[i], letters[i], later)
+    acc, acc_letters = _sum_letters(b, acc, acc_letters, output)  # what the output does not name
     return b.op("rt.transpose", [acc], {"perm": tuple(acc_letters.index(c) for c in output)}) \
         if acc_letters != output else acc
 

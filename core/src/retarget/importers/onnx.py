@@ -516,9 +516,7 @@ def _cast_like(n):
 
 @handles("BitShift")
 def _bit_shift(n):
-    direction = n.attr("direction")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
-    return C.shift(n.b, n(0), n(1), left=direction == "LEFT")
+    return C.shift(n.b, n(0), n(1), left=n.attr("direction") == "LEFT")
 
 
 @handles("Trilu")
@@ -528,8 +526,7 @@ def _trilu(n):
 
 @handles("Einsum")
 def _einsum(n):
-    return C.einsum(n.b, n.attr("equation").decode() if isinstance(n.attr("equation"), bytes) else n.attr("equation"),
-                    n.inputs())
+    return C.einsum(n.b, n.attr("equation"), n.inputs())
 
 
 @handles("Where")

@@ -1031,7 +1031,7 @@ class _Renderer:
             self.ctype(cd)
             return f"rt_cast_{cs.name}_{cd.name}({text})"
         if cd.name in self.d.wrap and cs.kind != "bool":  # to a narrow type computed in a wide one: wrap
-            return self.d.wrap[cd.name].format(self.d.cast.format(text, T=self.ctype(cd)))
+            return self.narrow(self.d.cast.format(text, T=self.ctype(cd)), cd)
         return self.d.cast.format(text, T=self.ctype(cd))
 
 

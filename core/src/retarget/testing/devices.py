@@ -18,3 +18,11 @@ def unavailable(target: str, device: str) -> str | None:
         why = "; ".join(d.reason for d in found if d.reason) or "no such driver or device (see: retarget devices)"
         return f"device {device} cannot run here: {why}"
     return None
+
+
+def skip_unless_runs(target: str, device: str = "local-task") -> None:
+    """In a test: skip it, saying why (`unavailable`), unless `target` runs on `device` here."""
+    if why := unavailable(target, device):
+        import pytest
+
+        pytest.skip(why)

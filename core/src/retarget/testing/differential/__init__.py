@@ -52,15 +52,15 @@ import numpy as np
 from ...errors import RetargetError
 from ..numerics import relative_error
 
-__all__ = ["DTYPES", "FAMILIES", "FAMILY_DTYPES", "IMPORTERS", "INT_DTYPES", "TOLERANCE", "Finding", "Report",
+__all__ = ["FAMILIES", "FAMILY_DTYPES", "IMPORTERS", "INT_DTYPES", "TOLERANCE", "Finding", "Report",
            "bisect", "check", "make_model"]
 
 # relative error against float64 that a result may have, by family and dtype. In f16 the reference has the
 # same f16 inputs and weights; a gemm's error is its output's rounding and the order of its f32 sums, while
 # each op of a graph rounds its result to f16 where the float64 reference does not.
+INT_DTYPES = ("i8", "ui8", "i16", "i32", "i64")
 TOLERANCE = {("graph", "f32"): 1e-4, ("gemm", "f32"): 1e-4, ("graph", "f16"): 1e-2, ("gemm", "f16"): 4e-3,
-             **{("int", d): 0.0 for d in ("i8", "ui8", "i16", "i32", "i64")}}
-DTYPES = ("f16", "f32")
+             **{("int", d): 0.0 for d in INT_DTYPES}}
 # inputs and weights are of order 1, so a result whose float64 value is below this everywhere is an exact zero
 # in rounding noise (instance norm of equal values: 5e-14), and our exact 0 is right (seed 163 scored 1 without it)
 NOISE_FLOOR = 1e-6
@@ -660,7 +660,6 @@ def _gemm(r: random.Random, max_size: int, dtype: str):
 
 # -- the integer family: chains of integer ops on an integer input, compared exactly with torch on the CPU
 
-INT_DTYPES = ("i8", "ui8", "i16", "i32", "i64")
 # the input's values: every value of the narrow types (so that arithmetic wraps, as in torch), small ones else
 INT_RANGES = {"i8": (-128, 127), "ui8": (0, 255), "i16": (-3000, 3000), "i32": (-1000, 1000), "i64": (-1000, 1000)}
 
