@@ -649,7 +649,8 @@ def einsum(b: Builder, equation: str, operands: list[Value]) -> Value:
     inputs, arrow, output = equation.replace(" ", "").partition("->")
     terms = inputs.split(",")
     if len(terms) != len(operands):
-        raise UnsupportedOpError(f"einsum '{equation}' names {len(terms)} operands, and {len(operands)} are given")
+        raise UnsupportedOpError(f"einsum '{equation}' names {len(terms)} operands, and {len(operands)} are given",
+                                 hint="give the equation one comma-separated term per operand")
     ellipsis = max((x.type.rank - len(t.replace("...", "")) for t, x in zip(terms, operands) if "..." in t), default=0)
     spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation][:ellipsis]  # letters for `...`'s axes
 
@@ -667,7 +668,8 @@ def einsum(b: Builder, equation: str, operands: list[Value]) -> Value:
     operands = list(operands)
     for i, (term, x) in enumerate(zip(letters, operands)):
         if len(term) != x.type.rank:
-            raise UnsupportedOpError(f"einsum '{equation}': operand '{term}' does not have rank {x.type.rank}")
+            raise UnsupportedOpError(f"einsum '{equation}': operand '{term}' does not have rank {x.type.rank}",
+                                     hint="give each operand one letter per axis, or '...' for the rest")
         operands[i], letters[i] = _diagonals(b, x, term)
     acc, acc_letters = operands[0], letters[0]
     for i in range(1, len(operands)):
