@@ -11,7 +11,7 @@
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
 #             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run, and
 #             integer graphs against torch (DIFF_PAIRS="TARGET=DEVICE ..." picks the pairs, one call each if the
-#             three overrun 10 minutes; DIFF_RUNS="FAMILY:DTYPE:SEED:COUNT:MAX_SIZE ..." the runs).
+#             three overrun 10 minutes; DIFF_RUNS="FAMILY:DTYPE:SEED:COUNT:MAX_SIZE[:dynamic][:onnx] ..." the runs).
 #   . benchmarks/gpu/preamble.sh; OUT=/tmp/out STEPS="pytest gemm fp16" bash benchmarks/gpu/confirm.sh   (carry .gl .whl)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,8 +46,12 @@ if step differential; then
     for run in ${DIFF_RUNS:-gemm:f16:0:40:2048 gemm:f32:0:30:1024 graph:f32:0:60:256 graph:f16:0:30:256 \
                 int:i8:0:40:256 int:ui8:0:40:256 int:i16:0:30:256 int:i64:0:40:256}; do
       set -- ${run//:/ }
+      flags=""  # fields after MAX_SIZE: "dynamic" (a dynamic batch), "onnx" (through the ONNX importer)
+      for extra in "${@:6}"; do
+        case "$extra" in dynamic) flags+=" --dynamic" ;; onnx) flags+=" --importer onnx" ;; esac
+      done
       PYTHONWARNINGS=ignore timeout 150 python3 -m retarget.testing.differential --pair "$pair" --family "$1" \
-        --dtype "$2" --seed "$3" --count "$4" --max-size "$5" 2>&1 | sed "s|^|$pair $1 $2: |" | tail -12
+        --dtype "$2" --seed "$3" --count "$4" --max-size "$5" $flags 2>&1 | sed "s|^|$pair $run: |" | tail -12
     done
   done | tee "$OUT/differential.txt"
 fi

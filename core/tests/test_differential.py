@@ -152,10 +152,46 @@ def test_through_onnx_an_export_that_onnxruntime_computes_differently_is_the_exp
 
     x = torch.tensor([-85, 85, -8, 7], dtype=torch.int32)
     with pytest.raises(_ExportError, match="onnxruntime computes the exported model differently"):
-        _import(Shift(), (x,), "onnx", (x >> 3).numpy(), 0.0)
+        _import(Shift(), (x,), "onnx", [((x,), (x >> 3).numpy())], 0.0, dynamic=False)
     report = check(range(8), VMVX, importer="onnx")  # graphs through ONNX: right, or the exporter's refusal
     assert report.outcomes["ok"] >= 6 and not report.findings, report.summary()
     assert all(why.startswith("torch.onnx.export") for why in report.refusals)
+
+
+def test_a_dynamic_run_compiles_once_and_checks_each_batch_size(monkeypatch):
+    from retarget.testing.differential import dynamic_sizes
+
+    sizes, compiles = [], []
+    real_compile = retarget.compile
+    monkeypatch.setattr(retarget, "compile", lambda *a, **k: compiles.append(1) or real_compile(*a, **k))
+    _patched_load(monkeypatch, lambda out: sizes.append(out.shape) or out)
+    seeds = [s for s in range(40) if make_model(s)[1][0].shape[0] == 3 and len(make_model(s)[1][0].shape) == 4][:2]
+    report = check(seeds, VMVX, dynamic=True)
+    assert not report.findings, report.summary()
+    assert all(why.startswith("the importer: torch.export could not trace") for why in report.refusals)
+    runs = report.outcomes["ok"]
+    assert runs and len(compiles) == runs and len(sizes) == runs * len(dynamic_sizes(3)) == runs * 3
+    assert dynamic_sizes(3) == [1, 3, 6] and dynamic_sizes(1) == [1, 4]
+
+
+def test_a_dynamic_finding_names_the_batch_and_repeats_with_dynamic(monkeypatch):
+    _patched_load(monkeypatch, lambda out: out + (1e-2 * np.abs(out).max() if out.shape[:1] == (1,) else 0))
+    seed = next(s for s in range(40) if not check([s], VMVX, dynamic=True).refusals)
+    (finding,) = check([seed], VMVX, dynamic=True).findings
+    assert "at batch 1" in finding.detail and finding.dynamic
+    assert finding.command("graph", "f32").endswith("--dynamic --show")
+
+
+def test_an_importer_crash_is_a_finding_on_every_pair(monkeypatch):
+    import retarget.compiler
+
+    def crash(*a, **k):
+        raise TypeError("an importer bug")
+    monkeypatch.setattr(retarget.compiler, "import_model", crash)
+    report = check(range(1), VMVX)
+    (finding,) = report.findings
+    assert finding.kind == "error" and "the importer" in finding.detail
+    assert "TypeError: an importer bug" in finding.detail
 
 
 def test_a_wrong_shape_is_a_finding(monkeypatch):
@@ -189,7 +225,7 @@ def test_cli_json_report_and_exit_code():
     report = json.loads(run.stdout)
     assert report["models"] == 2 and report["outcomes"] == {"ok": 2} and report["findings"] == []
     assert report["pairs"] == ["vmvx=local-sync"] and report["family"] == "gemm"
-    assert report["by_pair"] == {"vmvx=local-sync": {"ok": 2}}
+    assert report["by_pair"] == {"vmvx=local-sync": {"ok": 2}} and report["dynamic"] is False
 
 
 @pytest.mark.parametrize("pair, message", [("vmvx", "write TARGET=DEVICE"), ("nosuch=local-sync", "not installed")])

@@ -185,3 +185,83 @@ def test_per_dispatch_timing_runs_at_the_shape_of_its_inputs(unbounded):
     report = per_dispatch(fn, _inputs(3), repeats=1, warmup=0)
     assert fn.cached_shapes == [{"x_dim0": 3}] and len(report["dispatches"]) == len(fn.plan["program"]) - sum(
         c["op"] == "barrier" for c in fn.plan["program"])
+
+
+@pytest.mark.parametrize("target, device", [("vmvx", "local-sync"), ("llvm-cpu", "local-task")])
+def test_a_size_only_inside_a_kernel_reaches_it(target, device):
+    """The mean over a symbolic axis counts its elements as a reduction of a broadcast, so one kernel has that
+    size only inside it: its arguments and result are static. Found by the differential tester's --dynamic."""
+    from retarget.testing.devices import skip_unless_runs
+
+    torch = pytest.importorskip("torch")
+    skip_unless_runs(target, device)
+
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(0)
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    art = retarget.compile(Mean(), target, example_inputs=(torch.ones(3, 5),), dynamic_shapes=({0: batch},))
+    fn = retarget.load(art, device=device).main
+    for n in (1, 4, 9):
+        x = np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32)
+        np.testing.assert_allclose(fn(x), x.mean(0), rtol=1e-5, atol=1e-6)
+
+
+RUN_TIME_SIZES = {  # models that need a size known only at run time: as data, as a sort's stride, as a scan's length
+    "x * n": lambda x: x * x.shape[0],
+    "sum / n": lambda x: x.sum(0) / x.shape[0],
+    "x + (3n) // 2": lambda x: x + (x.shape[0] * 3) // 2,
+    "roll along n": lambda x: x.roll(-4, 0),  # torch indexes with (n - shift) % n
+    "roll flattened": lambda x: x.roll(3),
+    "var over n": lambda x: x.var(dim=(0, 1)),
+    "var over n alone": lambda x: x.var(dim=0),  # NaN at n = 1, as torch's
+    "ones(n, int64).sum()": lambda x: x + torch_ones_sum(x),  # a running sum of ones: i64 data, not an index
+    "topk along a static axis": lambda x: x.topk(2, dim=1).values,
+    "sort along a static axis before n": lambda x: x.t().sort(dim=0).values,  # its gather's stride is n
+    "cumsum along n (at most 16)": lambda x: x.cumsum(0),
+    "flip along n": lambda x: x.flip(0, 1),  # n - 1 - iota
+}
+
+
+def torch_ones_sum(x):
+    import torch
+
+    return torch.ones(x.shape[0], dtype=torch.int64).sum() * 2
+
+
+@pytest.mark.parametrize("target, device", [("vmvx", "local-sync"), ("llvm-cpu", "local-task")])
+@pytest.mark.parametrize("name", sorted(RUN_TIME_SIZES))
+def test_models_that_need_a_size_at_run_time(name, target, device):
+    from retarget.testing.devices import skip_unless_runs
+
+    torch = pytest.importorskip("torch")
+    skip_unless_runs(target, device)
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return RUN_TIME_SIZES[name](x)
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    art = retarget.compile(Model(), target, example_inputs=(torch.ones(3, 5),), dynamic_shapes=({0: batch},))
+    fn = retarget.load(art, device=device).main
+    for n in (1, 4, 9):
+        x = torch.randn(n, 5, generator=torch.Generator().manual_seed(n))
+        np.testing.assert_allclose(fn(x.numpy()), Model()(x.double()).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_large_convolution_with_a_dynamic_batch_compiles_for_llvm_cpu():
+    """At the batch's bound, the multiply-adds that decide the split into workgroups (90M an image x 32) pass 2^31;
+    that product was formed in 32-bit index arithmetic, and the kernel's proof refused it."""
+    from retarget.testing.devices import skip_unless_runs
+
+    torch = pytest.importorskip("torch")
+    skip_unless_runs("llvm-cpu")
+    conv = torch.nn.Conv2d(135, 128, 3, padding=1).eval()
+    batch = torch.export.Dim("batch", min=1, max=32)
+    art = retarget.compile(conv, "llvm-cpu", example_inputs=(torch.ones(2, 135, 24, 24),), dynamic_shapes=({0: batch},))
+    fn = retarget.load(art, device="local-task").main
+    for n in (1, 3):
+        x = torch.randn(n, 135, 24, 24, generator=torch.Generator().manual_seed(n))
+        with torch.no_grad():
+            np.testing.assert_allclose(fn(x.numpy()), conv(x).numpy(), rtol=1e-4, atol=1e-4)

@@ -161,3 +161,39 @@ def test_torch_export_dim_without_bounds_is_at_least_one_and_unbounded():
     assert fn.symbols == {"rows": SymbolRange(1, None)}
     x = torch.randn(300, 4)
     np.testing.assert_allclose(_run(fn, x.numpy()), Model()(x).numpy())
+
+
+ONNX_DYNAMIC_BATCH = {  # torch modules whose ONNX export (batch as a dim_param) uses what a static one does not
+    "a size as data (Shape -> Cast to float -> Mul)": lambda x: x * x.shape[0],
+    "a mean over the batch, divided by its size": lambda x: x.sum(0) / x.shape[0],
+    "a strided slice along the batch": lambda x: x.t()[:, ::3],
+    "a top k along a static axis": lambda x: x.topk(2, dim=1).values,
+    "a resize that keeps the batch": lambda x: torch_interpolate(x.reshape(x.shape[0], 1, 2, 3)),
+    "a flatten (Shape -> ReduceProd)": lambda x: x.reshape(x.shape[0], 2, 3).flatten(0),
+}
+
+
+def torch_interpolate(x):
+    import torch
+
+    return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_DYNAMIC_BATCH))
+def test_onnx_exports_with_a_dynamic_batch_run_at_every_batch(name, tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from retarget.bench.peers import export_onnx
+    from retarget.importers.onnx import OnnxImporter
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return ONNX_DYNAMIC_BATCH[name](x)
+
+    path = export_onnx(Model(), (torch.randn(4, 6),), tmp_path / "m.onnx", opset=18,
+                       dynamic_axes={"input_0": {0: "batch"}})
+    fn = OnnxImporter().load(str(path)).functions["main"]
+    assert fn.args[0].type.shape == (sym("batch"), 6)
+    for n in (1, 4, 7):
+        x = torch.randn(n, 6, generator=torch.Generator().manual_seed(n))
+        np.testing.assert_allclose(_run(fn, x.numpy()), Model()(x).numpy(), rtol=1e-5, atol=1e-6)

@@ -161,10 +161,19 @@ def test_cumsum_of_a_static_axis_with_a_dynamic_batch():
         assert_matches(run_function(module.functions["main"], [to_numpy(y)]), (torch.cumsum(y, 1),))
 
 
-def test_cumsum_along_a_dynamic_axis_is_refused_with_what_to_do():
+def test_cumsum_along_a_dynamic_axis_of_at_most_128():
     length = torch.export.Dim("length", max=64)
+    program = torch.export.export(RunningSum(), (randn(3, 6),), dynamic_shapes=({1: length},))
+    module = verify(TorchImporter().load(program))
+    for cols in (1, 7, 64):
+        y = randn(3, cols, seed=cols)
+        assert_matches(run_function(module.functions["main"], [to_numpy(y)]), (torch.cumsum(y, 1),))
+
+
+def test_cumsum_along_a_dynamic_axis_that_may_be_longer_is_refused_with_what_to_do():
+    length = torch.export.Dim("length", max=1000)
     program = torch.export.export(RunningSum(), (randn(3, 6),), dynamic_shapes=({1: length},))
     with pytest.raises(UnsupportedOpError) as info:
         TorchImporter().load(program)
-    assert "cumulative sum" in info.value.message and "known only at run time" in info.value.message
-    assert "static size" in info.value.hint
+    assert "cumulative sum" in info.value.message and "may be more than 128 (up to 1000)" in info.value.message
+    assert "bound the symbol" in info.value.hint and "static size" in info.value.hint

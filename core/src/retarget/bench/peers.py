@@ -50,8 +50,9 @@ class Workload:
         return self._onnx
 
 
-def export_onnx(model, inputs, path: Path, opset: int = 17) -> Path:
-    """The TorchScript exporter, as `retarget.testing.zoo.export_onnx` uses (no package beyond torch)."""
+def export_onnx(model, inputs, path: Path, opset: int = 17, dynamic_axes: dict | None = None) -> Path:
+    """The TorchScript exporter, as `retarget.testing.zoo.export_onnx` uses (no package beyond torch). Inputs are
+    named input_0, input_1, ...; `dynamic_axes` ({"input_0": {0: "batch"}}) makes their dimensions symbols."""
     import warnings
 
     import torch
@@ -59,7 +60,8 @@ def export_onnx(model, inputs, path: Path, opset: int = 17) -> Path:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, inputs, str(path), opset_version=opset, dynamo=False,
-                          input_names=[f"input_{i}" for i in range(len(inputs))], output_names=["output"])
+                          input_names=[f"input_{i}" for i in range(len(inputs))], output_names=["output"],
+                          dynamic_axes=dynamic_axes)
     return path
 
 

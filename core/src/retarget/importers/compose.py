@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir.core import Builder, Value
-from ..ir.symbolic import Sym
+from ..ir.symbolic import FloorDiv, Min, Sym, bounds, sym
 
 
 def scalar(b: Builder, value, like: Value) -> Value:
@@ -68,6 +68,62 @@ def shift(b: Builder, x: Value, amount, left: bool) -> Value:
     return shifted if keeps_sign else b.op("rt.select", [past, scalar(b, 0, x), shifted])
 
 
+def floor_div(b: Builder, x: Value, y: Value) -> Value:
+    """x // y of integers, rounded toward minus infinity as Python's `//` and torch's floor division round: the
+    truncating quotient (`rt.div`), less one where the remainder is nonzero and its sign differs from y's."""
+    q = b.op("rt.div", [x, y])
+    if q.type.dtype.kind in ("uint", "bool"):
+        return q
+    r = b.op("rt.sub", [x, b.op("rt.mul", [q, y])])
+    zero = scalar(b, 0, r)
+    differ = b.op("rt.cmp", [b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
+                             b.op("rt.cmp", [y, zero], {"predicate": "lt"})], {"predicate": "ne"})
+    fix = b.op("rt.and", [b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
+    return b.op("rt.sub", [q, b.op("rt.cast", [fix], {"dtype": q.type.dtype.name})])
+
+
+def size_value(b: Builder, d, dtype: str = "i64") -> Value:
+    """A dimension (an int, or a `Sym` known only at run time) as a rank-0 tensor of `dtype`, for models that use a
+    size as data (`x * x.shape[0]`, a roll by a shift modulo the size). No graph op reads a size, so each symbol is
+    counted as the sum of a broadcast of ones along it (in i32), and the Sym's polynomial, floor divisions and
+    minimums are evaluated on those counts in i64."""
+    one = b.constant(np.array(1, np.int32))  # one size is below 2^31 on every target; their products may not be
+
+    def atom(a) -> Value:
+        if isinstance(a, str):
+            ones = b.op("rt.broadcast", [one], {"shape": (sym(a),)})
+            count = b.op("rt.reduce", [ones], {"kind": "sum", "axes": (0,), "keepdims": False})
+            return b.op("rt.cast", [count], {"dtype": "i64"})
+        if isinstance(a, FloorDiv):
+            return floor_div(b, value(a.num), b.constant(np.array(a.den, np.int64)))
+        if isinstance(a, Min):
+            return b.op("rt.min", [value(a.a), value(a.b)])
+        raise TypeError(f"unknown atom {a!r} of a symbolic dimension")
+
+    def value(x) -> Value:
+        if not isinstance(x, Sym):
+            return b.constant(np.array(int(x), np.int64))
+        total = None
+        for monomial, coefficient in x.terms:
+            term = b.constant(np.array(coefficient, np.int64))
+            for a in monomial:
+                term = b.op("rt.mul", [term, atom(a)])
+            total = term if total is None else b.op("rt.add", [total, term])
+        return total
+
+    out = value(d)
+    return out if dtype == "i64" else b.op("rt.cast", [out], {"dtype": dtype})
+
+
+def sizes_value(b: Builder, dims: np.ndarray, dtype: str = "i64") -> Value:
+    """An array of dimensions (ints and `Sym`s, as a shape computed from Shape ops holds them) as a tensor of
+    `dtype` of the same shape: `size_value` of each, joined."""
+    dims = np.asarray(dims, dtype=object)
+    parts = [b.op("rt.reshape", [size_value(b, d, dtype)], {"shape": (1,)}) for d in dims.reshape(-1)]
+    flat = parts[0] if len(parts) == 1 else b.op("rt.concat", parts, {"axis": 0})
+    return b.op("rt.reshape", [flat], {"shape": dims.shape})
+
+
 def floor_mod(b: Builder, x: Value, y: Value) -> Value:
     """x mod y with the sign of y, as Python's `%`, torch's `remainder` and ONNX's Mod (fmod=0) take it: the
     truncating remainder (`rt.rem`, exact), plus y where it is nonzero and its sign differs from y's."""
@@ -101,10 +157,8 @@ def mean(b: Builder, x: Value, axes, keepdims: bool = False) -> Value:
     wide = widen(b, x)
     total = b.op("rt.reduce", [wide], {"kind": "sum", "axes": axes, "keepdims": keepdims})
     count = math.prod(x.type.shape[a] for a in axes)
-    if isinstance(count, Sym):  # a size known at run time: count the elements as a sum of ones
-        ones = b.op("rt.broadcast", [scalar(b, 1, wide)], {"shape": x.type.shape})
-        count = b.op("rt.reduce", [ones], {"kind": "sum", "axes": axes, "keepdims": keepdims})
-        return narrow_to(b, b.op("rt.div", [total, count]), x)
+    if isinstance(count, Sym):  # a size known at run time
+        return narrow_to(b, b.op("rt.div", [total, size_value(b, count, wide.type.dtype.name)]), x)
     return narrow_to(b, b.op("rt.mul", [total, scalar(b, 1.0 / count, wide)]), x)
 
 
@@ -362,10 +416,15 @@ def linear_neighbours(position: np.ndarray, size: int) -> tuple[np.ndarray, np.n
 
 
 def reverse(b: Builder, x: Value, axes) -> Value:
-    """x with `axes` reversed: a gather of the reversed indices along each."""
+    """x with `axes` reversed: a gather of the reversed indices along each (size - 1 - iota where the size is known
+    only at run time)."""
     for axis in axes:
         size = x.type.shape[axis]
-        if size > 1:
+        if isinstance(size, Sym):
+            iota = b.op("rt.iota", [], {"shape": (size,), "axis": 0, "dtype": "i32"})
+            index = b.op("rt.sub", [size_value(b, size - 1, "i32"), iota])
+            x = b.op("rt.gather", [x, index], {"axis": axis})
+        elif size > 1:
             x = b.op("rt.gather", [x, b.constant(np.arange(size - 1, -1, -1, dtype=np.int32))], {"axis": axis})
     return x
 
@@ -425,16 +484,23 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
     shape = x.type.shape
     n = shape[axis]
     k = n if k is None else k
-    if any(isinstance(d, Sym) for d in shape):
-        raise UnsupportedOpError(f"sorting a tensor of sizes known only at run time ({x.type}) is not supported",
-                                 hint="export with static sizes")
-    if n > SORT_AXIS_LIMIT:
+    lowest, highest = bounds(n, b.fn.symbols)
+    if isinstance(n, Sym) and (highest is None or highest > SORT_AXIS_LIMIT):
+        raise UnsupportedOpError(
+            f"sorting along an axis whose size ({n}) is known only at run time and may be more than "
+            f"{SORT_AXIS_LIMIT}" + ("" if highest is None else f" (up to {highest})"),
+            hint=f"bound the symbol so that the axis has at most {SORT_AXIS_LIMIT} elements (torch.export.Dim's "
+                 "max), or sort along an axis of static size")
+    if isinstance(n, Sym) and k != n and not (isinstance(k, int) and 0 <= k <= lowest):
+        raise UnsupportedOpError(f"the top {k} of an axis of {n} elements (at least {lowest}) is not supported",
+                                 hint="take k of at most the axis's smallest size, or all of it")
+    if isinstance(n, int) and n > SORT_AXIS_LIMIT:
         raise UnsupportedOpError(
             f"sorting an axis of {n} elements is not supported: sort and topk compare every pair of elements "
             f"along the axis (n * n a row), so the axis is limited to {SORT_AXIS_LIMIT}",
             hint=f"sort or take the top k over axes of at most {SORT_AXIS_LIMIT} elements, or run this op on the "
                  "CPU (--fallback llvm-cpu)")
-    if not 0 <= k <= n:
+    if isinstance(n, int) and not (isinstance(k, int) and 0 <= k <= n):
         raise UnsupportedOpError(f"k = {k} is out of range for an axis of {n} elements")
     keys = b.op("rt.cast", [x], {"dtype": "i32"}) if x.type.dtype.kind == "bool" else x
     inner = (1,) * (len(shape) - axis - 1)  # the axes after `axis`, which the [n, n] iotas broadcast over
@@ -466,19 +532,24 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
 
 
 def take_along_axis(b: Builder, x: Value, index: Value, axis: int) -> Value:
-    """np.take_along_axis: x read along `axis` at `index` (in range, static shapes), other axes as they are. One
-    gather of the flattened x, at linear positions from iotas, each value used once so that they fuse into it."""
+    """np.take_along_axis: x read along `axis` at `index` (in range), other axes as they are. One gather of the
+    flattened x, at linear positions from iotas, each value used once so that they fuse into it. A stride known
+    only at run time is computed as data (`size_value`)."""
     shape, out = x.type.shape, index.type.shape
-    dtype = "i64" if math.prod(shape) > np.iinfo(np.int32).max else "i32"
+    elements = math.prod(shape)
+    dtype = "i64" if isinstance(elements, Sym) or elements > np.iinfo(np.int32).max else "i32"
     linear = None
     for d in range(len(shape)):
         coordinate = index if d == axis else b.op("rt.iota", [], {"shape": out, "axis": d, "dtype": dtype})
         if coordinate.type.dtype.name != dtype:
             coordinate = b.op("rt.cast", [coordinate], {"dtype": dtype})
         stride = math.prod(shape[d + 1:])
-        term = coordinate if stride == 1 else b.op("rt.mul", [coordinate, scalar(b, stride, coordinate)])
+        if isinstance(stride, Sym):
+            term = b.op("rt.mul", [coordinate, size_value(b, stride, dtype)])
+        else:
+            term = coordinate if stride == 1 else b.op("rt.mul", [coordinate, scalar(b, stride, coordinate)])
         linear = term if linear is None else b.op("rt.add", [linear, term])
-    flat = b.op("rt.reshape", [x], {"shape": (math.prod(shape),)})
+    flat = b.op("rt.reshape", [x], {"shape": (elements,)})
     return b.op("rt.gather", [flat, linear], {"axis": 0})
 
 
@@ -512,9 +583,15 @@ def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, rev
     about sqrt(n), each scanned so, plus the exclusive scan of the blocks' totals: about sqrt(n) + 2 adds per element
     and six kernels, where a matmul with a triangular constant would hold n^2 values and do n multiply-adds."""
     n = x.type.shape[axis]
-    if isinstance(n, Sym):
-        raise UnsupportedOpError(f"a cumulative sum along an axis whose size ({n}) is known only at run time",
-                                 hint="export with a static size for the summed axis")
+    if isinstance(n, Sym):  # one masked reduction, when the axis is short at every size
+        highest = bounds(n, b.fn.symbols)[1]
+        if highest is None or highest > SCAN_DIRECT:
+            raise UnsupportedOpError(
+                f"a cumulative sum along an axis whose size ({n}) is known only at run time, and may be more than "
+                f"{SCAN_DIRECT}" + ("" if highest is None else f" (up to {highest})"),
+                hint=f"bound the symbol so that the axis has at most {SCAN_DIRECT} elements (torch.export.Dim's "
+                     "max), or export with a static size for the summed axis")
+        return _masked_scan(b, x, axis, exclusive, reverse)
     if n <= SCAN_DIRECT:
         return _masked_scan(b, x, axis, exclusive, reverse)
     shape, block = x.type.shape, math.isqrt(n - 1) + 1

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import Builder, Function, Module, TensorType, Value
 from ..ir.dtypes import DTYPES, DType, from_numpy
-from ..ir.symbolic import Sym, divide_exactly, sanitize
+from ..ir.symbolic import Sym, dim_min, divide_exactly, sanitize
 from ..registry import registrar
 from . import compose as C
 
@@ -192,11 +192,8 @@ class _Converter:
         v = self.env[name]
         if isinstance(v, Value):
             return v
-        if _is_symbolic(v):
-            raise UnsupportedOpError(f"'{name}' holds sizes known only at run time ({_sizes(v)}), used as data",
-                                     hint="sizes may feed shapes (Reshape, Expand, Slice, ...), not tensor math")
-        if name not in self.materialized:
-            self.materialized[name] = _constant(self.b, v)
+        if name not in self.materialized:  # sizes known only at run time, used as data, are computed there
+            self.materialized[name] = C.sizes_value(self.b, v) if _is_symbolic(v) else _constant(self.b, v)
         return self.materialized[name]
 
     def _convert(self, index: int, node):
@@ -215,11 +212,12 @@ class _Converter:
         symbolic = known and any(n and _is_symbolic(self.env[n]) for n in node.input)
         try:
             if symbolic and node.op_type in SYMBOLIC_FOLDS:
-                outs = _sizes_array(SYMBOLIC_FOLDS[node.op_type](_Node(self, node, self.b, fold=True)))
-            elif symbolic and node.op_type not in _NO_FOLD:
-                raise UnsupportedOpError(
-                    f"computing on sizes known only at run time is not supported for {node.op_type}",
-                    hint=f"ops that compute on sizes: {', '.join(sorted(SYMBOLIC_FOLDS))}")
+                try:
+                    outs = _sizes_array(SYMBOLIC_FOLDS[node.op_type](_Node(self, node, self.b, fold=True)))
+                except UnsupportedOpError:  # not a size any more (a division by a size, a cast to float): data
+                    outs = handler(_Node(self, node, self.b, fold=False))
+            elif symbolic and node.op_type not in _NO_FOLD:  # sizes used as data: computed at run time
+                outs = handler(_Node(self, node, self.b, fold=False))
             elif known and node.op_type not in _NO_FOLD:
                 outs = self._fold(node, handler)
             else:
@@ -928,13 +926,12 @@ def _split(n):
 def _slice(n):
     x = n(0)
     rank = x.type.rank
-    starts = [int(v) for v in n.known(1, "starts")]
-    ends = [int(v) for v in n.known(2, "ends")]
+    starts, ends = _dims(n.known(1, "starts")), _dims(n.known(2, "ends"))  # ends may be sizes (`x[:, :n]`)
     axes = [C.normalize_axis(int(a), rank) for a in n.known_or(3, range(len(starts)), "axes")]
     steps = [int(v) for v in n.known_or(4, [1] * len(starts), "steps")]
     for axis, s, e, k in zip(axes, starts, ends, steps, strict=False):
         size = x.type.shape[axis]
-        if isinstance(size, Sym):
+        if isinstance(size, Sym) or isinstance(s, Sym) or isinstance(e, Sym):
             x = _slice_symbolic(n, x, axis, s, e, k)
             continue
         s, e = max(min(s, 2**62), -(2**62)), max(min(e, 2**62), -(2**62))
@@ -948,14 +945,24 @@ def _slice(n):
 
 
 def _slice_symbolic(n, x, axis, start, end, step):
-    """A slice along an axis of symbolic size: steps of 1, from a start counted from either end, to
-    the end (an end past any size, as exporters write `x[2:]`) or to a start counted from the end."""
+    """A slice where the axis's size or a bound is known only at run time: positive steps, from a start counted
+    from either end, to the end (an end past any size, as exporters write `x[2:]`), to a bound counted from the
+    end, or to a computed size, clamped to the axis as ONNX clamps (`x.chunk(2)` exports its second half as
+    [(n + 1) // 2 : 2 * ((n + 1) // 2)]). A slice that comes out empty at some size is refused when it is called
+    with that size."""
     size = x.type.shape[axis]
-    if step != 1:
-        raise UnsupportedOpError(f"a slice with step {step} along a dimension known only at run time ({size})")
-    lo = start if start >= 0 else size + start
-    hi = size if end >= 2**31 - 1 else end if end >= 0 else size + end
-    return C.slice_axis(n.b, x, axis, lo, hi, 1)
+    if step <= 0:
+        raise UnsupportedOpError(f"a slice with step {step} where sizes are known only at run time ({size}, "
+                                 f"[{start}:{end}])", hint="only positive steps are supported there")
+
+    def position(v):
+        if isinstance(v, Sym):
+            return dim_min(v, size)
+        if v >= 2**31 - 1:
+            return size
+        return v if v >= 0 else size + v
+
+    return C.slice_axis(n.b, x, axis, position(start), position(end), step)
 
 
 @handles("Gather")
@@ -1101,21 +1108,29 @@ def _resize(n):
     if mode == "linear" and not x.type.dtype.is_float:
         raise UnsupportedOpError(f"linear Resize of {x.type.dtype} is not supported", hint="resize a float tensor")
     axes = [C.normalize_axis(int(a), rank) for a in n.attr("axes", list(range(rank)))]
-    if any(isinstance(x.type.shape[a], Sym) for a in axes):
-        raise UnsupportedOpError("Resize along an axis whose size is known only at run time is not supported")
     sizes_in = [x.type.shape[a] for a in axes]
+    dynamic = [isinstance(size, Sym) for size in sizes_in]  # such an axis must keep its size (a dynamic batch)
     if n.has(3):
-        sizes = [int(s) for s in n.known(3, "sizes")]
-        scales = [out / size for out, size in zip(sizes, sizes_in)]
+        sizes = _dims(n.known(3, "sizes"))
+        if any(isinstance(out, Sym) != d or (d and out != size) for out, size, d in zip(sizes, sizes_in, dynamic)):
+            raise UnsupportedOpError(f"Resize of {x.type} to {_sizes(sizes)}: an axis whose size is known only at "
+                                     "run time must keep it", hint="resize only axes of static size")
+        scales = [1.0 if d else out / size for out, size, d in zip(sizes, sizes_in, dynamic)]
         policy = n.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":  # one scale for every axis, the smaller or the larger
+            if any(dynamic):
+                raise UnsupportedOpError(f"Resize with keep_aspect_ratio_policy {policy!r} of {x.type}, whose sizes "
+                                         "are known only at run time, is not supported")
             scale = (min if policy == "not_larger" else max)(scales)
             scales, sizes = [scale] * len(axes), [int(np.round(scale * size)) for size in sizes_in]
     else:
         scales = [float(s) for s in n.known(2, "scales")]
-        sizes = [int(np.floor(size * scale)) for size, scale in zip(sizes_in, scales)]
-    for axis, size_in, size_out, scale in zip(axes, sizes_in, sizes, scales):
-        if size_out == size_in and scale == 1:
+        if any(d and scale != 1 for d, scale in zip(dynamic, scales)):
+            raise UnsupportedOpError(f"Resize of {x.type} by scales {scales}: an axis whose size is known only at "
+                                     "run time must keep it (scale 1)", hint="resize only axes of static size")
+        sizes = [size if d else int(np.floor(size * scale)) for size, scale, d in zip(sizes_in, scales, dynamic)]
+    for axis, size_in, size_out, scale, d in zip(axes, sizes_in, sizes, scales, dynamic):
+        if d or (size_out == size_in and scale == 1):
             continue
         position = RESIZE_COORDINATES[coords](np.arange(size_out, dtype=np.float64), scale, size_in, size_out,
                                               size_in * scale)
@@ -1250,7 +1265,7 @@ def _argmax(n):
 def _top_k(n):
     """Always sorted (the spec allows it for sorted=0); equal values come in their order along the axis."""
     x = n(0)
-    k = int(np.asarray(n.known(1, "K")).reshape(-1)[0])
+    k = _dims(n.known(1, "K"))[0]  # the axis's size, where an exporter sorts a dynamic axis whole
     return list(C.sort(n.b, x, _axis(n, x, -1), descending=bool(n.attr("largest", 1)), k=k))
 
 
@@ -1316,6 +1331,14 @@ def _sym_slice(n):
     return data[tuple(index)]
 
 
+def _sym_reduce_prod(n):
+    """The number of elements of a shape (exporters flatten with it): a product of sizes, symbolic or not."""
+    data = np.asarray(_known_ints(n, 0), dtype=object)
+    axes = n.known_or(1, None) if n.has(1) else n.attr("axes", None)
+    axes = tuple(range(data.ndim)) if axes is None or len(axes) == 0 else tuple(int(a) for a in axes)
+    return np.multiply.reduce(data, axis=axes, keepdims=bool(n.attr("keepdims", 1)))  # Python's *, on Syms too
+
+
 def _sym_same(n):
     return np.asarray(_known_ints(n, 0), dtype=object)
 
@@ -1335,6 +1358,7 @@ SYMBOLIC_FOLDS = {
     "Mul": _sym_arith(lambda a, b: a * b), "Div": _sym_arith(lambda a, b: a // b),  # sizes: trunc == floor
     "Gather": _sym_gather, "Unsqueeze": _sym_unsqueeze, "Squeeze": _sym_squeeze, "Concat": _sym_concat,
     "Slice": _sym_slice, "Identity": _sym_same, "Cast": _sym_cast, "Reshape": _sym_reshape,
+    "ReduceProd": _sym_reduce_prod,
 }
 
 

@@ -247,10 +247,17 @@ class _Converter:
 
         if node.target in _SIZE_ARITHMETIC:  # arithmetic on sizes (SymInts): done here, on our dimensions
             args = [self._arg(a) for a in node.args]
-            if not all(isinstance(a, (int, Sym)) for a in args):
+            if not all(isinstance(a, (int, Sym, Value)) for a in args):
                 raise UnsupportedOpError(f"'{node.target.__name__}' (node '{node.name}') of {args} is not supported",
                                          location=_loc_str(node))
-            return node.target(*args)
+            if not any(isinstance(a, Value) for a in args):
+                try:
+                    return node.target(*args)
+                except TypeError:  # a division by a symbol, which no dimension expresses: computed at run time
+                    pass
+            # a size as data (a rank-0 i64 tensor): it can feed arithmetic on tensors, not a shape
+            x, y = (self.tensor(a, DTYPES["i64"]) for a in args)
+            return _SIZE_ARITHMETIC[node.target](self.b, x, y)
         if node.target is operator.getitem:
             seq, i = self.env[node.args[0]], node.args[1]
             item = seq[i]
@@ -319,6 +326,8 @@ class _Converter:
         """`x` (a Value or a Python number) as a tensor of `dtype`."""
         if isinstance(x, Value):
             return x if x.type.dtype == dtype else self.b.op("rt.cast", [x], {"dtype": dtype.name})
+        if isinstance(x, Sym):  # a size used as data
+            return C.size_value(self.b, x, dtype.name)
         if isinstance(x, int) and not isinstance(x, bool) and dtype.kind in ("int", "uint"):
             return self.b.constant(np.array(x, np.int64).astype(dtype.np_dtype))  # wraps, as torch's x // -2 on uint8
         return self.b.constant(np.array(x, dtype=dtype.np_dtype))
@@ -329,9 +338,14 @@ class _Converter:
 
 
 def _size_arithmetic():
+    """Python's operators on sizes, each with its spelling on rank-0 tensors (where a size is known only as data)."""
     import operator
 
-    return (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod)
+    def on(name):
+        return lambda b, x, y: b.op(name, [x, y])
+
+    return {operator.add: on("rt.add"), operator.sub: on("rt.sub"), operator.mul: on("rt.mul"),
+            operator.floordiv: C.floor_div, operator.mod: C.floor_mod}
 
 
 _SIZE_ARITHMETIC = _size_arithmetic()
@@ -455,25 +469,15 @@ def _remainder(cv, node, a, b):
 @handles("div")
 def _div(cv, node, a, b, rounding_mode=None):
     _, dtype = cv.out_type(node)
-    q = cv.b.op("rt.div", [cv.tensor(a, dtype), cv.tensor(b, dtype)])
-    if rounding_mode is None or (rounding_mode == "trunc" and not dtype.is_float):
+    a, b = cv.tensor(a, dtype), cv.tensor(b, dtype)
+    if rounding_mode == "floor" and not dtype.is_float:
+        return C.floor_div(cv.b, a, b)
+    q = cv.b.op("rt.div", [a, b])
+    if rounding_mode is None or not dtype.is_float:
         return q
-    if not dtype.is_float:
-        return _floor_div_int(cv, a, b, q, dtype)
     if rounding_mode == "floor":
         return cv.b.op("rt.floor", [q])
     return cv.b.op("rt.mul", [cv.b.op("rt.sign", [q]), cv.b.op("rt.floor", [cv.b.op("rt.abs", [q])])])
-
-
-def _floor_div_int(cv, a, b, q, dtype):
-    a, b = cv.tensor(a, dtype), cv.tensor(b, dtype)
-    r = cv.b.op("rt.sub", [a, cv.b.op("rt.mul", [q, b])])
-    zero = cv.tensor(0, dtype)
-    nonzero = cv.b.op("rt.cmp", [r, zero], {"predicate": "ne"})
-    signs = cv.b.op("rt.cmp", [cv.b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
-                               cv.b.op("rt.cmp", [b, zero], {"predicate": "lt"})], {"predicate": "ne"})
-    fix = cv.b.op("rt.and", [nonzero, signs])
-    return cv.b.op("rt.sub", [q, cv.b.op("rt.cast", [fix], {"dtype": dtype.name})])
 
 
 _CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
@@ -789,12 +793,16 @@ def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, *
     """var.correction, and the training IR's var.dim, whose third argument `unbiased` (a bool) lands in
     `correction` when positional: True is a correction of 1, False of 0."""
     axes = _axes(dim, x.type.rank)
-    n = int(np.prod([x.type.shape[a] for a in axes]))
+    n = math.prod(x.type.shape[a] for a in axes)
     correction = int(unbiased) if unbiased is not None else 1 if correction is None else correction
     wide = C.widen(cv.b, x)  # a half float's squares are summed in f32
     mu = C.mean(cv.b, wide, axes, keepdims=True)
     d = cv.b.op("rt.sub", [wide, mu])
     total = cv.b.op("rt.reduce", [cv.b.op("rt.mul", [d, d])], {"kind": "sum", "axes": axes, "keepdims": bool(keepdim)})
+    if isinstance(n, Sym):  # known at run time: divided by max(n - correction, 0), as torch divides (0 gives inf/NaN)
+        dof = C.size_value(cv.b, n - correction, wide.type.dtype.name)
+        dof = cv.b.op("rt.max", [dof, C.scalar(cv.b, 0, dof)])
+        return C.narrow_to(cv.b, cv.b.op("rt.div", [total, dof]), x)
     scale = C.scalar(cv.b, 1.0 / max(n - correction, 0) if n > correction else math.inf, wide)
     return C.narrow_to(cv.b, cv.b.op("rt.mul", [total, scale]), x)
 
@@ -1010,11 +1018,7 @@ HANDLERS["upsample_bilinear2d"] = _upsample("bilinear")
 
 @handles("flip")
 def _flip(cv, node, x, dims):
-    axes = sorted({C.normalize_axis(d, x.type.rank) for d in dims})
-    if any(isinstance(x.type.shape[a], Sym) for a in axes):
-        raise UnsupportedOpError(f"flip of {x.type} along a dimension known only at run time",
-                                 hint="export with static sizes for the flipped dimensions")
-    return C.reverse(cv.b, x, axes)
+    return C.reverse(cv.b, x, sorted({C.normalize_axis(d, x.type.rank) for d in dims}))
 
 
 @handles("repeat")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .dtypes import DType
-from .symbolic import Sym, SymbolRange, sanitize, substitute, sym
+from .symbolic import Sym, SymbolRange, sanitize, substitute, sym, symbols_of
 
 SHAPE_ATTR_KEYS = ("shape", "start", "limit")  # ops.SHAPE_ATTRS (ops.py imports this module)
 
@@ -110,6 +110,13 @@ class Function:
     @property
     def result_types(self) -> list[TensorType]:
         return [v.type for v in self.returns]
+
+    def symbols_used(self) -> frozenset[str]:
+        """The symbolic dimensions of its arguments, its results and every op's results: each is a size that code
+        running it must be told, even where no argument or result has it (a broadcast reduced back to a static
+        shape)."""
+        return symbols_of(*[v.type.shape for v in self.args + self.returns],
+                          *[r.type.shape for op in self.ops for r in op.results])
 
     def users(self) -> dict[Value, list[Operation]]:
         uses: dict[Value, list[Operation]] = {}

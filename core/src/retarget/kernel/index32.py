@@ -73,13 +73,34 @@ def _index_variables(kernel: k.Kernel) -> set[str]:
             assigns.setdefault(s.var, []).append(s.value)
         elif isinstance(s, k.Loop):
             loops.add(s.var)
-    candidates = {v for v, values in assigns.items() if v not in loops and all(x.dtype == k.INDEX for x in values)}
+    candidates = {v for v, values in assigns.items() if v not in loops and all(x.dtype == k.INDEX for x in values)
+                  and not any(_accumulates(v, x) for x in values)}
     while True:
         index = loops | candidates
         dropped = {v for v in candidates if not all(_is_index(x, index) for x in assigns[v])}
         if not dropped:
             return index
         candidates -= dropped
+
+
+def _accumulates(var: str, e: k.Expr) -> bool:
+    """Whether `e` adds to, subtracts from or multiplies `var` itself: a running sum or product (of ones, when
+    a reduction counts a size), which is data however its terms are spelled. Nothing bounds it but the
+    loop's trip count, so it keeps its 64 bits."""
+    if isinstance(e, k.Binary):
+        if e.op in ("add", "sub", "mul") and var in _reads(e):
+            return True
+        return _accumulates(var, e.a) or _accumulates(var, e.b)
+    if isinstance(e, k.Select):
+        return _accumulates(var, e.a) or _accumulates(var, e.b)
+    return False
+
+
+def _reads(e: k.Expr) -> set[str]:
+    if isinstance(e, k.Var):
+        return {e.name}
+    return set().union(*(_reads(c) for c in (getattr(e, f, None) for f in ("a", "b", "cond", "index"))
+                         if isinstance(c, k.Expr)))
 
 
 def _is_index(e: k.Expr, index: set[str]) -> bool:

@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Value
 from ..ir.dtypes import DTYPES, DType
-from ..ir.symbolic import Sym, ceil_div, dim_min, evaluate, hint, symbols_of
+from ..ir.symbolic import Sym, bounds, ceil_div, dim_min, evaluate, hint, sym
 from ..protocols import TargetDesc
 from . import ir as k
 from . import quant
@@ -88,8 +88,7 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
         raise UnsupportedOpError(f"dispatch {fn.name} writes {len(fn.returns)} buffers; kernels write one")
     lowering = _GpuLowering if desc.max_workgroup_size > 1 else _Lowering
     kernel = lowering(fn, desc).kernel()
-    kernel.scalars = tuple(sorted(symbols_of(*[v.type.shape for v in fn.args + fn.returns],
-                                             *[r.type.shape for op in fn.ops for r in op.results])))
+    kernel.scalars = tuple(sorted(fn.symbols_used()))
     kernel.scalar_bounds = tuple(fn.symbols[s].hi if s in fn.symbols else None for s in kernel.scalars)
     if kernel.scalars:
         for sizes in _sample_sizes(fn, kernel.scalars):
@@ -369,6 +368,21 @@ class _Lowering:
             out.append(If(Compare("eq", wg, k.const(groups - 1)), tail))
         return out
 
+    def _reaches_parallel_work(self, work):
+        """1 where `work` reaches MIN_PARALLEL_WORK, else 0: decided here where the symbols' ranges decide it, and
+        otherwise a size the host computes. `c * n` is tested as n // ceil(MIN / c), so that the product (billions
+        of multiply-adds at a batch's upper bound) is never formed in 32-bit index arithmetic."""
+        lowest, highest = bounds(work, self.fn.symbols)
+        if lowest >= MIN_PARALLEL_WORK:
+            return 1
+        if highest is not None and highest < MIN_PARALLEL_WORK:
+            return 0
+        if isinstance(work, Sym) and len(work.terms) == 1:
+            (monomial, coefficient), = work.terms
+            if len(monomial) == 1 and isinstance(monomial[0], str) and coefficient > 0:
+                return dim_min(1, sym(monomial[0]) // ceil_div(MIN_PARALLEL_WORK, coefficient))
+        return dim_min(1, work // MIN_PARALLEL_WORK)
+
     def _parallel_symbolic(self, count, work, body_fn, tail) -> list:
         """`parallel` for a count or work known only at run time. The number of workgroups is a size the
         host computes per call, by the static rule (min(count, max_groups) once the work reaches
@@ -376,7 +390,7 @@ class _Lowering:
         each workgroup takes a chunk of the count, sized at run time, each index guarded."""
         if count == 0:
             return list(tail or [])
-        spread = dim_min(1, work // MIN_PARALLEL_WORK)  # 0 below the threshold, else 1
+        spread = self._reaches_parallel_work(work)  # 0 below the threshold, else 1
         most = dim_min(count, self.max_groups)  # count may be 0 (a batch of 1 in blocks of 4): at least one group
         groups = 1 + (most - dim_min(most, 1)) * spread
         if isinstance(groups, int) and groups <= 1:

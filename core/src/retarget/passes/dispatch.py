@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Function, Operation, Value
-from ..ir.symbolic import symbols_of
 
 HOST_SIDE = ("rt.constant", "rt.reshape")
 LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
@@ -66,7 +65,7 @@ def form_dispatches(fn: Function, placement: dict[Operation, str] | None = None)
         outputs = [r for op in group for r in op.results
                    if r in returned or any(user not in members for user in used_by.get(r, []))]
         dispatch = make_dispatch(f"{fn.name}_dispatch_{i}_{_short(group)}", group, outputs)
-        used = symbols_of(*[v.type.shape for v in dispatch.function.args + dispatch.function.returns])
+        used = dispatch.function.symbols_used()
         dispatch.function.symbols = {s: r for s, r in fn.symbols.items() if s in used}
         dispatches.append(dispatch)
     return dispatches

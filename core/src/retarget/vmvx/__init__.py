@@ -10,7 +10,6 @@ from ..errors import ModuleFormatError, UnknownTargetError, suggestion
 from ..ir.core import Function, Module
 from ..ir.parser import parse_module
 from ..ir.printer import print_module
-from ..ir.symbolic import symbols_of
 from ..protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 from .interpreter import run_function
 
@@ -43,7 +42,7 @@ class VmvxTarget:
         entries = [
             EntryPoint(fn.name, tuple([Binding(a.type, "read") for a in fn.args] +
                                       [Binding(r.type, "write") for r in fn.returns]),
-                       scalars=tuple(sorted(symbols_of(*[a.type.shape for a in fn.args + fn.returns]))))
+                       scalars=tuple(sorted(fn.symbols_used())))
             for fn in dispatches
         ]
         return ExecutableBinary(FORMAT, desc, print_module(module).encode(), entries)
@@ -91,7 +90,7 @@ def _kernel(fn: Function):
     n_in = len(fn.args)
 
     def bind(views, scalars=()):
-        sizes = dict(zip(sorted(symbols_of(*[a.type.shape for a in fn.args + fn.returns])), scalars))
+        sizes = dict(zip(sorted(fn.symbols_used()), scalars))
 
         def run(workgroup):
             for out, value in zip(views[n_in:], run_function(fn, views[:n_in], sizes)):

@@ -26,6 +26,12 @@ Families:
   type, cumulative sums, products, counts, argmax/argmin, comparisons, and the float graphs' moves. Its reference
   is torch itself, and every result must be equal.
 
+With `dynamic=True` (`--dynamic`), the input's first dimension is exported as a `torch.export.Dim` (1 to
+`DYNAMIC_MAX` or the largest size run, traced at 2 or more), each target compiles the model once, and runs it at
+`dynamic_sizes(n)`: 1, the model's own size n and n + 3, each against float64 at that size. A model that
+torch.export specializes (a reshape to fixed sizes, a weight of the batch's size) is refused by the importer and
+counted so.
+
 A float result is wrong when its relative error (`numerics.relative_error`) against the same model in float64
 passes `TOLERANCE` for the family and dtype, or where it has NaN or an infinity that float64 has not (or the other
 way: the variance of one element is NaN in both); an integer or bool result, when its dtype or any element differs
@@ -52,8 +58,8 @@ import numpy as np
 from ...errors import RetargetError
 from ..numerics import relative_error
 
-__all__ = ["FAMILIES", "FAMILY_DTYPES", "IMPORTERS", "INT_DTYPES", "TOLERANCE", "Finding", "Report",
-           "bisect", "check", "make_model"]
+__all__ = ["DYNAMIC_MAX", "FAMILIES", "FAMILY_DTYPES", "IMPORTERS", "INT_DTYPES", "TOLERANCE", "Finding", "Report",
+           "bisect", "check", "dynamic_sizes", "make_model"]
 
 # relative error against float64 that a result may have, by family and dtype. In f16 the reference has the
 # same f16 inputs and weights; a gemm's error is its output's rounding and the order of its f32 sums, while
@@ -75,9 +81,11 @@ class Finding:
     detail: str
     ops: list[str]
     importer: str = "torch"
+    dynamic: bool = False
 
     def command(self, family: str, dtype: str) -> str:
         through = f" --importer {self.importer}" if self.importer != "torch" else ""
+        through += " --dynamic" if self.dynamic else ""
         return (f"python -m retarget.testing.differential --family {family} --dtype {dtype} --seed {self.seed} "
                 f"--count 1 --pair {self.target}={self.device}{through} --show")
 
@@ -783,7 +791,8 @@ def bisect(finding: Finding, family: str, dtype: str, max_size: int = 256) -> tu
     n-th op is where the finding starts. (len(ops), the finding) when every shorter model is right."""
     pair = [(finding.target, finding.device)]
     for n in range(1, len(finding.ops)):
-        report = check([finding.seed], pair, family, dtype, max_size, steps=n, importer=finding.importer)
+        report = check([finding.seed], pair, family, dtype, max_size, steps=n, importer=finding.importer,
+                       dynamic=finding.dynamic)
         if report.findings:
             return n, report.findings[0]
     return len(finding.ops), finding
@@ -814,6 +823,55 @@ def _compare(out, expected) -> tuple[float, str]:
     return error, f"relative error {error:.3g}"
 
 
+DYNAMIC_MAX = 32  # the batch's upper bound when --dynamic exports it as a symbol (or the largest size run, if more)
+
+
+def dynamic_sizes(n: int) -> list[int]:
+    """The batch sizes a dynamic model runs at: 1 (a schedule that spreads the batch), its own, and a larger one."""
+    return sorted({1, n, n + 3})
+
+
+def _resized(x, n: int, seed: int, dtype: str):
+    """A new input like `x` (its type and values' distribution) with a first dimension of `n`, seeded."""
+    torch, _ = _torch()
+    g = torch.Generator().manual_seed(seed * 1000 + n)
+    shape = (n, *x.shape[1:])
+    if dtype in INT_RANGES:
+        low, high = INT_RANGES[dtype]
+        return torch.randint(low, high + 1, shape, dtype=x.dtype, generator=g)
+    return torch.randn(shape, generator=g).to(x.dtype)
+
+
+def _reference(model, inputs, family: str) -> np.ndarray:
+    """The model's answer in float64 (the `int` family: torch's own, which has nothing to round)."""
+    import warnings
+
+    torch, _ = _torch()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's own, from copying a module that export has seen
+        if family == "int":
+            return model(*inputs).numpy()
+        return copy.deepcopy(model).double()(*[x.double() for x in inputs]).numpy()
+
+
+def _cases(model, inputs, family: str, dtype: str, seed: int, dynamic: bool):
+    """(example inputs to export with, [(inputs, expected), ...]): the model's own inputs alone, or with `dynamic`
+    each of `dynamic_sizes` where torch itself can run it (a gather's indices may not fit a smaller batch)."""
+    if not dynamic:
+        return inputs, [(inputs, _reference(model, inputs, family))]
+    (x,) = inputs
+    size = x.shape[0]
+    runs = []
+    for n in dynamic_sizes(size):
+        xn = x if n == size else _resized(x, n, seed, dtype)
+        try:
+            runs.append(((xn,), _reference(model, (xn,), family)))
+        except (RuntimeError, ValueError, IndexError, TypeError):  # torch refuses the model at this size
+            continue
+    example = inputs if size >= 2 else (_resized(x, 2, seed, dtype),)  # torch.export specializes a size of 1
+    return example, runs
+
+
 IMPORTERS = ("torch", "onnx")
 ONNX_OPSET = 18
 
@@ -837,17 +895,22 @@ def _silent_stdout():
         os.close(null)
 
 
-def _import(model, inputs, importer: str, expected: np.ndarray, limit: float):
-    """The model as a retarget module, through torch.export or through an ONNX file that torch writes. An ONNX
-    file that onnxruntime does not compute as torch does (the exporter's own liberties: `x >> k` as a division,
-    an int32 cumsum) is an `_ExportError`, not a finding of ours."""
+def _import(model, example, importer: str, runs, limit: float, dynamic: bool):
+    """The model as a retarget module, through torch.export or through an ONNX file that torch writes (from the
+    `example` inputs; with `dynamic`, their first dimension a symbol). An ONNX file that onnxruntime does not
+    compute as torch does at each of `runs` (the exporter's own liberties: `x >> k` as a division, an int32 cumsum,
+    a batch baked into a reshape) is an `_ExportError`, not a finding of ours."""
     import tempfile
     from pathlib import Path
 
     from retarget.compiler import import_model
 
     if importer == "torch":
-        return import_model(model, example_inputs=inputs)
+        if not dynamic:
+            return import_model(model, example_inputs=example)
+        torch, _ = _torch()
+        batch = torch.export.Dim("batch", min=1, max=max(DYNAMIC_MAX, *(xs[0].shape[0] for xs, _ in runs)))
+        return import_model(model, example_inputs=example, dynamic_shapes={"inputs": ({0: batch},)})
     import onnxruntime
 
     from retarget.bench.peers import export_onnx
@@ -856,26 +919,26 @@ def _import(model, inputs, importer: str, expected: np.ndarray, limit: float):
         path = Path(folder) / "model.onnx"
         try:
             with _silent_stdout():  # it prints its graph when it fails, from C++
-                export_onnx(model, inputs, path, opset=ONNX_OPSET)
+                export_onnx(model, example, path, opset=ONNX_OPSET,
+                            dynamic_axes={"input_0": {0: "batch"}} if dynamic else None)
             session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
-            theirs = session.run(None, feeds)[0]
+            theirs = [(session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})[0],
+                       expected) for inputs, expected in runs]
         except Exception as e:  # noqa: BLE001 - torch's exporter raises many kinds
             raise _ExportError(str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__) from e
-        error, what = _compare(theirs, expected)
-        if error > limit:
-            raise _ExportError(f"onnxruntime computes the exported model differently from torch ({what})")
+        for out, expected in theirs:
+            error, what = _compare(out, expected)
+            if error > limit:
+                raise _ExportError(f"onnxruntime computes the exported model differently from torch ({what})")
         return import_model(str(path))
 
 
 def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str | None = None, max_size: int = 256,
           tolerance: float | None = None, progress: Callable[[str], None] | None = None,
-          steps: int | None = None, importer: str = "torch") -> Report:
+          steps: int | None = None, importer: str = "torch", dynamic: bool = False) -> Report:
     """Each model of `seeds` (its first `steps` ops, or all), imported once (through torch.export, or with
     `importer="onnx"` through the ONNX file torch's exporter writes), compiled for each (target, device) pair and
-    run there."""
-    import torch
-
+    run there (with `dynamic`, once compiled and run at each of `dynamic_sizes`)."""
     import retarget
 
     dtype = dtype or FAMILY_DTYPES[family][0]
@@ -883,12 +946,10 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
     report, start = Report(), time.perf_counter()
     for seed in seeds:
         model, inputs, ops = make_model(seed, family, dtype, max_size, steps)
-        with torch.no_grad():  # integers: torch's own result, which has no rounding to avoid
-            expected = (model(*inputs) if family == "int" else
-                        copy.deepcopy(model).double()(*[x.double() for x in inputs])).numpy()
+        example, runs = _cases(model, inputs, family, dtype, seed, dynamic)
         report.models += 1
         try:
-            module = _import(model, inputs, importer, expected, limit)
+            module = _import(model, example, importer, runs, limit, dynamic)
         except RetargetError as e:  # the importer refuses an op: every pair is refused
             for target, device in pairs:
                 report.refused(f"{target}={device}", f"the importer: {e.message}")
@@ -901,12 +962,18 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
             if progress:
                 progress(f"seed {seed}: the exporter: {e}")
             continue
+        except Exception:  # noqa: BLE001 - the importer crashed: a finding on every pair
+            for target, device in pairs:
+                report.count(f"{target}={device}", "error")
+                report.findings.append(Finding(seed, target, device, "error", "the importer: " + traceback.format_exc(),
+                                               ops, importer, dynamic))
+            continue
         errors = {}  # "target=device" -> relative error, for `progress`
         for target, device in pairs:
             pair = f"{target}={device}"
             try:
                 loaded = retarget.load(retarget.compile(module, target), device=device)
-                out = np.asarray(loaded.main(*[x.numpy() for x in inputs]))
+                outs = [np.asarray(loaded.main(*[x.numpy() for x in xs])) for xs, _ in runs]
             except RetargetError as e:
                 report.refused(pair, f"{target}: {e.message}")
                 if progress:
@@ -914,9 +981,12 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
                 continue
             except Exception:  # noqa: BLE001 - anything else is what we are looking for
                 report.count(pair, "error")
-                report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops, importer))
+                report.findings.append(Finding(seed, target, device, "error", traceback.format_exc(), ops, importer,
+                                               dynamic))
                 continue
-            error, what = _compare(out, expected)
+            compared = [(*_compare(out, expected), xs[0].shape[0]) for out, (xs, expected) in zip(outs, runs)]
+            error, what, size = max(compared, key=lambda c: c[0])
+            what += f" at batch {size}" if dynamic else ""
             errors[pair] = error
             if error <= limit:
                 report.count(pair, "ok")
@@ -924,7 +994,7 @@ def check(seeds, pairs: list[tuple[str, str]], family: str = "graph", dtype: str
             else:
                 report.count(pair, "wrong")
                 detail = what if error == float("inf") else f"{what} (tolerance {limit:g})"
-                report.findings.append(Finding(seed, target, device, "wrong", detail, ops, importer))
+                report.findings.append(Finding(seed, target, device, "wrong", detail, ops, importer, dynamic))
         if progress:
             progress(f"seed {seed}: {' -> '.join(ops)}" + "".join(f"\n  {p}: {e:.1e}" for p, e in errors.items()))
     report.seconds = time.perf_counter() - start

@@ -44,6 +44,9 @@ def main(argv=None) -> int:
     parser.add_argument("--importer", choices=IMPORTERS, default="torch",
                         help="how models reach retarget: torch.export (default), or the ONNX file torch.onnx.export "
                              f"writes (opset {ONNX_OPSET}), which tests the ONNX importer")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="export the input's first dimension as a symbol (1 to 32), compile once, and run at "
+                             "batch 1, the model's own and 3 more")
     parser.add_argument("--bisect", action="store_true",
                         help="for each finding, rerun the model's first 1, 2, ... ops and name the op it starts at")
     args = parser.parse_args(argv)
@@ -60,9 +63,10 @@ def main(argv=None) -> int:
             parser.error(why)
     show = (lambda line: print(line, file=sys.stderr, flush=True)) if args.show else None
     report = check(range(args.seed, args.seed + args.count), pairs, args.family, args.dtype, args.max_size,
-                   args.tolerance, progress=show, importer=args.importer)
+                   args.tolerance, progress=show, importer=args.importer, dynamic=args.dynamic)
     if args.json:
         print(json.dumps({"family": args.family, "dtype": args.dtype, "importer": args.importer,
+                          "dynamic": args.dynamic,
                           "pairs": [f"{t}={d}" for t, d in pairs],
                           "models": report.models, "outcomes": dict(report.outcomes), "by_pair": report.by_pair,
                           "largest_error": report.worst, "refusals": dict(report.refusals),
