@@ -197,3 +197,27 @@ def test_onnx_exports_with_a_dynamic_batch_run_at_every_batch(name, tmp_path):
     for n in (1, 4, 7):
         x = torch.randn(n, 6, generator=torch.Generator().manual_seed(n))
         np.testing.assert_allclose(_run(fn, x.numpy()), Model()(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_shape_made_data_then_used_as_a_shape_says_which_ops_keep_it_a_size():
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from retarget.importers.onnx import OnnxImporter
+
+    # reshape(x, [float(shape(x)[0]) -> int, -1]): the round trip through a float makes the size data
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["nf"], ["ni"], to=TensorProto.INT64),
+             helper.make_node("Unsqueeze", ["ni", "axes"], ["nv"]),
+             helper.make_node("Concat", ["nv", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="must be known at import time") as info:
+        OnnxImporter().load(model)
+    assert "Reshape" in str(info.value) and "Gather" in info.value.hint and "other ops make it data" in info.value.hint

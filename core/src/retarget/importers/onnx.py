@@ -312,7 +312,9 @@ class _Node:
         v = self.cv.env[self.node.input[i]]
         if isinstance(v, Value):
             raise UnsupportedOpError(f"input {i} ('{self.node.input[i]}'{', ' + what if what else ''}) must be known "
-                                     "at import time", hint="only static shapes are supported")
+                                     "at import time",
+                                     hint="a shape may be computed from sizes known only at run time through "
+                                          f"{', '.join(sorted(SYMBOLIC_FOLDS))}; other ops make it data")
         return v
 
     def known_or(self, i: int, default, what=""):
