@@ -73,16 +73,32 @@ func.func public @main(%arg0: tensor<?x4xf32>) -> tensor<?x2xf32> {
         np.testing.assert_allclose(_run(fn, x), (x + 1).reshape(2 * n, 2))
 
 
-def test_mlir_size_used_as_tensor_data_is_refused_with_the_op_named():
-    with pytest.raises(UnsupportedOpError, match="known only at run time"):
-        import_mlir("""
+def test_mlir_sizes_used_as_data_are_computed_at_run_time():
+    """A size fed to arithmetic on tensors: an index cast to a float, and the divisor of a mean over a dynamic axis
+    as JAX's shape polymorphism writes it in StableHLO (get_dimension_size, convert, divide)."""
+    count = import_mlir("""
 func.func @main(%x: tensor<?xf32>) -> tensor<f32> {
   %c0 = arith.constant 0 : index
   %d = tensor.dim %x, %c0 : tensor<?xf32>
   %f = arith.index_cast %d : index to i64
   %g = arith.sitofp %f : i64 to f32
   return %g : tensor<f32>
-}""")
+}""").functions["main"]
+    mean = import_mlir("""
+func.func public @main(%arg0: tensor<?x4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.get_dimension_size %arg0, dim = 0 : (tensor<?x4xf32>) -> tensor<i32>
+  %1 = stablehlo.convert %0 : (tensor<i32>) -> tensor<f32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %2 = stablehlo.reduce(%arg0 init: %z) applies stablehlo.add across dimensions = [0]
+      : (tensor<?x4xf32>, tensor<f32>) -> tensor<4xf32>
+  %3 = stablehlo.broadcast_in_dim %1, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %4 = stablehlo.divide %2, %3 : tensor<4xf32>
+  return %4 : tensor<4xf32>
+}""").functions["main"]
+    for n in (1, 5):
+        x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+        assert _run(count, x[:, 0]) == n
+        np.testing.assert_allclose(_run(mean, x), x.mean(0), rtol=1e-6)
 
 
 def test_onnx_dim_params_and_shape_arithmetic_become_symbols():

@@ -22,12 +22,13 @@ import numpy as np
 
 from ...errors import ParseError, RetargetError, UnsupportedOpError, VerificationError
 from ...ir.core import Builder, DenseAttr, Function, Module, TensorType, Value
-from ...ir.dtypes import DType
+from ...ir.dtypes import DTYPES, DType
 from ...ir.ops import OPS, normalize_shape_attrs
 from ...ir.parser import function_symbols, symbolic_arg_type, types_match
 from ...ir.symbolic import Sym, divide_exactly, sanitize
 from ...mlir.syntax import MOp, Parser, custom_syntax
 from ...registry import registrar
+from .. import compose as C
 
 CONVERTERS: dict[str, Callable[[Converter, MOp], list]] = {}
 # Converters for ops that read a symbolic size or shape (dims.py): arithmetic on dimensions.
@@ -160,13 +161,17 @@ class Converter:
                 handler = _graph_op
             else:
                 raise unsupported(op.name, op.loc)
-        if any(is_symbolic_size(self.env.get(name)) for name in op.operands):
-            handler = SYMBOLIC_CONVERTERS.get(op.name)
-            if handler is None:
-                raise UnsupportedOpError(f"'{op.name}' on a size known only at run time is not supported",
-                                         location=str(op.loc),
-                                         hint=f"supported on sizes: {', '.join(sorted(SYMBOLIC_CONVERTERS))}")
         self.b.loc = op.loc
+        as_data = {}  # symbolic operands an op that does not compute on sizes reads as tensors (sizes as data)
+        if any(is_symbolic_size(self.env.get(name)) for name in op.operands):
+            if op.name in SYMBOLIC_CONVERTERS:
+                handler = SYMBOLIC_CONVERTERS[op.name]
+            else:
+                as_data = {name: self.env[name] for name in op.operands if is_symbolic_size(self.env.get(name))}
+                types = list(getattr(op, "operand_types", None) or [])
+                for i, name in enumerate(op.operands):
+                    if name in as_data and not isinstance(self.env[name], Value):
+                        self.env[name] = self.size_data(as_data[name], types[i] if i < len(types) else None)
         try:
             results = handler(self, op)
         except RetargetError as e:
@@ -175,6 +180,8 @@ class Converter:
             raise
         except (KeyError, IndexError, ValueError, TypeError, AttributeError, OverflowError) as e:
             raise self.error(op, f"cannot import it ({type(e).__name__}: {e})", ParseError) from None
+        finally:
+            self.env.update(as_data)  # later ops may still take them as sizes
         results = list(results) if isinstance(results, (list, tuple)) and not _is_shape(results) else [results]
         if len(results) != len(op.results):
             raise self.error(op, f"produced {len(results)} results, the op declares {len(op.results)}")
@@ -184,6 +191,15 @@ class Converter:
                 if not _types_match(v.type, declared):
                     raise self.error(op, f"result {k} has type {v.type}, the op declares {declared}")
             self.env[name] = v
+
+    def size_data(self, v, declared=None) -> Value:
+        """A size (or a shape) known only at run time as a tensor of the `declared` type's elements (i64 for
+        `index`), computed at run time (`compose.size_value`), for an op that reads it as data."""
+        dtype = declared.dtype if isinstance(declared, TensorType) else declared
+        name = dtype.name if isinstance(dtype, DType) and dtype.name in DTYPES and dtype.name != "i1" else "i64"
+        if isinstance(v, Sym):
+            return C.size_value(self.b, v, name)
+        return C.sizes_value(self.b, np.array(v, dtype=object), name)
 
     def inline_call(self, op: MOp, callee: str) -> list:
         target = self.functions.get(callee)

@@ -211,7 +211,11 @@ def _size_arithmetic(cv: Converter, op: MOp):
 @symbolic("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci",
           "stablehlo.convert")
 def _size_cast(cv: Converter, op: MOp):
-    return _operand_dims(cv, op, 0)
+    """A size cast to another integer type stays a size; cast to a float (a mean's divisor), it is data."""
+    v = _operand_dims(cv, op, 0)
+    if op.name == "stablehlo.convert" and cv.result_type(op).dtype.is_float:
+        return cv.size_data(v, cv.result_type(op)) if isinstance(v, (Sym, tuple)) else v
+    return v
 
 
 @symbolic("stablehlo.reshape", "tensor.collapse_shape", "tensor.expand_shape")
