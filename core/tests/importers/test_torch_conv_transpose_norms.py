@@ -58,6 +58,8 @@ CONV_TRANSPOSE_2D = {
     "2 groups": (4, 6, 3, 2, 1, 1, 1, 2, True),
     "depthwise, 2 outputs a channel": (4, 8, 3, 2, 0, 0, 1, 4, False),
     "3 groups, dilation 2, stride 2": (6, 3, 3, 2, 1, 1, 2, 3, True),
+    "1x1 stride 3, output padding 2: phases no tap reaches (the bias alone)": (3, 2, 1, 3, 0, 2, 1, 1, True),
+    "2x2 stride 3, padded": (3, 2, 2, 3, 1, 1, 1, 1, True),
 }
 
 
@@ -79,6 +81,19 @@ def test_conv_transpose_matches_torch(matches_torch, rank, name):
     cin, cout, k, stride, padding, output_padding, dilation, groups, bias = cases[name]
     conv = module(cin, cout, k, stride, padding, output_padding, groups, bias, dilation)
     matches_torch(conv, randn(2, cin, *spatial))
+
+
+def test_a_strided_conv_transpose_is_one_small_conv_a_phase_over_the_input_itself():
+    """No multiply on the zeros a stride puts between pixels: 4 phases of 2x2 taps for a 4x4 kernel at stride 2,
+    each over the input (padded by a pixel at most), where the zero-stuffed form convolved a 4x4 kernel over
+    (2 * 5 - 1 + 6) rows."""
+    conv = torch.nn.ConvTranspose2d(4, 3, 4, 2, 1).eval()
+    fn = TorchImporter().load(torch.export.export(conv, (randn(1, 4, 5, 6),))).functions["main"]
+    convs = [op for op in fn.ops if op.name == "rt.conv2d"]
+    assert len(convs) == 4
+    for op in convs:
+        x, w = (v.type.shape for v in op.operands)
+        assert w[2:] == (2, 2) and x[2] <= 5 + 2 and x[3] <= 6 + 2
 
 
 def test_conv_transpose_of_a_weight_input_matches_torch(matches_torch):

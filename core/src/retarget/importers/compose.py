@@ -304,6 +304,9 @@ def conv2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), p
     return b.op("rt.add", [y, channel_vector(b, bias, 4)]) if bias is not None else y
 
 
+CONV_TRANSPOSE_PHASES = True  # strided transposed convs as one conv a phase (False: the zero-stuffed input)
+
+
 def conv_transpose2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), pad=(0, 0, 0, 0),
                      dilations=(1, 1), groups: int = 1) -> Value:
     """NCHW transposed convolution (conv2d's gradient with respect to its input) with an IOHW filter
@@ -311,23 +314,83 @@ def conv_transpose2d(b: Builder, x: Value, w: Value, bias: Value | None, strides
     bottom, left, right) crops the full output, (H - 1) * stride + dilation * (kh - 1) + 1 rows; a negative
     amount extends it (an output padding is a smaller bottom or right).
 
-    Spelled as a conv2d: over the input dilated by the stride (stride - 1 zeros between neighbours) and padded by
-    dilation * (k - 1) - pad, with the kernel flipped and its in and out channels swapped within each group.
-    At stride 1 that is conv2d's own padding (negative: a crop), and nothing is materialized. A stride s writes
-    the zero-stuffed input, s_h * s_w times the input, and the conv spends s_h * s_w times the multiplies that a
-    transposed conv needs, on zeros; splitting it into s_h * s_w phases of small convs would avoid both. The
-    zeros after the last row and column stay, and count toward the far side's padding."""
+    At stride 1 it is a conv2d with the kernel flipped and its in and out channels swapped within each group,
+    padded by dilation * (k - 1) - pad (negative: a crop); nothing is materialized. With a stride (and static
+    image sizes) the output splits into s_h * s_w phases, the rows and columns o = m * s + r of each (r, c):
+    phase (r, c) is a conv2d of the input itself with the taps that land there (`_phase_taps`), and the phases
+    are interleaved back (`_conv_transpose_phases`). So no multiply is spent on the zeros a stride puts between
+    input pixels, and the zero-stuffed input (s_h * s_w times the input) is never written: a decoder's or a GAN's
+    strided upsampling costs the multiplies it needs, not s_h * s_w times as many. Image sizes known only at run
+    time keep the zero-stuffed form."""
     cin, cout_per_group, kh, kw = w.type.shape
     per_group = (groups, cin // groups, cout_per_group, kh, kw)
     w = b.op("rt.transpose", [b.op("rt.reshape", [w], {"shape": per_group})], {"perm": (0, 2, 1, 3, 4)})
-    w = reverse(b, b.op("rt.reshape", [w], {"shape": (groups * cout_per_group, cin // groups, kh, kw)}), (2, 3))
+    w = b.op("rt.reshape", [w], {"shape": (groups * cout_per_group, cin // groups, kh, kw)})
     sh, sw = strides
+    if CONV_TRANSPOSE_PHASES and (sh, sw) != (1, 1) and not any(isinstance(d, Sym) for d in x.type.shape[2:]):
+        return _conv_transpose_phases(b, x, w, bias, strides, pad, dilations, groups)
+    w = reverse(b, w, (2, 3))
     x = spread(b, x, (0, 0, sh - 1, sw - 1))
     spans = (dilations[0] * (kh - 1), dilations[0] * (kh - 1) - (sh - 1),
              dilations[1] * (kw - 1), dilations[1] * (kw - 1) - (sw - 1))
     around = [span - p for span, p in zip(spans, pad)]  # (top, bottom, left, right) of the correlation
     x = pad_signed(b, x, (0, 0, min(around[0], 0), min(around[2], 0)), (0, 0, min(around[1], 0), min(around[3], 0)))
     return conv2d(b, x, w, bias, (1, 1), tuple(max(a, 0) for a in around), dilations, groups)
+
+
+def _phase_taps(size: int, k: int, stride: int, dilation: int, pad_low: int, out: int, r: int):
+    """Along one axis of a transposed conv: for its outputs o = m * stride + r (m < count), the kernel taps that
+    reach them, in the order a correlation reads them, the input offset of the first (out[m] reads
+    x[m + first + j * step] with tap j), the step between taps, and count. Output o (at o + pad_low before the
+    crop) takes tap t from input i where i * stride + t * dilation = o + pad_low."""
+    count = len(range(r, out, stride))
+    q = r + pad_low
+    taps = [t for t in range(k - 1, -1, -1) if (q - t * dilation) % stride == 0]  # input offsets increase
+    offsets = [(q - t * dilation) // stride for t in taps]
+    step = offsets[1] - offsets[0] if len(offsets) > 1 else 1
+    reach = offsets[0] + count + (len(taps) - 1) * step if taps else 0  # one past the last input read
+    if not taps or offsets[0] >= size or reach <= 0:
+        return [], 0, 1, count  # nothing of the input lands on this phase: the bias alone
+    return taps, offsets[0], step, count
+
+
+def _conv_transpose_phases(b: Builder, x: Value, w: Value, bias: Value | None, strides, pad, dilations,
+                           groups: int) -> Value:
+    """`conv_transpose2d` with a stride, as one conv2d a phase (see there). `w` is [C_out, C_in / groups, kh, kw]
+    (channels already swapped, taps not flipped). Each phase's output is padded to ceil(out / stride) rows and
+    columns, the phases are stacked as [N, C, rows, s_h, cols, s_w], merged and cropped to the output."""
+    n, _, h, wd = x.type.shape
+    cout, _, kh, kw = w.type.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    top, bottom, left, right = pad
+    out_h, out_w = (h - 1) * sh + dh * (kh - 1) + 1 - top - bottom, (wd - 1) * sw + dw * (kw - 1) + 1 - left - right
+    rows, cols = -(-out_h // sh), -(-out_w // sw)
+    zeros = None
+    phase_rows = []
+    for r in range(sh):
+        taps_y, first_y, step_y, count_y = _phase_taps(h, kh, sh, dh, top, out_h, r)
+        phases = []
+        for c in range(sw):
+            taps_x, first_x, step_x, count_x = _phase_taps(wd, kw, sw, dw, left, out_w, c)
+            if not taps_y or not taps_x or not count_y or not count_x:
+                if zeros is None:
+                    zeros = b.op("rt.broadcast", [scalar(b, 0, x)], {"shape": (n, cout, rows, cols)})
+                phases.append(zeros)
+                continue
+            sub = b.op("rt.gather", [w, b.constant(np.array(taps_y, np.int32))], {"axis": 2})
+            sub = b.op("rt.gather", [sub, b.constant(np.array(taps_x, np.int32))], {"axis": 3})
+            need_h, need_w = count_y + (len(taps_y) - 1) * step_y, count_x + (len(taps_x) - 1) * step_x
+            around = (-first_y, first_y + need_h - h, -first_x, first_x + need_w - wd)  # negative: a crop
+            xs = pad_signed(b, x, (0, 0, min(around[0], 0), min(around[2], 0)),
+                            (0, 0, min(around[1], 0), min(around[3], 0)))
+            y = conv2d(b, xs, sub, None, (1, 1), tuple(max(a, 0) for a in around), (step_y, step_x), groups)
+            phases.append(pad_signed(b, y, (0, 0, 0, 0), (0, 0, rows - count_y, cols - count_x)))
+        lifted = [b.op("rt.reshape", [p], {"shape": (n, cout, rows, 1, cols, 1)}) for p in phases]
+        phase_rows.append(lifted[0] if sw == 1 else b.op("rt.concat", lifted, {"axis": 5}))
+    y = phase_rows[0] if sh == 1 else b.op("rt.concat", phase_rows, {"axis": 3})
+    y = b.op("rt.reshape", [y], {"shape": (n, cout, rows * sh, cols * sw)})
+    y = pad_signed(b, y, (0, 0, 0, 0), (0, 0, out_h - rows * sh, out_w - cols * sw))
+    return b.op("rt.add", [y, channel_vector(b, bias, 4)]) if bias is not None else y
 
 
 def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
