@@ -265,3 +265,24 @@ def test_a_large_convolution_with_a_dynamic_batch_compiles_for_llvm_cpu():
         x = torch.randn(n, 135, 24, 24, generator=torch.Generator().manual_seed(n))
         with torch.no_grad():
             np.testing.assert_allclose(fn(x.numpy()), conv(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_top_k_along_a_dynamic_axis_needs_k_elements_at_its_smallest():
+    torch = pytest.importorskip("torch")
+    from retarget.errors import UnsupportedOpError
+
+    class Top2(torch.nn.Module):
+        def forward(self, x):
+            return x.topk(2, dim=0).values
+
+    def compiled(lowest):
+        batch = torch.export.Dim("batch", min=lowest, max=16)
+        return retarget.compile(Top2(), "vmvx", example_inputs=(torch.ones(4, 3),), dynamic_shapes=({0: batch},))
+
+    with pytest.raises(UnsupportedOpError, match="fewer than k") as info:
+        compiled(1)
+    assert "lower bound to 2" in info.value.hint
+    fn = retarget.load(compiled(2), device="local-sync").main
+    for n in (2, 5):
+        x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+        np.testing.assert_array_equal(fn(x.numpy()), Top2()(x).numpy())

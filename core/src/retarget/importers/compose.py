@@ -555,8 +555,10 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
             hint=f"bound the symbol so that the axis has at most {SORT_AXIS_LIMIT} elements (torch.export.Dim's "
                  "max), or sort along an axis of static size")
     if isinstance(n, Sym) and k != n and not (isinstance(k, int) and 0 <= k <= lowest):
-        raise UnsupportedOpError(f"the top {k} of an axis of {n} elements (at least {lowest}) is not supported",
-                                 hint="take k of at most the axis's smallest size, or all of it")
+        raise UnsupportedOpError(f"the top {k} of an axis of {n} elements (at least {lowest}) is not supported: "
+                                 "at its smallest sizes there are fewer than k",
+                                 hint=f"raise the symbol's lower bound to {k} (torch.export.Dim's min), or take "
+                                      "k of at most the axis's smallest size")
     if isinstance(n, int) and n > SORT_AXIS_LIMIT:
         raise UnsupportedOpError(
             f"sorting an axis of {n} elements is not supported: sort and topk compare every pair of elements "
