@@ -129,7 +129,7 @@ def compile(  # noqa: A001 - the public verb
             notes(note)
     dump = _Dumper(dump_dir)
 
-    module = import_model(source, **import_options)
+    module = import_model(source, dims=dims, **import_options)  # an importer that can, ranges its symbols at once
     if module is source:  # the passes rewrite the module in place: the caller's stays as it was
         module = copy.deepcopy(module)
     module = apply_dims(module, dims)

@@ -186,6 +186,8 @@ ONNX_DYNAMIC_BATCH = {  # torch modules whose ONNX export (batch as a dim_param)
     "a top k along a static axis": lambda x: x.topk(2, dim=1).values,
     "a resize that keeps the batch": lambda x: torch_interpolate(x.reshape(x.shape[0], 1, 2, 3)),
     "a flatten (Shape -> ReduceProd)": lambda x: x.reshape(x.shape[0], 2, 3).flatten(0),
+    "a flip of the batch (Slice by -1)": lambda x: x.flip(0),
+    "every second row from the last (Slice by -2)": lambda x: x.flip(0)[::2],
 }
 
 
@@ -237,3 +239,24 @@ def test_onnx_shape_made_data_then_used_as_a_shape_says_which_ops_keep_it_a_size
     with pytest.raises(UnsupportedOpError, match="must be known at import time") as info:
         OnnxImporter().load(model)
     assert "Reshape" in str(info.value) and "Gather" in info.value.hint and "other ops make it data" in info.value.hint
+
+
+def test_onnx_dims_bound_a_dim_param_at_import_so_a_sort_along_it_imports(tmp_path):
+    """A sort or a scan along a dynamic axis needs the axis's bound, and ONNX has none: `dims` gives it."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    import retarget
+    from retarget.bench.peers import export_onnx
+
+    class SortRows(torch.nn.Module):
+        def forward(self, x):
+            return x.t().sort(dim=1).values.cumsum(1)
+
+    path = export_onnx(SortRows(), (torch.randn(4, 3),), tmp_path / "m.onnx", opset=18,
+                       dynamic_axes={"input_0": {0: "batch"}})
+    with pytest.raises(UnsupportedOpError, match="may be more than"):
+        retarget.compile(str(path), "vmvx")
+    fn = retarget.load(retarget.compile(str(path), "vmvx", dims={"batch": (1, 64)}), device="local-sync").main
+    for n in (1, 5, 64):
+        x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+        np.testing.assert_allclose(fn(x.numpy()), SortRows()(x).numpy(), rtol=1e-5, atol=1e-5)

@@ -553,7 +553,7 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
             f"sorting along an axis whose size ({n}) is known only at run time and may be more than "
             f"{SORT_AXIS_LIMIT}" + ("" if highest is None else f" (up to {highest})"),
             hint=f"bound the symbol so that the axis has at most {SORT_AXIS_LIMIT} elements (torch.export.Dim's "
-                 "max), or sort along an axis of static size")
+                 "max; for ONNX, --dim NAME=1..N or dims=), or sort along an axis of static size")
     if isinstance(n, Sym) and k != n and not (isinstance(k, int) and 0 <= k <= lowest):
         raise UnsupportedOpError(f"the top {k} of an axis of {n} elements (at least {lowest}) is not supported: "
                                  "at its smallest sizes there are fewer than k",
@@ -655,7 +655,7 @@ def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, rev
                 f"a cumulative sum along an axis whose size ({n}) is known only at run time, and may be more than "
                 f"{SCAN_DIRECT}" + ("" if highest is None else f" (up to {highest})"),
                 hint=f"bound the symbol so that the axis has at most {SCAN_DIRECT} elements (torch.export.Dim's "
-                     "max), or export with a static size for the summed axis")
+                     "max; for ONNX, --dim NAME=1..N or dims=), or export with a static size for the summed axis")
         return _masked_scan(b, x, axis, exclusive, reverse)
     if n <= SCAN_DIRECT:
         return _masked_scan(b, x, axis, exclusive, reverse)

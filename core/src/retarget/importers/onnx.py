@@ -62,11 +62,13 @@ class OnnxImporter:
         return cls.__name__ == "ModelProto" and (cls.__module__ or "").startswith("onnx")
 
     def load(self, source: Any, function_name: str = "main", input_shapes: dict | None = None,
-             bind_inputs: dict | None = None, **options) -> Module:
+             bind_inputs: dict | None = None, dims: dict | None = None, **options) -> Module:
         """`input_shapes` fixes symbolic input dimensions; `bind_inputs` turns graph inputs
-        into constants (for inputs that feed `SHAPE_OPERANDS`, such as a Reshape's shape)."""
+        into constants (for inputs that feed `SHAPE_OPERANDS`, such as a Reshape's shape); `dims` gives
+        symbolic dimensions their ranges from the start ({"batch": (1, 64)}, as `retarget.compile`'s `dims`),
+        so that ops whose form depends on a bound (a sort or a scan along a dynamic axis) import."""
         model = _read(source)
-        return _Converter(model, function_name, input_shapes or {}, bind_inputs or {}).run()
+        return _Converter(model, function_name, input_shapes or {}, bind_inputs or {}, dims or {}).run()
 
 
 def _read(source):
@@ -121,8 +123,9 @@ def _to_array(tensor) -> np.ndarray:
 
 
 class _Converter:
-    def __init__(self, model, function_name, input_shapes, bind_inputs):
+    def __init__(self, model, function_name, input_shapes, bind_inputs, dims=None):
         self.model = model
+        self.dims = dims or {}  # symbol name -> its range, as `retarget.compile`'s dims give it
         self.graph = model.graph
         self.fn = Function(function_name, [])
         self.b = Builder(self.fn)
@@ -182,10 +185,17 @@ class _Converter:
             if d.HasField("dim_value"):
                 dims.append(d.dim_value)
             elif d.dim_param:
-                dims.append(self.b.symbol(sanitize(d.dim_param)))
+                name = sanitize(d.dim_param)
+                dims.append(self.b.symbol(name, self._range(name)))
             else:
-                dims.append(self.b.fresh_symbol(f"{inp.name}_dim{axis}"))
+                dims.append(self.b.fresh_symbol(f"{inp.name}_dim{axis}", self._range(f"{inp.name}_dim{axis}")))
         return TensorType(tuple(dims), dtype)
+
+    def _range(self, name: str):
+        """The range `dims` gives symbol `name`, or None (`passes.dynamic_plan.apply_dims` checks the names)."""
+        from ..passes.dynamic_plan import as_range
+
+        return as_range(name, self.dims[name]) if name in self.dims else None
 
     def value(self, name: str) -> Value:
         """The graph value of tensor `name`, materializing a known array as `rt.constant` once."""
@@ -953,6 +963,12 @@ def _slice_symbolic(n, x, axis, start, end, step):
     [(n + 1) // 2 : 2 * ((n + 1) // 2)]). A slice that comes out empty at some size is refused when it is called
     with that size."""
     size = x.type.shape[axis]
+    if step < 0 and not isinstance(start, Sym) and not isinstance(end, Sym):  # a reversed axis, sliced forward
+        def mirrored(v):  # position v of x in the reversed axis: past the end is its start, past the start its end
+            if v >= 2**31 - 1 or v <= -(2**31):
+                return 0 if v > 0 else size
+            return -1 - v if v < 0 else size - 1 - v
+        return _slice_symbolic(n, C.reverse(n.b, x, [axis]), axis, mirrored(start), mirrored(end), -step)
     if step <= 0:
         raise UnsupportedOpError(f"a slice with step {step} where sizes are known only at run time ({size}, "
                                  f"[{start}:{end}])", hint="only positive steps are supported there")

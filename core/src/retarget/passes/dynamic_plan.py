@@ -58,7 +58,7 @@ def apply_dims(module: Module, dims: dict | None) -> Module:
         if name not in known:
             raise InputError(f"--dim {name}: the model has no symbolic dimension '{name}'",
                              hint=f"its symbolic dimensions: {', '.join(sorted(known)) or 'none (it is static)'}")
-        rng = _as_range(name, value)
+        rng = as_range(name, value)
         for fn in module.functions.values():
             if name not in fn.symbols:
                 continue
@@ -75,7 +75,8 @@ def apply_dims(module: Module, dims: dict | None) -> Module:
     return module
 
 
-def _as_range(name: str, value) -> SymbolRange:
+def as_range(name: str, value) -> SymbolRange:
+    """A `dims` entry as a SymbolRange: (lo, hi), "lo..hi", "lo..", a number, or a SymbolRange."""
     try:
         if isinstance(value, SymbolRange):
             return value

@@ -14,10 +14,11 @@ Families:
   pools (ceil mode, padding counted or not, adaptive to any size), pixel (un)shuffle, interpolation, linear
   layers, bmm and einsum, attention (causal or not), gathers, permutes, transpose-reshape chains, flip, roll,
   repeat, tril/triu, sort and topk values, slices, chunks, expands, pads, concatenations of 2 and 3, stacks,
-  where and masked_fill. Ops whose result jumps (rounding, comparisons, argmax with ties, masks) take only values
-  that float32 and float64 hold alike (`EXACT`: the input, and what only moves or picks its values), so that no
-  rounding upstream moves a jump. A graph may end in an integer or bool result (argmax/argmin, comparisons,
-  logic, counts, casts), compared exactly;
+  where and masked_fill, and sizes used as data (`x * x.shape[d]`, a sum over its count). Ops whose result
+  jumps (rounding, comparisons, argmax with ties, masks) take only values that float32 and float64 hold alike
+  (`EXACT`: the input, and what only moves or picks its values), so that no rounding upstream moves a jump. A
+  graph may end in an integer or bool result (argmax/argmin, comparisons, logic, counts, casts), compared
+  exactly;
 - `gemm`: one matmul, linear layer, batched matmul or convolution of random size (up to `max_size`), ragged
   and tile-aligned sizes both, so that the GPU targets' fragment and staged schedules and their edges run;
 - `int`: a chain of integer ops on an i8, ui8, i16, i32 or i64 input (every value of the 8-bit types, so that
@@ -531,6 +532,16 @@ def _interpolate(r, s, p):
     return f"interpolate({mode}, {size}, {extra})", lambda m, v, i: F.interpolate(v[i], mode=mode, **size, **extra)
 
 
+def _size_as_data(r, s, p):
+    """A size used as data: x scaled by one of its sizes, or a sum divided by its count (a mean written by hand).
+    With `--dynamic` the first size is known only at run time, and the kernels compute it."""
+    d, keep = r.randrange(len(s)), r.random() < 0.5
+    table = {f"x * x.shape[{d}] / 8": lambda x: x * x.shape[d] * 0.125,
+             f"sum(dim={d}, keepdim={keep}) / x.shape[{d}]": lambda x: x.sum(d, keepdim=keep) / x.shape[d]}
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(v[i])
+
+
 # name -> (builder, what it takes: None (any value), "same" (a second value of its shape), "rows" (a second value
 # alike in all but the last dim), "exact" (a value of `EXACT`) or "mask" (a value of `EXACT`, and a second value
 # of its shape))
@@ -546,6 +557,7 @@ GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
     "more_unary": (_more_unary, None), "discrete": (_discrete, "exact"), "index_or_mask": (_index_or_mask, "exact"),
     "gather": (_gather, None), "statistics": (_statistics, None), "chunk": (_chunk, None), "expand": (_expand, None),
     "attention": (_attention, None), "conv1d": (_conv1d, None), "interpolate": (_interpolate, None),
+    "size_as_data": (_size_as_data, None),
 }
 # the ops whose result float32 and float64 (and float16) hold alike when their operands are such values: they
 # copy, move, drop or pick values (or, `discrete`, make small integers) and round nothing. The model's input is
