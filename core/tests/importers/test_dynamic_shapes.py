@@ -188,7 +188,15 @@ ONNX_DYNAMIC_BATCH = {  # torch modules whose ONNX export (batch as a dim_param)
     "a flatten (Shape -> ReduceProd)": lambda x: x.reshape(x.shape[0], 2, 3).flatten(0),
     "a flip of the batch (Slice by -1)": lambda x: x.flip(0),
     "every second row from the last (Slice by -2)": lambda x: x.flip(0)[::2],
+    "a pixel shuffle and back (DepthToSpace, SpaceToDepth)": lambda x: torch_pixel_shuffles(x),
 }
+
+
+def torch_pixel_shuffles(x):
+    import torch
+
+    y = torch.nn.functional.pixel_shuffle(x.reshape(x.shape[0], 6, 1, 1).repeat(1, 4, 1, 1) * 2, 2)
+    return torch.nn.functional.pixel_unshuffle(y + 1, 2)
 
 
 def torch_interpolate(x):

@@ -906,6 +906,32 @@ def _transpose(n):
     return x if perm == tuple(range(x.type.rank)) else n.b.op("rt.transpose", [x], {"perm": perm})
 
 
+@handles("DepthToSpace")
+def _depth_to_space(n):
+    """Channels into b x b blocks of pixels: DCR (the default) takes the block's position from the channel's
+    high part, CRD (pixel shuffle's) from its low part."""
+    x, b = n(0), int(n.attr("blocksize"))
+    batch, c, h, w = x.type.shape
+    if n.attr("mode", "DCR") == "CRD":
+        split, perm = (batch, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+    else:
+        split, perm = (batch, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+    y = n.b.op("rt.transpose", [n.b.op("rt.reshape", [x], {"shape": split})], {"perm": perm})
+    return n.b.op("rt.reshape", [y], {"shape": (batch, c // (b * b), h * b, w * b)})
+
+
+@handles("SpaceToDepth")
+def _space_to_depth(n):
+    """b x b blocks of pixels into channels: DepthToSpace undone, in either mode (the block's position in the
+    channel's high part, DCR, or its low part, CRD, as newer opsets allow)."""
+    x, b = n(0), int(n.attr("blocksize"))
+    batch, c, h, w = x.type.shape
+    y = n.b.op("rt.reshape", [x], {"shape": (batch, c, h // b, b, w // b, b)})
+    perm = (0, 1, 3, 5, 2, 4) if n.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    y = n.b.op("rt.transpose", [y], {"perm": perm})
+    return n.b.op("rt.reshape", [y], {"shape": (batch, c * b * b, h // b, w // b)})
+
+
 @handles("Concat")
 def _concat(n):
     xs = n.inputs()
