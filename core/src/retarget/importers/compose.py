@@ -74,12 +74,17 @@ def floor_div(b: Builder, x: Value, y: Value) -> Value:
     q = b.op("rt.div", [x, y])
     if q.type.dtype.kind in ("uint", "bool"):
         return q
-    r = b.op("rt.sub", [x, b.op("rt.mul", [q, y])])
+    fix = _sign_differs(b, b.op("rt.sub", [x, b.op("rt.mul", [q, y])]), y)
+    return b.op("rt.sub", [q, b.op("rt.cast", [fix], {"dtype": q.type.dtype.name})])
+
+
+def _sign_differs(b: Builder, r: Value, y: Value) -> Value:
+    """Where a truncating remainder `r` of a division by `y` is nonzero and of the other sign than y: where the
+    truncating quotient and remainder differ from the flooring ones."""
     zero = scalar(b, 0, r)
     differ = b.op("rt.cmp", [b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
                              b.op("rt.cmp", [y, zero], {"predicate": "lt"})], {"predicate": "ne"})
-    fix = b.op("rt.and", [b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
-    return b.op("rt.sub", [q, b.op("rt.cast", [fix], {"dtype": q.type.dtype.name})])
+    return b.op("rt.and", [b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
 
 
 def size_value(b: Builder, d, dtype: str = "i64") -> Value:
@@ -130,11 +135,7 @@ def floor_mod(b: Builder, x: Value, y: Value) -> Value:
     r = b.op("rt.rem", [x, y])
     if r.type.dtype.kind in ("uint", "bool"):
         return r
-    zero = scalar(b, 0, r)
-    differ = b.op("rt.cmp", [b.op("rt.cmp", [r, zero], {"predicate": "lt"}),
-                             b.op("rt.cmp", [y, zero], {"predicate": "lt"})], {"predicate": "ne"})
-    fix = b.op("rt.and", [b.op("rt.cmp", [r, zero], {"predicate": "ne"}), differ])
-    return b.op("rt.select", [fix, b.op("rt.add", [r, y]), r])
+    return b.op("rt.select", [_sign_differs(b, r, y), b.op("rt.add", [r, y]), r])
 
 
 HALF_FLOATS = ("f16", "bf16")
@@ -535,6 +536,19 @@ def pad_signed(b: Builder, x: Value, low, high, value=0) -> Value:
 SORT_AXIS_LIMIT = 4096
 
 
+def _dynamic_axis_lowest(b: Builder, n, limit: int, what: str, otherwise: str) -> int:
+    """The least size of an axis of `n` elements; an UnsupportedOpError, saying how to bound it, where `n` is known
+    only at run time and its symbols' ranges let it pass `limit`."""
+    lowest, highest = bounds(n, b.fn.symbols)
+    if isinstance(n, Sym) and (highest is None or highest > limit):
+        raise UnsupportedOpError(
+            f"{what} along an axis whose size ({n}) is known only at run time, and may be more than {limit}"
+            + ("" if highest is None else f" (up to {highest})"),
+            hint=f"bound the symbol so that the axis has at most {limit} elements (torch.export.Dim's max; for "
+                 f"ONNX, --dim NAME=1..N or dims=), or {otherwise}")
+    return lowest
+
+
 def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | None = None) -> tuple[Value, Value]:
     """(values, int64 indices) of the first `k` (default: all) elements of `x` sorted along `axis`, as torch's
     stable sort orders them: equal elements keep their order, NaN is larger than every number. No sort op:
@@ -547,13 +561,7 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
     shape = x.type.shape
     n = shape[axis]
     k = n if k is None else k
-    lowest, highest = bounds(n, b.fn.symbols)
-    if isinstance(n, Sym) and (highest is None or highest > SORT_AXIS_LIMIT):
-        raise UnsupportedOpError(
-            f"sorting along an axis whose size ({n}) is known only at run time and may be more than "
-            f"{SORT_AXIS_LIMIT}" + ("" if highest is None else f" (up to {highest})"),
-            hint=f"bound the symbol so that the axis has at most {SORT_AXIS_LIMIT} elements (torch.export.Dim's "
-                 "max; for ONNX, --dim NAME=1..N or dims=), or sort along an axis of static size")
+    lowest = _dynamic_axis_lowest(b, n, SORT_AXIS_LIMIT, "sorting", "sort along an axis of static size")
     if isinstance(n, Sym) and k != n and not (isinstance(k, int) and 0 <= k <= lowest):
         raise UnsupportedOpError(f"the top {k} of an axis of {n} elements (at least {lowest}) is not supported: "
                                  "at its smallest sizes there are fewer than k",
@@ -648,16 +656,8 @@ def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, rev
     about sqrt(n), each scanned so, plus the exclusive scan of the blocks' totals: about sqrt(n) + 2 adds per element
     and six kernels, where a matmul with a triangular constant would hold n^2 values and do n multiply-adds."""
     n = x.type.shape[axis]
-    if isinstance(n, Sym):  # one masked reduction, when the axis is short at every size
-        highest = bounds(n, b.fn.symbols)[1]
-        if highest is None or highest > SCAN_DIRECT:
-            raise UnsupportedOpError(
-                f"a cumulative sum along an axis whose size ({n}) is known only at run time, and may be more than "
-                f"{SCAN_DIRECT}" + ("" if highest is None else f" (up to {highest})"),
-                hint=f"bound the symbol so that the axis has at most {SCAN_DIRECT} elements (torch.export.Dim's "
-                     "max; for ONNX, --dim NAME=1..N or dims=), or export with a static size for the summed axis")
-        return _masked_scan(b, x, axis, exclusive, reverse)
-    if n <= SCAN_DIRECT:
+    _dynamic_axis_lowest(b, n, SCAN_DIRECT, "a cumulative sum", "export with a static size for the summed axis")
+    if isinstance(n, Sym) or n <= SCAN_DIRECT:  # one masked reduction (a dynamic axis is short at every size)
         return _masked_scan(b, x, axis, exclusive, reverse)
     shape, block = x.type.shape, math.isqrt(n - 1) + 1
     blocks = -(-n // block)

@@ -1378,7 +1378,7 @@ def _sym_slice(n):
 def _sym_reduce_prod(n):
     """The number of elements of a shape (exporters flatten with it): a product of sizes, symbolic or not."""
     data = np.asarray(_known_ints(n, 0), dtype=object)
-    axes = n.known_or(1, None) if n.has(1) else n.attr("axes", None)
+    axes = n.known_or(1, n.attr("axes", None))  # an input since opset 18, an attribute before
     axes = tuple(range(data.ndim)) if axes is None or len(axes) == 0 else tuple(int(a) for a in axes)
     return np.multiply.reduce(data, axis=axes, keepdims=bool(n.attr("keepdims", 1)))  # Python's *, on Syms too
 

@@ -88,9 +88,10 @@ def _entry_function(module: Module, entry: EntryPoint, target: TargetDesc) -> Fu
 
 def _kernel(fn: Function):
     n_in = len(fn.args)
+    symbols = sorted(fn.symbols_used())  # the order of the entry point's scalars
 
     def bind(views, scalars=()):
-        sizes = dict(zip(sorted(fn.symbols_used()), scalars))
+        sizes = dict(zip(symbols, scalars))
 
         def run(workgroup):
             for out, value in zip(views[n_in:], run_function(fn, views[:n_in], sizes)):
