@@ -67,3 +67,19 @@ def test_a_value_used_twice_is_not_fused_into_either_user():
     fn.returns = [b.op("rt.add", [e, b.op("rt.neg", [e])])]
     groups = [[op.name for op in d.function.ops] for d in form_dispatches(fn)]
     assert groups == [["rt.exp"], ["rt.neg", "rt.add"]]
+
+
+def test_no_kernel_binds_more_buffers_than_the_limit_and_the_result_is_unchanged():
+    from retarget.passes.dispatch import MAX_KERNEL_BUFFERS, kernel_buffers
+    from retarget.testing.conformance.kit import prepare
+    from retarget.testing.graphs import wide_module
+
+    module, xs, expected = wide_module(count=3 * MAX_KERNEL_BUFFERS)
+    prepared_module = prepare(module)
+    dispatches = form_dispatches(prepared_module.functions["main"])
+    assert max(kernel_buffers(d.ops) for d in dispatches) <= MAX_KERNEL_BUFFERS
+    assert max(len(d.inputs) + len(d.outputs) for d in dispatches) <= MAX_KERNEL_BUFFERS
+    concats = [op for op in prepared_module.functions["main"].ops if op.name == "rt.concat"]
+    assert len(concats) > 1 and max(len(op.operands) for op in concats) < MAX_KERNEL_BUFFERS
+    np.testing.assert_allclose(retarget.load(retarget.compile(module, "vmvx"), "local-sync").main(*xs), expected,
+                               rtol=1e-6, atol=1e-5)

@@ -1,6 +1,6 @@
-"""torch.export ops composed from graph ops: cumsum, argmin, flip, repeat, adaptive pooling to any size, and
-avg_pool2d's ceil_mode with count_include_pad. Each case is imported both ways (the training IR as it stands,
-and decomposed to core ATen), compiled for a target and run, and compared with torch."""
+"""torch.export ops composed from graph ops: cumsum, argmin, flip, repeat, adaptive pooling to any size,
+avg_pool2d's ceil_mode with count_include_pad, and grid_sample. Each case is imported both ways (the training IR
+as it stands, and decomposed to core ATen), compiled for a target and run, and compared with torch."""
 
 from __future__ import annotations
 
@@ -58,6 +58,21 @@ def compile_and_compare(fn, inputs, target):
 
 
 INT32_MIN = torch.iinfo(torch.int32).min
+
+
+def sample_grid(n, *out, seed=0):
+    """Normalized positions in [-1.4, 1.4] (a fifth of them past the image's edges), with the edges and the
+    positions halfway between two pixels (nearest's ties, at size 5: align_corners=False puts pixel centres at
+    -0.8, -0.4, ... so -0.6 is halfway) among them."""
+    grid = (torch.rand(n, *out, len(out), generator=torch.Generator().manual_seed(seed)) * 2.8 - 1.4)
+    special = torch.tensor([-1.0, 1.0, -0.6, 0.2, 0.0, 0.5])
+    grid.view(-1)[:special.numel()] = special
+    return grid
+
+
+def every_grid_sample(x, grid, modes):
+    return tuple(F.grid_sample(x, grid, mode, padding, align)
+                 for mode in modes for padding in ("zeros", "border", "reflection") for align in (False, True))
 
 CASES = {  # name: (function, inputs)
     "cumsum along every dim, negative ones too": (
@@ -117,6 +132,16 @@ CASES = {  # name: (function, inputs)
                    F.avg_pool2d(x, 3, 2, 1, True, False), F.avg_pool2d(x, 3, 2, 1, True, True, 2),
                    F.avg_pool2d(x, 2, 3, 1, False, False, 3), F.avg_pool2d(x, 3, 2, 0, False, True, 5)),
         (randn(2, 3, 8, 7),)),
+    "grid_sample, every mode, padding and align_corners, at positions past the edges too": (
+        lambda x, grid: every_grid_sample(x, grid, ("bilinear", "nearest", "bicubic")),
+        (randn(2, 3, 5, 7), sample_grid(2, 4, 6))),
+    "grid_sample of a volume (3-D)": (
+        lambda x, grid: every_grid_sample(x, grid, ("bilinear", "nearest")),
+        (randn(1, 2, 3, 4, 5), sample_grid(1, 2, 3, 4))),
+    "a spatial transformer: affine_grid then grid_sample": (
+        lambda x, theta: F.grid_sample(x, F.affine_grid(theta, (2, 3, 6, 4), align_corners=False),
+                                       align_corners=False),
+        (randn(2, 3, 5, 7), torch.tensor([[[0.9, -0.2, 0.1], [0.3, 1.1, -0.2]], [[1.2, 0.0, 0.3], [0.1, 0.8, 0.0]]]))),
 }
 
 
@@ -177,3 +202,18 @@ def test_cumsum_along_a_dynamic_axis_that_may_be_longer_is_refused_with_what_to_
         TorchImporter().load(program)
     assert "cumulative sum" in info.value.message and "may be more than 128 (up to 1000)" in info.value.message
     assert "bound the symbol" in info.value.hint and "static size" in info.value.hint
+
+
+class Resampler(torch.nn.Module):
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False)
+
+
+def test_grid_sample_with_a_dynamic_batch():
+    batch = torch.export.Dim("batch", max=16)
+    program = torch.export.export(Resampler(), (randn(3, 2, 5, 6), sample_grid(3, 4, 4)),
+                                  dynamic_shapes=({0: batch}, {0: batch}))
+    module = verify(TorchImporter().load(program))
+    for n in (1, 3, 5):
+        x, grid = randn(n, 2, 5, 6, seed=n), sample_grid(n, 4, 4, seed=n)
+        assert_matches(run_function(module.functions["main"], [to_numpy(x), to_numpy(grid)]), (Resampler()(x, grid),))

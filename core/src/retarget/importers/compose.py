@@ -479,6 +479,149 @@ def linear_neighbours(position: np.ndarray, size: int) -> tuple[np.ndarray, np.n
     return low.astype(np.int64), high.astype(np.int64), np.clip(position - below, 0, 1)
 
 
+GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
+GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")
+
+
+def grid_sample(b: Builder, x: Value, grid: Value, mode: str, padding: str, align_corners: bool,
+                onnx_order: bool = False) -> Value:
+    """x [N, C, *spatial] read at the normalized positions of grid [N, *out, D] (last axis (x, y, ...), the
+    fastest-varying spatial axis first; -1 and 1 are the edges, or the edge pixels' centres with
+    `align_corners`), as torch's grid_sample and ONNX's GridSample: [N, C, *out].
+
+    Each position's taps (1 nearest, 2 a dim linear, 4 a dim cubic with Keys' a = -0.75) are read by one gather
+    each from the flattened x, their weights multiplied across dims. A tap outside the image reads 0 (`zeros`),
+    the nearest edge pixel (`border`) or its mirror image (`reflection`). Before that, torch moves a linear or
+    nearest position itself inside the image (clipped, or reflected then clipped) and rounds a nearest one after;
+    ONNX (`onnx_order`) rounds first, and moves a position of any mode only when it lies past the edges."""
+    n, c, *spatial = x.type.shape
+    dims = len(spatial)
+    if any(isinstance(s, Sym) for s in (c, *spatial)) or grid.type.shape[-1] != dims or grid.type.rank != dims + 2:
+        raise UnsupportedOpError(f"grid_sample of {x.type} at a grid {grid.type}: the channels and the image's "
+                                 f"sizes must be known, and the grid's last axis must hold one coordinate per "
+                                 f"spatial dim ({dims})", hint="export with a static image size")
+    out = grid.type.shape[1:-1]
+    f = grid if grid.type.dtype.name in ("f32", "f64") else b.op("rt.cast", [grid], {"dtype": "f32"})
+
+    def const(value):
+        return scalar(b, value, f)
+
+    def reflect(p, size, around_centres):  # torch's reflect_coordinates: mirror images of [low, low + span]
+        low, span = (0.0, size - 1.0) if around_centres else (-0.5, float(size))
+        if span <= 0:
+            return b.op("rt.mul", [p, const(0)])
+        distance = b.op("rt.abs", [b.op("rt.sub", [p, const(low)])])
+        flips = b.op("rt.floor", [b.op("rt.div", [distance, const(span)])])
+        extra = b.op("rt.sub", [distance, b.op("rt.mul", [flips, const(span)])])
+        odd = b.op("rt.sub", [flips, b.op("rt.mul", [b.op("rt.floor", [b.op("rt.mul", [flips, const(0.5)])]),
+                                                     const(2)])])
+        mirrored = b.op("rt.sub", [const(span), extra])
+        even = b.op("rt.cmp", [odd, const(0)], {"predicate": "eq"})
+        return b.op("rt.add", [b.op("rt.select", [even, extra, mirrored]), const(low)])
+
+    def inside(p, size):  # moves a continuous position into the image, as `padding` says
+        if padding == "border":
+            return clamp(b, p, 0, size - 1)
+        if padding == "reflection":
+            return clamp(b, reflect(p, size, align_corners), 0, size - 1)
+        return p
+
+    def fetch_index(tap, size):  # (integer index inside the image, mask of taps inside it or None)
+        if padding == "reflection":
+            tap = reflect(tap, size, align_corners)
+        if padding == "zeros":
+            ok = b.op("rt.and", [b.op("rt.cmp", [tap, const(0)], {"predicate": "ge"}),
+                                 b.op("rt.cmp", [tap, const(size - 1)], {"predicate": "le"})])
+        else:
+            ok = None
+        index = b.op("rt.cast", [clamp(b, tap, 0, size - 1)], {"dtype": "i32"})
+        return index, ok
+
+    # per dim: the position, then its taps as (offset from the base, weight) pairs
+    per_dim = []
+    for d, size in enumerate(spatial):
+        g = b.op("rt.slice", [f], {"start": (0,) * (dims + 1) + (dims - 1 - d,), "limit": (n, *out, dims - d),
+                                   "stride": (1,) * (dims + 2)})
+        g = b.op("rt.reshape", [g], {"shape": (n, *out)})
+        if align_corners:
+            p = b.op("rt.mul", [b.op("rt.add", [g, const(1)]), const((size - 1) / 2)])
+        else:
+            p = b.op("rt.mul", [b.op("rt.sub", [b.op("rt.mul", [b.op("rt.add", [g, const(1)]), const(size)]),
+                                                 const(1)]), const(0.5)])
+        if mode == "nearest" and onnx_order:
+            p = b.op("rt.round", [p])
+        if onnx_order and padding != "zeros":
+            low, high = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+            past = b.op("rt.or", [b.op("rt.cmp", [p, const(low)], {"predicate": "lt"}),
+                                  b.op("rt.cmp", [p, const(high)], {"predicate": "gt"})])
+            p = b.op("rt.select", [past, inside(p, size) if padding == "border"
+                                   else reflect(p, size, align_corners), p])
+        elif not onnx_order and mode != "cubic":
+            p = inside(p, size)
+        if mode == "nearest":
+            per_dim.append([(p if onnx_order else b.op("rt.round", [p]), None)])
+            continue
+        base = b.op("rt.floor", [p])
+        t = b.op("rt.sub", [p, base])
+        if mode == "linear":
+            weights = [b.op("rt.sub", [const(1), t]), t]
+        else:
+            weights = [_keys_cubic(b, t, k, const) for k in range(4)]
+        first = 0 if mode == "linear" else -1
+        per_dim.append([(b.op("rt.add", [base, const(first + k)]), w) for k, w in enumerate(weights)])
+
+    strides = [math.prod(spatial[d + 1:]) for d in range(dims)]
+    image = math.prod(spatial)
+    elements = n * c * image
+    index_type = "i64" if isinstance(elements, Sym) or elements > np.iinfo(np.int32).max else "i32"
+    batch = b.op("rt.iota", [], {"shape": (n, c), "axis": 0, "dtype": index_type})
+    plane = b.op("rt.add", [b.op("rt.mul", [batch, scalar(b, c, batch)]),
+                            b.op("rt.iota", [], {"shape": (n, c), "axis": 1, "dtype": index_type})])
+    plane = b.op("rt.reshape", [plane], {"shape": (n, c) + (1,) * len(out)})
+    plane = b.op("rt.mul", [plane, scalar(b, image, plane)])
+    flat = b.op("rt.reshape", [x], {"shape": (elements,)})
+    total = None
+    for taps in np.ndindex(*(len(t) for t in per_dim)):
+        linear, weight, mask = plane, None, None
+        for d, k in enumerate(taps):
+            position, w = per_dim[d][k]
+            index, ok = fetch_index(position, spatial[d])
+            index = b.op("rt.reshape", [index], {"shape": (n, 1, *out)})
+            if index_type != "i32":
+                index = b.op("rt.cast", [index], {"dtype": index_type})
+            if strides[d] != 1:
+                index = b.op("rt.mul", [index, scalar(b, strides[d], index)])
+            linear = b.op("rt.add", [linear, index])
+            weight = w if weight is None or w is None else b.op("rt.mul", [weight, w])
+            if ok is not None:
+                mask = ok if mask is None else b.op("rt.and", [mask, ok])
+        value = b.op("rt.gather", [flat, linear], {"axis": 0})
+        if mask is not None:
+            value = b.op("rt.select", [b.op("rt.reshape", [mask], {"shape": (n, 1, *out)}), value,
+                                       scalar(b, 0, value)])
+        if weight is not None:
+            weight = b.op("rt.reshape", [weight], {"shape": (n, 1, *out)})
+            if weight.type.dtype != value.type.dtype:
+                weight = b.op("rt.cast", [weight], {"dtype": value.type.dtype.name})
+            value = b.op("rt.mul", [value, weight])
+        total = value if total is None else b.op("rt.add", [total, value])
+    return total
+
+
+def _keys_cubic(b: Builder, t: Value, k: int, const) -> Value:
+    """Weight of tap k (at base - 1 + k) of the cubic convolution with a = -0.75 at fraction t, as torch's
+    cubic_convolution1/2: near taps (|s| <= 1) ((a + 2) s - (a + 3)) s^2 + 1, far ones ((a s - 5a) s + 8a) s - 4a."""
+    a = -0.75
+    s = {0: b.op("rt.add", [t, const(1)]), 1: t, 2: b.op("rt.sub", [const(1), t]),
+         3: b.op("rt.sub", [const(2), t])}[k]
+    if k in (1, 2):
+        inner = b.op("rt.sub", [b.op("rt.mul", [s, const(a + 2)]), const(a + 3)])
+        return b.op("rt.add", [b.op("rt.mul", [b.op("rt.mul", [inner, s]), s]), const(1)])
+    inner = b.op("rt.add", [b.op("rt.mul", [b.op("rt.sub", [b.op("rt.mul", [s, const(a)]), const(5 * a)]), s]),
+                            const(8 * a)])
+    return b.op("rt.sub", [b.op("rt.mul", [inner, s]), const(4 * a)])
+
+
 def reverse(b: Builder, x: Value, axes) -> Value:
     """x with `axes` reversed: a gather of the reversed indices along each (size - 1 - iota where the size is known
     only at run time)."""

@@ -845,6 +845,19 @@ HANDLERS["MaxPool"] = lambda n: _pool_node(n, "rt.max_pool2d")
 HANDLERS["AveragePool"] = lambda n: _pool_node(n, "rt.avg_pool2d")
 
 
+@handles("GridSample")
+def _grid_sample(n):
+    """Opset 16 names the modes bilinear and bicubic, opset 20 linear and cubic (and reads any number of
+    spatial dims)."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attr("mode", "linear"), n.attr("mode", "linear"))
+    padding = n.attr("padding_mode", "zeros")
+    if mode not in C.GRID_SAMPLE_MODES or padding not in C.GRID_SAMPLE_PADDINGS:
+        raise UnsupportedOpError(f"GridSample mode '{mode}' with padding_mode '{padding}' is not defined",
+                                 hint=f"modes: {', '.join(C.GRID_SAMPLE_MODES)}; paddings: "
+                                      f"{', '.join(C.GRID_SAMPLE_PADDINGS)}")
+    return C.grid_sample(n.b, n(0), n(1), mode, padding, bool(n.attr("align_corners", 0)), onnx_order=True)
+
+
 @handles("LpPool")
 def _lp_pool(n):
     """(sum of |x|^p over the window)^(1/p); padding adds zeros."""

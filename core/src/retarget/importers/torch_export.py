@@ -873,6 +873,14 @@ def _adaptive_max_pool2d(cv, node, x, output_size):
     return _Multi(C.adaptive_max_pool2d(cv.b, x, cv.out_type(node, 0)[0][-2:], indices=True))
 
 
+@handles("grid_sampler_2d", "grid_sampler_3d", "grid_sampler")
+def _grid_sampler(cv, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    """torch numbers the modes: bilinear 0, nearest 1, bicubic 2; and the paddings: zeros 0, border 1,
+    reflection 2."""
+    return C.grid_sample(cv.b, x, grid, C.GRID_SAMPLE_MODES[(1, 0, 2)[interpolation_mode]],
+                         C.GRID_SAMPLE_PADDINGS[padding_mode], bool(align_corners))
+
+
 @handles("cat", "concat")
 def _cat(cv, node, tensors, dim=0):
     shape, dtype = cv.out_type(node)

@@ -16,7 +16,9 @@ that needs loops of its own (`LOOP_OPS`):
   does not, since it reads each input element many times, except for weight
   dequantization (`rt.dequantize` and data movement of its result): that is the
   point of packed weights, which stay packed in memory and unpack as kernels read them.
-Every group has exactly one output, so a kernel writes one buffer.
+Every group has exactly one output, so a kernel writes one buffer. A group binds at most
+`MAX_KERNEL_BUFFERS` buffers (what it reads, and the one it writes): past that, producers stay
+kernels of their own (a sum of 40 tensors is two kernels, not one of 41 buffers).
 
 With a placement (op -> device name, from `placement.py`), ops fuse only with ops of the same
 placement: a kernel never spans two devices.
@@ -34,6 +36,9 @@ LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.redu
 PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax")
 DEQUANTIZE_ROOTS = ("rt.matmul", "rt.conv2d")  # take a dequantization as their prologue
 DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")
+# Every backend passes a kernel's buffers somewhere bounded: Vulkan an element base each in 128 bytes of push
+# constants (the least a device may have, the sizes known at run time after them), Metal 31 buffer slots.
+MAX_KERNEL_BUFFERS = 24
 
 
 @dataclass(eq=False)
@@ -104,6 +109,7 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
             merged = rooted + rootless
         else:
             merged = rootless
+        merged = _within_buffer_limit(merged, op)
         group = [o for g in merged for o in g] + [op]
         group.sort(key=position.__getitem__)
         order = [g for g in order if not any(g is m for m in merged)]
@@ -111,6 +117,23 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
             group_of[o] = group
         order.append(group)
     return order
+
+
+def _within_buffer_limit(producers: list[list[Operation]], op: Operation) -> list[list[Operation]]:
+    """The producer groups, in order, that `op` can take in while its kernel binds at most MAX_KERNEL_BUFFERS."""
+    kept: list[list[Operation]] = []
+    for group in producers:
+        if kernel_buffers([o for g in (*kept, group) for o in g] + [op]) <= MAX_KERNEL_BUFFERS:
+            kept.append(group)
+    return kept
+
+
+def kernel_buffers(ops: list[Operation]) -> int:
+    """The buffers a kernel of `ops` binds: the values it reads from outside (splat constants are copied into
+    it) and the one it writes."""
+    produced = {r for op in ops for r in op.results}
+    read = {v for op in ops for v in op.operands if v not in produced and not is_inlinable_constant(v)}
+    return len(read) + 1
 
 
 def _dequantization(group: list[Operation]) -> bool:

@@ -1,4 +1,5 @@
-"""Graph cleanups: drop identity ops, fold constants, narrow gather indices, remove dead ops."""
+"""Graph cleanups: drop identity ops, fold constants, narrow gather indices, remove dead ops, split concats of
+more tensors than a kernel binds."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import numpy as np
 
 from ..ir.core import DenseAttr, Function, Module, Operation, TensorType, Value
 from ..ir.dtypes import i32
+from ..ir.ops import infer_types
+from .dispatch import MAX_KERNEL_BUFFERS
 
 FOLD_LIMIT_BYTES = 1 << 12  # a folded result may grow past its inputs only up to this
 KEEP_UNFOLDED = ("rt.dequantize",)  # packed weights stay packed: kernels unpack them as they read
@@ -13,6 +16,7 @@ KEEP_UNFOLDED = ("rt.dequantize",)  # packed weights stay packed: kernels unpack
 
 def canonicalize(module: Module) -> Module:
     for fn in module.functions.values():
+        _split_wide_concats(fn)
         replace = {}
         for op in fn.ops:
             op.operands = [replace.get(v, v) for v in op.operands]
@@ -25,6 +29,27 @@ def canonicalize(module: Module) -> Module:
         fn.returns = [replace.get(v, v) for v in fn.returns]
         eliminate_dead_ops(fn)
     return module
+
+
+def _split_wide_concats(fn: Function) -> None:
+    """A concat of more tensors than one kernel binds becomes concats of runs of them, then one of those."""
+    ops = []
+    for op in fn.ops:
+        while op.name == "rt.concat" and len(op.operands) >= MAX_KERNEL_BUFFERS:
+            runs = [op.operands[i:i + MAX_KERNEL_BUFFERS - 1] for i in range(0, len(op.operands),
+                                                                          MAX_KERNEL_BUFFERS - 1)]
+            operands = []
+            for run in runs:
+                if len(run) == 1:
+                    operands.append(run[0])
+                    continue
+                part = Operation("rt.concat", list(run), [], dict(op.attrs), op.loc)
+                part.results = [Value(t, part, 0) for t in infer_types(part.name, [v.type for v in run], part.attrs)]
+                ops.append(part)
+                operands.append(part.result)
+            op.operands = operands
+        ops.append(op)
+    fn.ops = ops
 
 
 def _identity_operand(op: Operation) -> Value | None:

@@ -56,6 +56,25 @@ def chain_module(batch: int = 4, features: int = 16, hidden: int = 8, outputs: i
     return Module({"main": fn}), (x, w1, w2), (x.astype(np.float64) @ w1 @ w2).astype(np.float32)
 
 
+def wide_module(count: int = 40, seed: int = 0):
+    """concat(x_0, ..., x_{count-1}, x_0 + ... + x_{count-1}) of `count` arguments: more buffers than one
+    kernel may bind (a Vulkan device may give 128 bytes of push constants, an element base per buffer), so
+    the compiler must split both the sum's fusion and the concat.
+
+    Returns (module, xs, expected)."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(count)]
+    args = [Value(TensorType((3, 5), dtypes.f32)) for _ in range(count)]
+    fn = Function("main", args, arg_names=[f"x{i}" for i in range(count)])
+    b = Builder(fn)
+    total = args[0]
+    for arg in args[1:]:
+        total = b.op("rt.add", [total, arg])
+    fn.returns = [b.op("rt.concat", [*args, total], {"axis": 0})]
+    expected = np.concatenate([*xs, np.sum(np.stack(xs).astype(np.float64), 0).astype(np.float32)])
+    return Module({"main": fn}), tuple(xs), expected
+
+
 def _mlp():
     module, x, expected = mlp_module()
     return module, (x,), expected
@@ -67,4 +86,5 @@ REFERENCE_GRAPHS = {
     "add_i32": lambda: add_module(dtype="i32"),
     "chain": chain_module,
     "mlp": _mlp,
+    "wide": wide_module,
 }
