@@ -1,6 +1,8 @@
 """torch.export ops composed from graph ops: cumsum, argmin, flip, repeat, adaptive pooling to any size,
-avg_pool2d's ceil_mode with count_include_pad, and grid_sample. Each case is imported both ways (the training IR
-as it stands, and decomposed to core ATen), compiled for a target and run, and compared with torch."""
+avg_pool2d's ceil_mode with count_include_pad, grid_sample, and the scatters (scatter, scatter_add,
+scatter_reduce, index_put, index_add, index_copy, slice and select assignment). Each case is imported both
+ways (the training IR as it stands, and decomposed to core ATen), compiled for a target and run, and compared
+with torch."""
 
 from __future__ import annotations
 
@@ -68,6 +70,17 @@ def sample_grid(n, *out, seed=0):
     special = torch.tensor([-1.0, 1.0, -0.6, 0.2, 0.0, 0.5])
     grid.view(-1)[:special.numel()] = special
     return grid
+
+
+def _assigned(x, rows, v):
+    """In-place writes into clones, which torch.export turns into slice_scatter, select_scatter and index_put."""
+    column, block, picked, strided = x.clone(), x.clone(), x.clone(), x.clone()
+    column[:, 1] = 3.0
+    block[1:3] = v[:, :1]
+    picked[rows] = 0.0
+    strided[:, 1:6:2] = v[0, :3]
+    return (column, block, picked, strided, x.index_add(0, rows, v, alpha=2.0), x.index_copy(0, rows, v),
+            x.index_add(1, rows, x[:, :2]))
 
 
 def every_grid_sample(x, grid, modes):
@@ -138,6 +151,30 @@ CASES = {  # name: (function, inputs)
     "grid_sample of a volume (3-D)": (
         lambda x, grid: every_grid_sample(x, grid, ("bilinear", "nearest")),
         (randn(1, 2, 3, 4, 5), sample_grid(1, 2, 3, 4))),
+    # index rows repeat a position (the last write wins, as torch's CPU kernel), and reach only part of x
+    "scatter of a tensor and of a number, and scatter_add, along each dim": (
+        lambda x, i, rows, src: (x.scatter(1, i, src), x.scatter(0, rows, src), x.scatter(1, i, 2.5),
+                                 x.scatter_add(1, i, src), x.scatter_add(0, rows, src), x.scatter(-1, i, src),
+                                 x.scatter(1, i, src, reduce="multiply")),
+        (randn(3, 5), torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]]), torch.tensor([[0, 2, 2], [1, 2, 0]]),
+         randn(3, 4, seed=1))),
+    "scatter_reduce: sum, prod, mean, amax, amin, with and without self": (
+        lambda x, i, src: tuple(x.scatter_reduce(1, i, src, r, include_self=s)
+                                for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)),
+        (randn(3, 5), torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]]), randn(3, 3, seed=1))),
+    "scatter_reduce of integers": (
+        lambda x, i, src: tuple(x.scatter_reduce(0, i, src, r, include_self=s)
+                                for r in ("sum", "prod", "amax", "amin") for s in (True, False)),
+        (ints(-9, 9, (4, 3), torch.int32), torch.tensor([[0, 3, 3], [0, 1, 2]]), ints(-9, 9, (2, 3), torch.int32))),
+    "index_put: rows, elements, accumulate, negative indices, values broadcast": (
+        lambda x, r, c, v: (torch.index_put(x, (r,), v), torch.index_put(x, (r, c), v[:, 0]),
+                            torch.index_put(x, (r,), v, accumulate=True),
+                            torch.index_put(x, (r - 3, c), torch.tensor(7.0)),
+                            torch.index_put(x, (torch.tensor([1, 1, 0]),), v[:1], accumulate=True)),
+        (randn(3, 5), torch.tensor([0, 2, 0]), torch.tensor([4, -1, 1]), randn(3, 5, seed=1))),
+    "assignment into slices and rows, index_add and index_copy": (
+        lambda x, r, v: _assigned(x, r, v),
+        (randn(4, 6), torch.tensor([3, 0]), randn(2, 6, seed=1))),
     "a spatial transformer: affine_grid then grid_sample": (
         lambda x, theta: F.grid_sample(x, F.affine_grid(theta, (2, 3, 6, 4), align_corners=False),
                                        align_corners=False),

@@ -622,6 +622,173 @@ def _keys_cubic(b: Builder, t: Value, k: int, const) -> Value:
     return b.op("rt.sub", [b.op("rt.mul", [inner, s]), const(4 * a)])
 
 
+SCATTER_REDUCTIONS = ("none", "sum", "prod", "max", "min", "mean")
+SCATTER_LIMIT = 1 << 31  # comparisons (outputs x updates along the axis); past this a scatter is refused
+
+
+def scatter_elements(b: Builder, data: Value, axis: int, index: Value, updates: Value, reduction: str = "none",
+                     include_self: bool = True) -> Value:
+    """torch's scatter / scatter_reduce and ONNX's ScatterElements: data with updates[..., k, ...] written to
+    (or combined into) position index[..., k, ...] along `axis`. `index` and `updates` have data's rank, no
+    dim past data's (a smaller one leaves the rest of data as is); updates past index's extent are unused;
+    negative indices count from the end. With `reduction` "none" a position written twice keeps the last
+    update in index order (as onnx's reference and torch's CPU kernel do); otherwise the updates meeting there
+    are summed, multiplied, or their max, min or mean taken, with data's value unless not `include_self`."""
+    rank, axis = data.type.rank, normalize_axis(axis, data.type.rank)
+    if index.type.rank != rank or any(isinstance(d, Sym) for d in (*data.type.shape, *index.type.shape)):
+        raise UnsupportedOpError(f"a scatter of {index.type} indices into {data.type}: index needs data's rank, and "
+                                 "sizes known when compiling", hint="export with static sizes")
+    if any(i > d for k, (i, d) in enumerate(zip(index.type.shape, data.type.shape)) if k != axis):
+        raise UnsupportedOpError(f"a scatter index {index.type} is larger than data {data.type} beside axis {axis}")
+    if updates.type.shape != index.type.shape:
+        updates = b.op("rt.slice", [updates], {"start": (0,) * rank, "limit": index.type.shape,
+                                               "stride": (1,) * rank})
+    perm = tuple(d for d in range(rank) if d != axis) + (axis,)
+    last = [b.op("rt.transpose", [v], {"perm": perm}) if perm != tuple(range(rank)) else v
+            for v in (data, index, updates)]
+    size = data.type.shape[axis]
+    wanted = last[0].type.shape[:-1]
+    lead = last[1].type.shape[:-1]
+    index, updates = _wrapped(b, last[1], size), last[2]
+    if lead != wanted:  # past index's extent nothing is written: indices there (-1) match no position
+        index = b.op("rt.pad", [index], {"low": (0,) * rank, "high": tuple(w - s for w, s in zip(wanted, lead)) + (0,),
+                                         "value": -1})
+        updates = b.op("rt.pad", [updates], {"low": (0,) * rank,
+                                             "high": tuple(w - s for w, s in zip(wanted, lead)) + (0,), "value": 0})
+    out = _scatter_along_last(b, last[0], index, updates, reduction, include_self)
+    inverse = tuple(int(i) for i in np.argsort(perm))
+    return b.op("rt.transpose", [out], {"perm": inverse}) if perm != tuple(range(rank)) else out
+
+
+def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, reduction: str,
+                        include_self: bool) -> Value:
+    """data [..., P] with updates [..., K] at index [..., K] (the leading dims data's, or 1 to broadcast) along
+    the last axis. Gather-shaped, so deterministic and free of atomics: each output position compares every
+    index of its row, in one reduction whose compare and select fuse into it."""
+    size, count = data.type.shape[-1], index.type.shape[-1]
+    if math.prod(data.type.shape) * count > SCATTER_LIMIT:
+        raise UnsupportedOpError(f"a scatter of {count} updates into {data.type} along its last axis compares "
+                                 f"{math.prod(data.type.shape) * count} pairs, past the {SCATTER_LIMIT} supported",
+                                 hint="scatter fewer updates at once, or into a smaller tensor")
+    if reduction not in SCATTER_REDUCTIONS:
+        raise UnsupportedOpError(f"scatter reduction '{reduction}' is not supported ({', '.join(SCATTER_REDUCTIONS)} "
+                                 "are)")
+    dtype = index.type.dtype.name
+    rank = data.type.rank
+    columns = index.type.shape[:-1] + (1, count)
+    index = b.op("rt.reshape", [index], {"shape": columns})
+    position = b.op("rt.iota", [], {"shape": (size, 1), "axis": 0, "dtype": dtype})
+    hit = b.op("rt.cmp", [index, position], {"predicate": "eq"})  # [..., P, K]
+    along = (rank,)
+    if reduction == "none":
+        k = b.op("rt.iota", [], {"shape": (1, count), "axis": 1, "dtype": dtype})
+        latest = b.op("rt.reduce", [b.op("rt.select", [hit, k, scalar(b, -1, k)])], {"kind": "max", "axes": along})
+        found = b.op("rt.cmp", [latest, scalar(b, 0, latest)], {"predicate": "ge"})
+        lead = data.type.shape[:-1]
+        if updates.type.shape[:-1] != lead:
+            updates = b.op("rt.broadcast", [updates], {"shape": lead + updates.type.shape[-1:]})
+        slot = b.op("rt.max", [latest, scalar(b, 0, latest)])
+        if slot.type.shape != data.type.shape:
+            slot = b.op("rt.broadcast", [slot], {"shape": data.type.shape})
+        written = take_along_axis(b, updates, slot, rank - 1)
+        return b.op("rt.select", [found, written, data])
+    kind = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[reduction]
+    identity = {"sum": 0, "prod": 1, "max": _extreme(data, low=True), "min": _extreme(data, low=False)}[kind]
+    spread_updates = b.op("rt.reshape", [updates], {"shape": updates.type.shape[:-1] + (1, count)})
+    combined = b.op("rt.reduce", [b.op("rt.select", [hit, spread_updates, scalar(b, identity, updates)])],
+                    {"kind": kind, "axes": along})
+    if reduction == "mean":
+        if data.type.dtype.kind != "float":
+            raise UnsupportedOpError("a scatter's mean of integers is not supported (of floats it is)")
+        hits = b.op("rt.reduce", [b.op("rt.select", [hit, scalar(b, 1, data), scalar(b, 0, data)])],
+                    {"kind": "sum", "axes": along})
+        if include_self:
+            total, hits = b.op("rt.add", [combined, data]), b.op("rt.add", [hits, scalar(b, 1, hits)])
+            return b.op("rt.div", [total, hits])
+        some = b.op("rt.cmp", [hits, scalar(b, 0, hits)], {"predicate": "gt"})
+        return b.op("rt.select", [some, b.op("rt.div", [combined, b.op("rt.max", [hits, scalar(b, 1, hits)])]),
+                                  data])
+    if include_self:
+        return b.op({"sum": "rt.add", "prod": "rt.mul", "max": "rt.max", "min": "rt.min"}[kind], [data, combined])
+    some = b.op("rt.reduce", [hit], {"kind": "or", "axes": along})
+    return b.op("rt.select", [some, combined, data])
+
+
+def _wrapped(b: Builder, index: Value, size: int) -> Value:
+    """Indices into an axis of `size` as i32 (i64 past its range), negative ones counted from the end."""
+    dtype = "i64" if size > np.iinfo(np.int32).max else "i32"
+    if index.type.dtype.name != dtype:
+        index = b.op("rt.cast", [index], {"dtype": dtype})
+    return b.op("rt.rem", [b.op("rt.add", [index, scalar(b, size, index)]), scalar(b, size, index)])
+
+
+def _extreme(x: Value, low: bool):
+    """The least (or greatest) value of x's type: the identity of a max (or min)."""
+    kind = x.type.dtype.kind
+    if kind == "float":
+        return -np.inf if low else np.inf
+    if kind == "bool":
+        return not low
+    info = np.iinfo(x.type.dtype.np_dtype)
+    return info.min if low else info.max
+
+
+def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reduction: str = "none") -> Value:
+    """ONNX's ScatterND, and torch's index_put with index tensors for data's leading dims: indices [..., q]
+    address data's first q dims (negative ones count from the end), updates [..., rest of data's dims]. The
+    addressed dims are merged, and each index tuple becomes one position along them."""
+    q = indices.type.shape[-1]
+    shape = data.type.shape
+    if any(isinstance(d, Sym) for d in (*shape, *indices.type.shape, *updates.type.shape)) or q > len(shape):
+        raise UnsupportedOpError(f"a scatter of {indices.type} index tuples into {data.type}: sizes must be known "
+                                 f"when compiling, and a tuple at most data's rank long",
+                                 hint="export with static sizes")
+    dtype = "i64" if math.prod(shape[:q]) > np.iinfo(np.int32).max else "i32"
+    linear = None
+    for j in range(q):
+        part = b.op("rt.slice", [indices], {"start": (0,) * (indices.type.rank - 1) + (j,),
+                                            "limit": indices.type.shape[:-1] + (j + 1,),
+                                            "stride": (1,) * indices.type.rank})
+        part = _wrapped(b, part, shape[j])
+        part = b.op("rt.cast", [part], {"dtype": dtype}) if part.type.dtype.name != dtype else part
+        stride = math.prod(shape[j + 1:q])
+        term = part if stride == 1 else b.op("rt.mul", [part, scalar(b, stride, part)])
+        linear = term if linear is None else b.op("rt.add", [linear, term])
+    tuples = math.prod(indices.type.shape[:-1])
+    rest = shape[q:]
+    flat = b.op("rt.reshape", [data], {"shape": (math.prod(shape[:q]),) + rest})
+    linear = b.op("rt.reshape", [linear], {"shape": (1,) * len(rest) + (tuples,)})
+    moved = tuple(range(1, len(rest) + 1)) + (0,)
+    values = b.op("rt.reshape", [updates], {"shape": (tuples,) + rest})
+    values = b.op("rt.transpose", [values], {"perm": moved}) if rest else values
+    target = b.op("rt.transpose", [flat], {"perm": moved}) if rest else flat
+    out = _scatter_along_last(b, target, linear, values, reduction, True)
+    if rest:
+        out = b.op("rt.transpose", [out], {"perm": (len(rest),) + tuple(range(len(rest)))})
+    return b.op("rt.reshape", [out], {"shape": shape})
+
+
+def slice_scatter(b: Builder, x: Value, src: Value, axis: int, start: int, end: int, step: int = 1) -> Value:
+    """x with x[start:end:step] along `axis` replaced by src (torch's slice_scatter): a gather of src at each
+    position's slot, chosen where a slot lands."""
+    size = x.type.shape[axis]
+    if isinstance(size, Sym):
+        raise UnsupportedOpError(f"slice_scatter along an axis of size {size}, known only at run time",
+                                 hint="export with a static size for that axis")
+    start, end, _ = slice(start, end, step).indices(size)
+    positions = np.arange(size)
+    slot = (positions - start) // step
+    inside = (positions >= start) & (positions < end) & ((positions - start) % step == 0)
+    if inside.all() and src.type.shape == x.type.shape:
+        return src
+    if src.type.dtype != x.type.dtype:
+        src = b.op("rt.cast", [src], {"dtype": x.type.dtype.name})
+    taken = b.op("rt.gather", [src, b.constant(np.clip(slot, 0, max(src.type.shape[axis] - 1, 0)).astype(np.int32))],
+                 {"axis": axis})
+    mask = inside.reshape([size if d == axis else 1 for d in range(x.type.rank)])
+    return b.op("rt.select", [b.constant(mask), taken, x])
+
+
 def reverse(b: Builder, x: Value, axes) -> Value:
     """x with `axes` reversed: a gather of the reversed indices along each (size - 1 - iota where the size is known
     only at run time)."""

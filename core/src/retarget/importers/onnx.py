@@ -858,6 +858,27 @@ def _grid_sample(n):
     return C.grid_sample(n.b, n(0), n(1), mode, padding, bool(n.attr("align_corners", 0)), onnx_order=True)
 
 
+_ONNX_REDUCTIONS = {"none": "none", "add": "sum", "mul": "prod", "max": "max", "min": "min"}
+
+
+def _scatter_reduction(n) -> str:
+    reduction = n.attr("reduction", "none")
+    if reduction not in _ONNX_REDUCTIONS:
+        raise UnsupportedOpError(f"{n.node.op_type} reduction '{reduction}' is not defined",
+                                 hint=f"reductions: {', '.join(_ONNX_REDUCTIONS)}")
+    return _ONNX_REDUCTIONS[reduction]
+
+
+@handles("ScatterElements")
+def _scatter_elements(n):
+    return C.scatter_elements(n.b, n(0), n.attr("axis", 0), n(1), n(2), _scatter_reduction(n))
+
+
+@handles("ScatterND")
+def _scatter_nd(n):
+    return C.scatter_nd(n.b, n(0), n(1), n(2), _scatter_reduction(n))
+
+
 @handles("LpPool")
 def _lp_pool(n):
     """(sum of |x|^p over the window)^(1/p); padding adds zeros."""

@@ -937,6 +937,88 @@ def _index_select(cv, node, x, dim, index):
     return cv.b.op("rt.gather", [x, index], {"axis": C.normalize_axis(dim, x.type.rank)})
 
 
+_TORCH_REDUCTIONS = {"sum": "sum", "add": "sum", "prod": "prod", "multiply": "prod", "mean": "mean", "amax": "max",
+                     "amin": "min"}
+
+
+@handles("scatter", "scatter_add", "scatter_reduce")
+def _scatter(cv, node, x, dim, index, src, reduce=None, include_self=True):
+    """scatter (a tensor or a number written), scatter_add, and scatter_reduce's sum, prod, mean, amax and amin
+    (scatter's older reduce="add" / "multiply" too)."""
+    name = str(node.target).split(".")[1]
+    reduction = "sum" if name == "scatter_add" else _TORCH_REDUCTIONS[reduce] if reduce else "none"
+    updates = src if isinstance(src, Value) else cv.b.op("rt.broadcast", [cv.tensor(src, x.type.dtype)],
+                                                           {"shape": index.type.shape})
+    return C.scatter_elements(cv.b, x, dim, index, cv.tensor(updates, x.type.dtype), reduction, bool(include_self))
+
+
+@handles("index_add", "index_copy")
+def _index_add(cv, node, x, dim, index, source, alpha=1):
+    """x with source's slices added (or copied) at the 1-D positions `index` along `dim`."""
+    dim = C.normalize_axis(dim, x.type.rank)
+    spread = [1] * x.type.rank
+    spread[dim] = index.type.shape[0]
+    index = cv.b.op("rt.broadcast", [cv.reshape(index, spread)], {"shape": source.type.shape})
+    source = cv.tensor(source, x.type.dtype)
+    if alpha != 1:
+        source = cv.b.op("rt.mul", [source, C.scalar(cv.b, alpha, source)])
+    reduction = "sum" if "index_add" in str(node.target) else "none"
+    return C.scatter_elements(cv.b, x, dim, index, source, reduction)
+
+
+@handles("index_put")
+def _index_put(cv, node, x, indices, values, accumulate=False):
+    """x[i] = v, x[i, :, j] += v, ...: integer index tensors, as `C.advanced_index` reads them, written with
+    `C.scatter_nd`: the indexed dims are brought to the front, their index tensors broadcast and stacked."""
+    indexed = [axis for axis, index in enumerate(indices) if index is not None]
+    if any(indices[axis].type.dtype.name in ("i1", "ui8") for axis in indexed):
+        raise UnsupportedOpError(f"'{node.target}' (node '{node.name}') writes through a boolean mask",
+                                 hint="write torch.where(mask, value, x) instead")
+    rest = [axis for axis in range(x.type.rank) if axis not in indexed]
+    perm = indexed + rest
+    moved = x if perm == list(range(x.type.rank)) else cv.b.op("rt.transpose", [x], {"perm": tuple(perm)})
+    tensors = [indices[axis] for axis in indexed]
+    shape = tuple(np.broadcast_shapes(*(t.type.shape for t in tensors)))
+    columns = [cv.reshape(cv.b.op("rt.broadcast", [t], {"shape": shape}) if t.type.shape != shape else t,
+                          shape + (1,)) for t in tensors]
+    columns = [cv.tensor(c, DTYPES["i64"]) for c in columns]
+    stacked = columns[0] if len(columns) == 1 else cv.b.op("rt.concat", columns, {"axis": len(shape)})
+    # values broadcast to x[indices]'s shape: the index shape where the indexed dims were, if they are adjacent
+    adjacent = indexed == list(range(indexed[0], indexed[0] + len(indexed)))
+    before = [x.type.shape[a] for a in rest if adjacent and a < indexed[0]]
+    after = [x.type.shape[a] for a in rest if not adjacent or a > indexed[0]]
+    target = (*before, *shape, *after)
+    values = cv.tensor(values, x.type.dtype)
+    values = cv.b.op("rt.broadcast", [values], {"shape": target}) if values.type.shape != target else values
+    if before:
+        order = tuple(range(len(before), len(before) + len(shape))) + tuple(range(len(before))) + \
+            tuple(range(len(before) + len(shape), len(target)))
+        values = cv.b.op("rt.transpose", [values], {"perm": order})
+    out = C.scatter_nd(cv.b, moved, stacked, values, "sum" if accumulate else "none")
+    inverse = tuple(int(i) for i in np.argsort(perm))
+    return out if perm == list(range(x.type.rank)) else cv.b.op("rt.transpose", [out], {"perm": inverse})
+
+
+@handles("slice_scatter")
+def _slice_scatter(cv, node, x, src, dim=0, start=None, end=None, step=1):
+    return C.slice_scatter(cv.b, x, src, C.normalize_axis(dim, x.type.rank), start, end, step)
+
+
+@handles("select_scatter")
+def _select_scatter(cv, node, x, src, dim, index):
+    dim = C.normalize_axis(dim, x.type.rank)
+    index = index + x.type.shape[dim] if index < 0 else index
+    src = cv.reshape(src, src.type.shape[:dim] + (1,) + src.type.shape[dim:])
+    return C.slice_scatter(cv.b, x, src, dim, index, index + 1)
+
+
+@handles("copy")
+def _copy(cv, node, x, src, non_blocking=False):
+    """x's shape and type, src's values (copy_ of a whole tensor, as export writes it without mutation)."""
+    src = cv.tensor(src, x.type.dtype)
+    return src if src.type.shape == x.type.shape else cv.b.op("rt.broadcast", [src], {"shape": x.type.shape})
+
+
 @handles("index", "_unsafe_index")
 def _index(cv, node, x, indices):
     """x[i], x[:, i], x[i, :, j], ...: integer index tensors (constants or inputs), as `C.advanced_index`."""
