@@ -768,6 +768,52 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     return b.op("rt.reshape", [out], {"shape": shape})
 
 
+def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mode: str,
+                  per_sample_weights: Value | None = None, include_last_offset: bool = False,
+                  padding_idx: int | None = None) -> Value:
+    """torch's EmbeddingBag: weight's rows at the 1-D `indices`, summed (`mode` "sum", each scaled by its
+    per-sample weight), averaged ("mean") or their max taken ("max") within each bag; bag k holds positions
+    offsets[k] up to the next offset (with `include_last_offset` the last offset ends the last bag). Rows at
+    `padding_idx` count in no bag; an empty bag gives zeros. Each bag compares every position, in one fused
+    reduction, so offsets may be inputs."""
+    (count,), (bags,) = indices.type.shape, offsets.type.shape
+    if include_last_offset:
+        bags -= 1
+    rows = b.op("rt.gather", [weight, indices], {"axis": 0})  # [L, D]
+    if per_sample_weights is not None:
+        rows = b.op("rt.mul", [rows, b.op("rt.reshape", [per_sample_weights], {"shape": (count, 1)})])
+    if math.prod(rows.type.shape) * bags > SCATTER_LIMIT:
+        raise UnsupportedOpError(f"an embedding bag of {count} rows into {bags} bags compares too many pairs "
+                                 f"({math.prod(rows.type.shape) * bags}, past {SCATTER_LIMIT})")
+    starts = b.op("rt.cast", [offsets], {"dtype": "i32"}) if offsets.type.dtype.name != "i32" else offsets
+    position = b.op("rt.iota", [], {"shape": (1, count), "axis": 1, "dtype": "i32"})
+    begin = b.op("rt.reshape", [b.op("rt.slice", [starts], {"start": (0,), "limit": (bags,), "stride": (1,)})],
+                 {"shape": (bags, 1)})
+    end = b.op("rt.slice", [starts], {"start": (1,), "limit": (bags + 1 if include_last_offset else bags,),
+                                      "stride": (1,)})
+    end = b.op("rt.concat", [end, b.constant(np.array([count], np.int32))], {"axis": 0}) \
+        if not include_last_offset else end
+    end = b.op("rt.reshape", [end], {"shape": (bags, 1)})
+    member = b.op("rt.and", [b.op("rt.cmp", [position, begin], {"predicate": "ge"}),
+                             b.op("rt.cmp", [position, end], {"predicate": "lt"})])  # [B, L]
+    if padding_idx is not None:
+        kept = b.op("rt.cmp", [indices, b.constant(np.array(padding_idx, indices.type.dtype.np_dtype))],
+                    {"predicate": "ne"})
+        member = b.op("rt.and", [member, b.op("rt.reshape", [kept], {"shape": (1, count)})])
+    hit = b.op("rt.reshape", [member], {"shape": (bags, count, 1)})
+    if mode == "max":
+        lowest = scalar(b, _extreme(rows, low=True), rows)
+        best = b.op("rt.reduce", [b.op("rt.select", [hit, rows, lowest])], {"kind": "max", "axes": (1,)})
+        some = b.op("rt.reduce", [member], {"kind": "or", "axes": (1,), "keepdims": True})
+        return b.op("rt.select", [some, best, scalar(b, 0, best)])
+    total = b.op("rt.reduce", [b.op("rt.select", [hit, rows, scalar(b, 0, rows)])], {"kind": "sum", "axes": (1,)})
+    if mode == "sum":
+        return total
+    sizes = b.op("rt.reduce", [b.op("rt.select", [member, scalar(b, 1, rows), scalar(b, 0, rows)])],
+                 {"kind": "sum", "axes": (1,), "keepdims": True})
+    return b.op("rt.div", [total, b.op("rt.max", [sizes, scalar(b, 1, sizes)])])
+
+
 def slice_scatter(b: Builder, x: Value, src: Value, axis: int, start: int, end: int, step: int = 1) -> Value:
     """x with x[start:end:step] along `axis` replaced by src (torch's slice_scatter): a gather of src at each
     position's slot, chosen where a slot lands."""
