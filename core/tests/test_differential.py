@@ -43,7 +43,9 @@ def test_graphs_draw_every_op_kind_over_a_few_seeds():
                  "tril", "triu", "topk", "sort", "stack", "einsum", "bmm", "cat(dim", "cat(x, y, x", "pad", "where",
                  "masked_fill", "sum", "amax", "amin", ".values", "[...", "attention", "index_select", "embedding",
                  "var", "chunk", "expand", "argmax", "argmin", "(bool)", "(i64)", "ties to even",
-                 "interpolate(nearest", "interpolate(bilinear", "clamp(", "leaky_relu(", "elu(alpha", "x.shape["):
+                 "interpolate(nearest", "interpolate(bilinear", "clamp(", "leaky_relu(", "elu(alpha", "x.shape[",
+                 "index_add", "index_copy", "scatter_add", "scatter_reduce", "index_put", "grid_sample(bilinear",
+                 "grid_sample(bicubic"):
         assert kind in names, kind
 
 
@@ -94,7 +96,7 @@ def test_index_and_mask_outputs_do_not_depend_on_the_float_dtype(dtype):
 
 
 def test_a_short_run_with_index_and_mask_outputs_on_vmvx_is_exact():
-    seeds = {1: torch.bool, 27: torch.bool, 32: torch.int64}  # ones the importer takes
+    seeds = {1: torch.bool, 64: torch.bool, 15: torch.int64}  # ones the importer takes
     assert {seed: out.dtype for seed, (out, _) in _outputs(seeds).items()} == seeds
     report = check(seeds, VMVX)
     assert report.outcomes == {"ok": 3} and report.worst["vmvx=local-sync"] == 0.0, report.summary()

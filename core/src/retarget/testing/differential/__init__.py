@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import random
 import sys
@@ -542,6 +543,49 @@ def _size_as_data(r, s, p):
     return name, lambda m, v, i, f=table[name]: f(v[i])
 
 
+def _scatter(r, s, p):
+    """Writes into x along one dim at drawn positions (repeated ones too, where the writes add or take a max):
+    index_add, scatter_add, scatter_reduce (amax), index_put with accumulate, and index_copy at distinct ones."""
+    torch, _ = _torch()
+    d = r.randrange(len(s))
+    k = r.randint(1, s[d])
+    if math.prod(s) * k > 2_000_000:  # each position compares every update: keep vmvx's arrays small
+        return None
+    rows = p(torch.randint(0, s[d], (k,)))
+    distinct = p(torch.randperm(s[d])[:k])
+    shape = list(s)
+    shape[d] = k
+    spots = p(torch.randint(0, s[d], shape))
+
+    def source(v):
+        return v.narrow(d, 0, k) * 0.5 + 1
+
+    table = {f"index_add(dim={d}, {k} rows)": lambda m, x: x.index_add(d, m.weights[rows], source(x)),
+             f"index_copy(dim={d}, {k} distinct rows)": lambda m, x: x.index_copy(d, m.weights[distinct], source(x)),
+             f"scatter_add(dim={d})": lambda m, x: x.scatter_add(d, m.weights[spots], source(x)),
+             f"scatter_reduce(dim={d}, amax, include_self=False)":
+                 lambda m, x: x.scatter_reduce(d, m.weights[spots], source(x), "amax", include_self=False)}
+    if d == 0:
+        table[f"index_put(accumulate, {k} rows)"] = \
+            lambda m, x: x.index_put((m.weights[rows],), source(x), accumulate=True)
+    name = r.choice(sorted(table))
+    return name, lambda m, v, i, f=table[name]: f(m, v[i])
+
+
+def _grid_sample(r, s, p):
+    """grid_sample (bilinear or bicubic; nearest would jump where float32 and float64 round a position apart) at
+    a drawn grid, every padding, past the edges too."""
+    torch, F = _torch()
+    if len(s) != 4:
+        return None
+    mode, padding = r.choice(["bilinear", "bicubic"]), r.choice(["zeros", "border", "reflection"])
+    align = r.random() < 0.5
+    grid = p(torch.rand(1, r.randint(1, 2 * s[2]), r.randint(1, 2 * s[3]), 2) * 2.4 - 1.2)
+    return (f"grid_sample({mode}, {padding}, align_corners={align})",
+            lambda m, v, i: F.grid_sample(v[i], m.weights[grid].expand(v[i].shape[0], -1, -1, -1), mode, padding,
+                                          align))
+
+
 # name -> (builder, what it takes: None (any value), "same" (a second value of its shape), "rows" (a second value
 # alike in all but the last dim), "exact" (a value of `EXACT`) or "mask" (a value of `EXACT`, and a second value
 # of its shape))
@@ -557,7 +601,7 @@ GRAPH_OPS: dict[str, tuple[Callable, str | None]] = {
     "more_unary": (_more_unary, None), "discrete": (_discrete, "exact"), "index_or_mask": (_index_or_mask, "exact"),
     "gather": (_gather, None), "statistics": (_statistics, None), "chunk": (_chunk, None), "expand": (_expand, None),
     "attention": (_attention, None), "conv1d": (_conv1d, None), "interpolate": (_interpolate, None),
-    "size_as_data": (_size_as_data, None),
+    "size_as_data": (_size_as_data, None), "scatter": (_scatter, None), "grid_sample": (_grid_sample, None),
 }
 # the ops whose result float32 and float64 (and float16) hold alike when their operands are such values: they
 # copy, move, drop or pick values (or, `discrete`, make small integers) and round nothing. The model's input is
