@@ -929,6 +929,14 @@ def _index_select(cv, node, x, dim, index):
     return cv.b.op("rt.gather", [x, index], {"axis": C.normalize_axis(dim, x.type.rank)})
 
 
+@handles("gather")
+def _gather(cv, node, x, dim, index, sparse_grad=False):
+    """x read along `dim` at `index`, which may be shorter than x along the other dims (`C.take_along_axis`)."""
+    if x.type.rank == 0:  # a scalar, read at its only index
+        return x
+    return C.take_along_axis(cv.b, x, index, C.normalize_axis(dim, x.type.rank))
+
+
 @handles("index", "_unsafe_index")
 def _index(cv, node, x, indices):
     """x[i], x[:, i], x[i, :, j], ...: integer index tensors (constants or inputs), as `C.advanced_index`."""
