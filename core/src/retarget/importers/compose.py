@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..errors import UnsupportedOpError
+from ..errors import InputError, UnsupportedOpError
 from ..ir.core import Builder, Value
 from ..ir.symbolic import FloorDiv, Min, Sym, bounds, sym
 
@@ -297,6 +297,118 @@ def elu(b: Builder, x: Value, alpha: float = 1.0) -> Value:
     return b.op("rt.select", [b.op("rt.cmp", [x, zero], {"predicate": "gt"}), x, neg])
 
 
+def celu(b: Builder, x: Value, alpha: float = 1.0) -> Value:
+    """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise."""
+    zero = scalar(b, 0, x)
+    inner = b.op("rt.div", [b.op("rt.min", [x, zero]), scalar(b, alpha, x)])
+    neg = b.op("rt.mul", [b.op("rt.expm1", [inner]), scalar(b, alpha, x)])
+    return b.op("rt.select", [b.op("rt.cmp", [x, zero], {"predicate": "gt"}), x, neg])
+
+
+def softplus(b: Builder, x: Value) -> Value:
+    """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow for large x, no loss for large -x."""
+    tail = b.op("rt.log1p", [b.op("rt.exp", [b.op("rt.neg", [b.op("rt.abs", [x])])])])
+    return b.op("rt.add", [relu(b, x), tail])
+
+
+def mish(b: Builder, x: Value) -> Value:
+    """x * tanh(softplus(x))."""
+    return b.op("rt.mul", [x, b.op("rt.tanh", [softplus(b, x)])])
+
+
+def _odd(b: Builder, x: Value, magnitude: Value) -> Value:
+    """`magnitude` (f(|x|) of an odd f) with x's sign: f(x)."""
+    negative = b.op("rt.cmp", [x, scalar(b, 0, x)], {"predicate": "lt"})
+    return b.op("rt.select", [negative, b.op("rt.neg", [magnitude]), magnitude])
+
+
+def _past_sqrt_eps(x: Value) -> float:
+    """1 / sqrt(eps) of x's float type: above it x * x + 1 rounds to x * x, and x * x may overflow (in f16 from
+    256), so asinh and acosh take log(2x) there."""
+    import ml_dtypes
+
+    return float(1 / np.sqrt(float(ml_dtypes.finfo(x.type.dtype.np_dtype).eps)))
+
+
+def _sqrt_one_minus_square(b: Builder, x: Value) -> Value:
+    """sqrt(1 - x * x), as sqrt((1 - x) * (1 + x)): exact factors near |x| = 1, where 1 - x * x cancels."""
+    one = scalar(b, 1, x)
+    return b.op("rt.sqrt", [b.op("rt.mul", [b.op("rt.sub", [one, x]), b.op("rt.add", [one, x])])])
+
+
+def asin(b: Builder, x: Value) -> Value:
+    """atan2(x, sqrt(1 - x^2)): exact at +-1 (pi / 2), NaN past them."""
+    return b.op("rt.atan2", [x, _sqrt_one_minus_square(b, x)])
+
+
+def acos(b: Builder, x: Value) -> Value:
+    """atan2(sqrt(1 - x^2), x): exact at 1 (0) and -1 (pi), NaN past them."""
+    return b.op("rt.atan2", [_sqrt_one_minus_square(b, x), x])
+
+
+def asinh(b: Builder, x: Value) -> Value:
+    """sign(x) * asinh(|x|), with asinh(a) = log1p(a + a^2 / (1 + sqrt(1 + a^2))) (no cancellation near 0), and
+    log(a) + log(2) past 1 / sqrt(eps), where a^2 would overflow."""
+    a = b.op("rt.abs", [x])
+    one = scalar(b, 1, x)
+    square = b.op("rt.mul", [a, a])
+    near = b.op("rt.log1p", [b.op("rt.add", [a, b.op("rt.div", [square, b.op("rt.add", [
+        one, b.op("rt.sqrt", [b.op("rt.add", [one, square])])])])])])
+    far = b.op("rt.add", [b.op("rt.log", [a]), scalar(b, math.log(2), x)])
+    large = b.op("rt.cmp", [a, scalar(b, _past_sqrt_eps(x), x)], {"predicate": "gt"})
+    return _odd(b, x, b.op("rt.select", [large, far, near]))
+
+
+def acosh(b: Builder, x: Value) -> Value:
+    """log1p(t + sqrt(t * (t + 2))) with t = x - 1 (exact, so acosh(1) is 0 and values near 1 keep their digits),
+    and log(x) + log(2) past 1 / sqrt(eps), where t * (t + 2) would overflow. NaN below 1."""
+    t = b.op("rt.sub", [x, scalar(b, 1, x)])
+    root = b.op("rt.sqrt", [b.op("rt.mul", [t, b.op("rt.add", [t, scalar(b, 2, x)])])])
+    near = b.op("rt.log1p", [b.op("rt.add", [t, root])])
+    far = b.op("rt.add", [b.op("rt.log", [x]), scalar(b, math.log(2), x)])
+    large = b.op("rt.cmp", [x, scalar(b, _past_sqrt_eps(x), x)], {"predicate": "gt"})
+    return b.op("rt.select", [large, far, near])
+
+
+def atanh(b: Builder, x: Value) -> Value:
+    """sign(x) * log1p(2a / (1 - a)) / 2 with a = |x|: 1 - a is exact near 1, so the result keeps its digits
+    there (log1p of a sum that cancels, as for x near -1 in the unsigned form, would not); +-inf at +-1."""
+    a = b.op("rt.abs", [x])
+    ratio = b.op("rt.div", [b.op("rt.add", [a, a]), b.op("rt.sub", [scalar(b, 1, x), a])])
+    return _odd(b, x, b.op("rt.mul", [b.op("rt.log1p", [ratio]), scalar(b, 0.5, x)]))
+
+
+def _half_exp(b: Builder, a: Value) -> Value:
+    """exp(a) / 2, finite wherever it is: exp(a) * 0.5 until exp(a) itself would overflow, then exp(a - log 2)
+    (whose argument's rounding costs a few ulps, there only: in f32 from 87.7 to 89.4, where cosh is finite). Not
+    h * h / 2 with h = exp(a / 2): a backend that reassociates float products (llvm-cpu does) may compute h * h
+    first, or fold it into exp(a)."""
+    import ml_dtypes
+
+    limit = math.log(float(ml_dtypes.finfo(a.type.dtype.np_dtype).max)) - 1
+    direct = b.op("rt.mul", [b.op("rt.exp", [a]), scalar(b, 0.5, a)])
+    shifted = b.op("rt.exp", [b.op("rt.sub", [a, scalar(b, math.log(2), a)])])
+    return b.op("rt.select", [b.op("rt.cmp", [a, scalar(b, limit, a)], {"predicate": "gt"}), shifted, direct])
+
+
+def cosh(b: Builder, x: Value) -> Value:
+    """exp(|x|) / 2 + exp(-|x|) / 2, finite wherever cosh is (`_half_exp`)."""
+    a = b.op("rt.abs", [x])
+    return b.op("rt.add", [_half_exp(b, a), b.op("rt.mul", [b.op("rt.exp", [b.op("rt.neg", [a])]), scalar(b, 0.5, a)])])
+
+
+def sinh(b: Builder, x: Value) -> Value:
+    """sign(x) * sinh(|x|): below 1, (u + u / (u + 1)) / 2 with u = expm1(|x|), which does not cancel near 0;
+    from 1, exp(|x|) / 2 - exp(-|x|) / 2 (`_half_exp`)."""
+    a = b.op("rt.abs", [x])
+    u = b.op("rt.expm1", [a])
+    half = scalar(b, 0.5, x)
+    near = b.op("rt.mul", [b.op("rt.add", [u, b.op("rt.div", [u, b.op("rt.add", [u, scalar(b, 1, x)])])]), half])
+    far = b.op("rt.sub", [_half_exp(b, a), b.op("rt.mul", [b.op("rt.exp", [b.op("rt.neg", [a])]), half])])
+    small = b.op("rt.cmp", [a, scalar(b, 1, x)], {"predicate": "lt"})
+    return _odd(b, x, b.op("rt.select", [small, near, far]))
+
+
 def conv2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), pad=(0, 0, 0, 0),
            dilations=(1, 1), groups: int = 1) -> Value:
     """NCHW / OIHW convolution, plus a per-output-channel bias."""
@@ -459,9 +571,7 @@ def advanced_index(b: Builder, x: Value, indices) -> Value:
     for k, (index, size) in enumerate(zip(tensors, sizes)):
         if index.type.dtype.name != dtype:
             index = b.op("rt.cast", [index], {"dtype": dtype})
-        # negative indices count from the end: (index + size) mod size reads the index once, so that its ops fuse
-        # into the gather's kernel (a value used twice is a kernel of its own)
-        index = b.op("rt.rem", [b.op("rt.add", [index, scalar(b, size, index)]), scalar(b, size, index)])
+        index = wrap_negative(b, index, size)
         stride = math.prod(sizes[k + 1:])
         term = index if stride == 1 else b.op("rt.mul", [index, scalar(b, stride, index)])
         linear = term if linear is None else b.op("rt.add", [linear, term])
@@ -573,10 +683,10 @@ def grid_sample(b: Builder, x: Value, grid: Value, mode: str, padding: str, alig
     strides = [math.prod(spatial[d + 1:]) for d in range(dims)]
     image = math.prod(spatial)
     elements = n * c * image
-    index_type = "i64" if isinstance(elements, Sym) or elements > np.iinfo(np.int32).max else "i32"
-    batch = b.op("rt.iota", [], {"shape": (n, c), "axis": 0, "dtype": index_type})
+    linear_type = index_type(elements)
+    batch = b.op("rt.iota", [], {"shape": (n, c), "axis": 0, "dtype": linear_type})
     plane = b.op("rt.add", [b.op("rt.mul", [batch, scalar(b, c, batch)]),
-                            b.op("rt.iota", [], {"shape": (n, c), "axis": 1, "dtype": index_type})])
+                            b.op("rt.iota", [], {"shape": (n, c), "axis": 1, "dtype": linear_type})])
     plane = b.op("rt.reshape", [plane], {"shape": (n, c) + (1,) * len(out)})
     plane = b.op("rt.mul", [plane, scalar(b, image, plane)])
     flat = b.op("rt.reshape", [x], {"shape": (elements,)})
@@ -587,8 +697,7 @@ def grid_sample(b: Builder, x: Value, grid: Value, mode: str, padding: str, alig
             position, w = per_dim[d][k]
             index, ok = fetch_index(position, spatial[d])
             index = b.op("rt.reshape", [index], {"shape": (n, 1, *out)})
-            if index_type != "i32":
-                index = b.op("rt.cast", [index], {"dtype": index_type})
+            index = _as_index(b, index, linear_type)
             if strides[d] != 1:
                 index = b.op("rt.mul", [index, scalar(b, strides[d], index)])
             linear = b.op("rt.add", [linear, index])
@@ -649,7 +758,7 @@ def scatter_elements(b: Builder, data: Value, axis: int, index: Value, updates: 
     size = data.type.shape[axis]
     wanted = last[0].type.shape[:-1]
     lead = last[1].type.shape[:-1]
-    index, updates = _wrapped(b, last[1], size), last[2]
+    index, updates = wrap_negative(b, _as_index(b, last[1], index_type(size)), size), last[2]
     if lead != wanted:  # past index's extent nothing is written: indices there (-1) match no position
         index = b.op("rt.pad", [index], {"low": (0,) * rank, "high": tuple(w - s for w, s in zip(wanted, lead)) + (0,),
                                          "value": -1})
@@ -714,14 +823,6 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     return b.op("rt.select", [some, combined, data])
 
 
-def _wrapped(b: Builder, index: Value, size: int) -> Value:
-    """Indices into an axis of `size` as i32 (i64 past its range), negative ones counted from the end."""
-    dtype = "i64" if size > np.iinfo(np.int32).max else "i32"
-    if index.type.dtype.name != dtype:
-        index = b.op("rt.cast", [index], {"dtype": dtype})
-    return b.op("rt.rem", [b.op("rt.add", [index, scalar(b, size, index)]), scalar(b, size, index)])
-
-
 def _extreme(x: Value, low: bool):
     """The least (or greatest) value of x's type: the identity of a max (or min)."""
     kind = x.type.dtype.kind
@@ -743,14 +844,13 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
         raise UnsupportedOpError(f"a scatter of {indices.type} index tuples into {data.type}: sizes must be known "
                                  f"when compiling, and a tuple at most data's rank long",
                                  hint="export with static sizes")
-    dtype = "i64" if math.prod(shape[:q]) > np.iinfo(np.int32).max else "i32"
+    dtype = index_type(math.prod(shape[:q]))
     linear = None
     for j in range(q):
         part = b.op("rt.slice", [indices], {"start": (0,) * (indices.type.rank - 1) + (j,),
                                             "limit": indices.type.shape[:-1] + (j + 1,),
                                             "stride": (1,) * indices.type.rank})
-        part = _wrapped(b, part, shape[j])
-        part = b.op("rt.cast", [part], {"dtype": dtype}) if part.type.dtype.name != dtype else part
+        part = wrap_negative(b, _as_index(b, part, dtype), shape[j])
         stride = math.prod(shape[j + 1:q])
         term = part if stride == 1 else b.op("rt.mul", [part, scalar(b, stride, part)])
         linear = term if linear is None else b.op("rt.add", [linear, term])
@@ -960,25 +1060,80 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
     return take_along_axis(b, x, b.op("rt.cast", [index], {"dtype": "i32"}), axis), index
 
 
-def take_along_axis(b: Builder, x: Value, index: Value, axis: int) -> Value:
-    """np.take_along_axis: x read along `axis` at `index` (in range), other axes as they are. One gather of the
-    flattened x, at linear positions from iotas, each value used once so that they fuse into it. A stride known
-    only at run time is computed as data (`size_value`)."""
+def take_along_axis(b: Builder, x: Value, index: Value, axis: int, negative: bool = False) -> Value:
+    """np.take_along_axis: x read along `axis` at `index` (in range; with `negative`, in [-size, size), a negative
+    entry counting from the end, as ONNX's GatherElements takes it), other axes at the index's own position, so
+    that the index may be shorter than x along them (torch's gather). One gather of the flattened x, at linear
+    positions from iotas, each value used once so that they fuse into it. A stride known only at run time is
+    computed as data (`size_value`)."""
     shape, out = x.type.shape, index.type.shape
-    elements = math.prod(shape)
-    dtype = "i64" if isinstance(elements, Sym) or elements > np.iinfo(np.int32).max else "i32"
-    linear = None
+    dtype = index_type(math.prod(shape))
+    coordinates = []
     for d in range(len(shape)):
-        coordinate = index if d == axis else b.op("rt.iota", [], {"shape": out, "axis": d, "dtype": dtype})
-        if coordinate.type.dtype.name != dtype:
-            coordinate = b.op("rt.cast", [coordinate], {"dtype": dtype})
-        stride = math.prod(shape[d + 1:])
+        if d != axis:
+            coordinates.append(b.op("rt.iota", [], {"shape": out, "axis": d, "dtype": dtype}))
+            continue
+        index = _as_index(b, index, dtype)
+        coordinates.append(wrap_negative(b, index, shape[axis]) if negative else index)
+    return _gather_flat(b, x, len(shape), coordinates)
+
+
+def gather_nd(b: Builder, x: Value, indices: Value, batch_dims: int = 0) -> Value:
+    """ONNX's GatherND: the last axis of `indices` holds k coordinates into x's axes batch_dims ... batch_dims + k
+    (negative ones counting from the end), its first `batch_dims` axes walk x's; the result is indices' shape
+    but the last, then x's axes past the indexed ones. One gather of x with its batch and indexed axes merged,
+    at a linear index."""
+    k, shape = indices.type.shape[-1], x.type.shape
+    if isinstance(k, Sym) or not 1 <= k <= x.type.rank - batch_dims:
+        raise UnsupportedOpError(f"GatherND of {x.type} at {indices.type} with batch_dims {batch_dims}: the "
+                                 f"indices' last axis must be static, from 1 to {x.type.rank - batch_dims}",
+                                 hint="export the indices with a static last axis, no longer than the data's rank "
+                                      "less batch_dims")
+    if indices.type.shape[:batch_dims] != shape[:batch_dims]:
+        raise InputError(f"GatherND of {x.type} at {indices.type}: the first {batch_dims} axes (batch_dims) of the "
+                         "data and the indices differ")
+    merged = batch_dims + k
+    dtype = index_type(math.prod(shape[:merged]))
+    out = indices.type.shape[:-1]
+    coordinates = [b.op("rt.iota", [], {"shape": out, "axis": d, "dtype": dtype}) for d in range(batch_dims)]
+    for j in range(k):
+        column = b.op("rt.reshape", [slice_axis(b, indices, len(out), j, j + 1)], {"shape": out})
+        coordinates.append(wrap_negative(b, _as_index(b, column, dtype), shape[batch_dims + j]))
+    return _gather_flat(b, x, merged, coordinates)
+
+
+def index_type(elements) -> str:
+    """i32 for linear positions into `elements` elements where they fit (every target's native index), else i64."""
+    return "i64" if isinstance(elements, Sym) or elements > np.iinfo(np.int32).max else "i32"
+
+
+def _as_index(b: Builder, index: Value, dtype: str) -> Value:
+    return index if index.type.dtype.name == dtype else b.op("rt.cast", [index], {"dtype": dtype})
+
+
+def wrap_negative(b: Builder, index: Value, size) -> Value:
+    """Indices in [-size, size) with the negative ones counted from the end: (index + size) mod size, which reads
+    the index once, so that it fuses into the gather's kernel (a value used twice is a kernel of its own)."""
+    if index.type.dtype.kind == "uint":
+        return index
+    size = size_value(b, size, index.type.dtype.name) if isinstance(size, Sym) else scalar(b, size, index)
+    return b.op("rt.rem", [b.op("rt.add", [index, size]), size])
+
+
+def _gather_flat(b: Builder, x: Value, axes: int, coordinates: list[Value]) -> Value:
+    """x read at `coordinates` (one tensor per leading axis, all of one shape and index type): x's first `axes`
+    axes merged into one and gathered at the row-major linear position; the result is the coordinates' shape,
+    then x's remaining axes."""
+    shape = x.type.shape
+    linear = None
+    for d, coordinate in enumerate(coordinates):
+        stride = math.prod(shape[d + 1:axes])
         if isinstance(stride, Sym):
-            term = b.op("rt.mul", [coordinate, size_value(b, stride, dtype)])
+            term = b.op("rt.mul", [coordinate, size_value(b, stride, coordinate.type.dtype.name)])
         else:
             term = coordinate if stride == 1 else b.op("rt.mul", [coordinate, scalar(b, stride, coordinate)])
         linear = term if linear is None else b.op("rt.add", [linear, term])
-    flat = b.op("rt.reshape", [x], {"shape": (elements,)})
+    flat = b.op("rt.reshape", [x], {"shape": (math.prod(shape[:axes]),) + shape[axes:]})
     return b.op("rt.gather", [flat, linear], {"axis": 0})
 
 
@@ -1002,35 +1157,46 @@ def tile(b: Builder, x: Value, repeats) -> Value:
     return b.op("rt.reshape", [y], {"shape": tuple(d * r for d, r in zip(shape, repeats, strict=True))})
 
 
-SCAN_DIRECT = 128  # the longest axis summed by one masked reduction; longer ones are cut into blocks
+SCAN_DIRECT = 128  # the longest axis scanned by one masked reduction; longer ones are cut into blocks
+SCANS = {"sum": ("rt.add", 0, "a cumulative sum"), "prod": ("rt.mul", 1, "a cumulative product")}  # combine, identity
 
 
 def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, reverse: bool = False) -> Value:
-    """Running sums along `axis`, in x's element type: y[i] = the sum of x[j] over j <= i (j < i when `exclusive`;
-    j >= i and j > i when `reverse`). The axis must be static. Up to SCAN_DIRECT long, one reduction of x masked by
-    position (`_masked_scan`): one kernel, n adds per element, no constant. A longer axis is cut into blocks of
-    about sqrt(n), each scanned so, plus the exclusive scan of the blocks' totals: about sqrt(n) + 2 adds per element
-    and six kernels, where a matmul with a triangular constant would hold n^2 values and do n multiply-adds."""
+    """Running sums along `axis` (`cumulative`)."""
+    return cumulative(b, x, axis, "sum", exclusive, reverse)
+
+
+def cumulative(b: Builder, x: Value, axis: int, kind: str = "sum", exclusive: bool = False,
+               reverse: bool = False) -> Value:
+    """Running sums or products (`kind`, of `SCANS`) along `axis`, in x's element type: y[i] = the sum (product)
+    of x[j] over j <= i (j < i when `exclusive`; j >= i and j > i when `reverse`). The axis must be static. Up to
+    SCAN_DIRECT long, one reduction of x masked by position (`_masked_scan`): one kernel, n operations per element,
+    no constant. A longer axis is cut into blocks of about sqrt(n), each scanned so, combined with the exclusive
+    scan of the blocks' totals: about sqrt(n) + 2 operations per element and six kernels, where a matmul with a
+    triangular constant would hold n^2 values and do n multiply-adds (and could not multiply). A product is
+    multiplied, never taken through logarithms, so zeros and signs are exact."""
+    combine, identity, what = SCANS[kind]
     n = x.type.shape[axis]
-    _dynamic_axis_lowest(b, n, SCAN_DIRECT, "a cumulative sum", "export with a static size for the summed axis")
+    _dynamic_axis_lowest(b, n, SCAN_DIRECT, what, "export with a static size for the scanned axis")
     if isinstance(n, Sym) or n <= SCAN_DIRECT:  # one masked reduction (a dynamic axis is short at every size)
-        return _masked_scan(b, x, axis, exclusive, reverse)
+        return _masked_scan(b, x, axis, kind, exclusive, reverse)
     shape, block = x.type.shape, math.isqrt(n - 1) + 1
     blocks = -(-n // block)
-    if blocks * block != n:  # zeros at the end, which change no sum that is kept
+    if blocks * block != n:  # identities at the end, which change nothing that is kept
         high = tuple(blocks * block - n if d == axis else 0 for d in range(len(shape)))
-        x = b.op("rt.pad", [x], {"low": (0,) * len(shape), "high": high, "value": 0})
+        x = b.op("rt.pad", [x], {"low": (0,) * len(shape), "high": high, "value": identity})
     x = b.op("rt.reshape", [x], {"shape": shape[:axis] + (blocks, block) + shape[axis + 1:]})
-    inside = cumulative_sum(b, x, axis + 1, exclusive, reverse)
-    totals = b.op("rt.reduce", [x], {"kind": "sum", "axes": (axis + 1,), "keepdims": True})
-    y = b.op("rt.add", [inside, cumulative_sum(b, totals, axis, True, reverse)])  # plus the blocks before it
+    inside = cumulative(b, x, axis + 1, kind, exclusive, reverse)
+    totals = b.op("rt.reduce", [x], {"kind": kind, "axes": (axis + 1,), "keepdims": True})
+    y = b.op(combine, [inside, cumulative(b, totals, axis, kind, True, reverse)])  # with the blocks before it
     y = b.op("rt.reshape", [y], {"shape": shape[:axis] + (blocks * block,) + shape[axis + 1:]})
     return slice_axis(b, y, axis, 0, n)
 
 
-def _masked_scan(b: Builder, x: Value, axis: int, exclusive: bool, reverse: bool) -> Value:
-    """`cumulative_sum` as one sum over [..., i, j, ...] of x[..., j, ...] where j is before i (or after): the
-    mask comes from i32 iotas, so the reduction's kernel computes it and nothing n x n is stored."""
+def _masked_scan(b: Builder, x: Value, axis: int, kind: str, exclusive: bool, reverse: bool) -> Value:
+    """`cumulative` as one reduction over [..., i, j, ...] of x[..., j, ...] where j is before i (or after), the
+    identity elsewhere: the mask comes from i32 iotas, so the reduction's kernel computes it and nothing n x n is
+    stored."""
     shape, n = x.type.shape, x.type.shape[axis]
     if n == 0 or (n == 1 and not exclusive):
         return x
@@ -1039,8 +1205,8 @@ def _masked_scan(b: Builder, x: Value, axis: int, exclusive: bool, reverse: bool
     out_pos, in_pos = (b.op("rt.iota", [], {"shape": square, "axis": a, "dtype": "i32"}) for a in (0, 1))
     predicate = {(False, False): "le", (True, False): "lt", (False, True): "ge", (True, True): "gt"}
     keep = b.op("rt.cmp", [in_pos, out_pos], {"predicate": predicate[exclusive, reverse]})
-    masked = b.op("rt.select", [keep, lifted, scalar(b, 0, x)])
-    return b.op("rt.reduce", [masked], {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
+    masked = b.op("rt.select", [keep, lifted, scalar(b, SCANS[kind][1], x)])
+    return b.op("rt.reduce", [masked], {"kind": kind, "axes": (axis + 1,), "keepdims": False})
 
 
 def adaptive_windows(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray]:

@@ -347,8 +347,9 @@ _REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 Red
                "ReduceLogSum ReduceLogSumExp").split()
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
-    "CumSum": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "Dropout": (1, 2), "TopK": (1,), "Trilu": (1,), **{op: (1,) for op in _REDUCE_OPS},
+    "CumSum": (1,), "CumProd": (1,), "OneHot": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Dropout": (1, 2), "TopK": (1,), "Trilu": (1,),
+    **{op: (1,) for op in _REDUCE_OPS},
 }
 
 
@@ -473,11 +474,56 @@ def _hard_swish(n):
     return n.b.op("rt.mul", [x, C.hard_sigmoid(n.b, x, 1 / 6, 0.5)])
 
 
-@handles("Softplus")
-def _softplus(n):
-    x = n(0)  # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), stable for large |x|
-    tail = n.b.op("rt.log1p", [n.b.op("rt.exp", [n.b.op("rt.neg", [n.b.op("rt.abs", [x])])])])
-    return n.b.op("rt.add", [C.relu(n.b, x), tail])
+for _op, _composite in {"Softplus": C.softplus, "Mish": C.mish, "Asin": C.asin, "Acos": C.acos, "Asinh": C.asinh,
+                       "Acosh": C.acosh, "Atanh": C.atanh, "Sinh": C.sinh, "Cosh": C.cosh}.items():
+    HANDLERS[_op] = (lambda f: lambda n: f(n.b, n(0)))(_composite)
+
+
+@handles("Celu")
+def _celu(n):
+    return C.celu(n.b, n(0), n.attr("alpha", 1.0))
+
+
+@handles("ThresholdedRelu")
+def _thresholded_relu(n):
+    x = n(0)
+    above = n.b.op("rt.cmp", [x, C.scalar(n.b, n.attr("alpha", 1.0), x)], {"predicate": "gt"})
+    return n.b.op("rt.select", [above, x, C.scalar(n.b, 0, x)])
+
+
+@handles("Shrink")
+def _shrink(n):
+    """x + bias below -lambd, x - bias above lambd, 0 between; integers are computed in f64 and truncated back,
+    as onnx's reference computes them (a bias of 1.5 moves an integer by 1)."""
+    x = n(0)
+    wide = x if x.type.dtype.is_float else n.b.op("rt.cast", [x], {"dtype": "f64"})
+    bias, lambd = n.attr("bias", 0.0), n.attr("lambd", 0.5)
+
+    def beyond(limit, predicate, shifted):
+        return n.b.op("rt.cmp", [wide, C.scalar(n.b, limit, wide)], {"predicate": predicate}), \
+            n.b.op("rt.add", [wide, C.scalar(n.b, shifted, wide)])
+
+    below, low = beyond(-lambd, "lt", bias)
+    above, high = beyond(lambd, "gt", -bias)
+    y = n.b.op("rt.select", [below, low, n.b.op("rt.select", [above, high, C.scalar(n.b, 0, wide)])])
+    return _cast_to(n, y, x.type.dtype)
+
+
+@handles("IsNaN")
+def _is_nan(n):
+    x = n(0)
+    return n.b.op("rt.cmp", [x, x], {"predicate": "ne"})
+
+
+@handles("IsInf")
+def _is_inf(n):
+    x = n(0)
+    positive, negative = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
+    if positive and negative:
+        return n.b.op("rt.cmp", [n.b.op("rt.abs", [x]), C.scalar(n.b, np.inf, x)], {"predicate": "eq"})
+    if positive or negative:
+        return n.b.op("rt.cmp", [x, C.scalar(n.b, np.inf if positive else -np.inf, x)], {"predicate": "eq"})
+    return n.b.op("rt.broadcast", [n.b.constant(np.array(False))], {"shape": x.type.shape})
 
 
 @handles("Softsign")
@@ -1347,11 +1393,157 @@ def _top_k(n):
     return list(C.sort(n.b, x, _axis(n, x, -1), descending=bool(n.attr("largest", 1)), k=k))
 
 
-@handles("CumSum")
-def _cumsum(n):
+@handles("CumSum", "CumProd")
+def _cumulative(n):
     x = n(0)
     axis = C.normalize_axis(int(np.asarray(n.known(1, "axis")).reshape(-1)[0]), x.type.rank)
-    return C.cumulative_sum(n.b, x, axis, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
+    kind = "sum" if n.node.op_type == "CumSum" else "prod"
+    return C.cumulative(n.b, x, axis, kind, bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
+
+
+@handles("Hardmax")
+def _hardmax(n):
+    """1 at the first maximum along the axis, 0 elsewhere."""
+    x = n(0)
+    axis = _axis(n, x, -1)
+    first = n.b.op("rt.cast", [n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": True})], {"dtype": "i32"})
+    position = n.b.op("rt.iota", [], {"shape": x.type.shape, "axis": axis, "dtype": "i32"})
+    return _cast_to(n, n.b.op("rt.cmp", [position, first], {"predicate": "eq"}), x.type.dtype)
+
+
+@handles("EyeLike")
+def _eye_like(n):
+    """Ones where column - row = k: a compare of iotas, which fuses into the consumer (nothing n x m is stored)."""
+    shape = tuple(_input_shape(n))
+    if len(shape) != 2:
+        raise UnsupportedOpError(f"EyeLike of a rank-{len(shape)} tensor is not supported (the spec takes rank 2)")
+    source = n.cv.env[n.node.input[0]]
+    dtype = source.type.dtype if isinstance(source, Value) else from_numpy(source.dtype)
+    if n.attr("dtype") is not None:
+        dtype = _dtype(n.attr("dtype"), "EyeLike's dtype")
+    rows, cols = (n.b.op("rt.iota", [], {"shape": shape, "axis": a, "dtype": "i32"}) for a in (0, 1))
+    on = n.b.op("rt.cmp", [n.b.op("rt.sub", [cols, rows]), n.b.constant(np.array(n.attr("k", 0), np.int32))],
+                {"predicate": "eq"})
+    return _cast_to(n, on, dtype)
+
+
+@handles("OneHot")
+def _one_hot(n):
+    """values[1] where the iota along the new axis equals the index (negative ones wrapped once, so that those
+    outside [-depth, depth) match nothing), values[0] elsewhere; compared in the indices' own type, so that a
+    fractional float index matches nothing, as in onnx's reference."""
+    indices, values = n(0), n(2)
+    depth = int(np.asarray(n.known(1, "depth")).reshape(-1)[0])
+    axis = C.normalize_axis(n.attr("axis", -1), indices.type.rank + 1)
+    shape = indices.type.shape[:axis] + (depth,) + indices.type.shape[axis:]
+    index = n.b.op("rt.reshape", [indices], {"shape": indices.type.shape[:axis] + (1,) + indices.type.shape[axis:]})
+    if indices.type.dtype.kind != "uint":
+        negative = n.b.op("rt.cmp", [index, C.scalar(n.b, 0, index)], {"predicate": "lt"})
+        index = n.b.op("rt.select", [negative, n.b.op("rt.add", [index, C.scalar(n.b, depth, index)]), index])
+    position = _cast_to(n, n.b.op("rt.iota", [], {"shape": shape, "axis": axis, "dtype": "i32"}), index.type.dtype)
+    off, on = (n.b.op("rt.reshape", [C.slice_axis(n.b, values, 0, i, i + 1)], {"shape": ()}) for i in (0, 1))
+    return n.b.op("rt.select", [n.b.op("rt.cmp", [position, index], {"predicate": "eq"}), on, off])
+
+
+def _lp_norm(b: Builder, x: Value, axes, p) -> Value:
+    """(sum of |x|^p over `axes`)^(1/p), kept as size-1 axes."""
+    attrs = {"kind": "sum", "axes": tuple(axes), "keepdims": True}
+    if p == 1:
+        return b.op("rt.reduce", [b.op("rt.abs", [x])], attrs)
+    if p == 2:
+        return b.op("rt.sqrt", [b.op("rt.reduce", [b.op("rt.mul", [x, x])], attrs)])
+    total = b.op("rt.reduce", [b.op("rt.pow", [b.op("rt.abs", [x]), C.scalar(b, p, x)])], attrs)
+    return b.op("rt.pow", [total, C.scalar(b, 1 / p, total)])
+
+
+@handles("LpNormalization")
+def _lp_normalization(n):
+    """x / its L1 or L2 norm along the axis, 0 where the norm is 0 (x is 0 there: divided by 1); a half float's
+    norm is taken in f32."""
+    x, p = n(0), n.attr("p", 2)
+    if p not in (1, 2):
+        raise UnsupportedOpError(f"LpNormalization with p = {p} is not supported", hint="the spec takes p 1 or 2")
+    wide = C.widen(n.b, x)
+    norm = _lp_norm(n.b, wide, (_axis(n, x, -1),), p)
+    zero = n.b.op("rt.cmp", [norm, C.scalar(n.b, 0, norm)], {"predicate": "eq"})
+    norm = n.b.op("rt.select", [zero, C.scalar(n.b, 1, norm), norm])
+    return C.narrow_to(n.b, n.b.op("rt.div", [wide, norm]), x)
+
+
+@handles("GlobalLpPool")
+def _global_lp_pool(n):
+    x = n(0)
+    wide = C.widen(n.b, x)
+    return C.narrow_to(n.b, _lp_norm(n.b, wide, range(2, x.type.rank), n.attr("p", 2)), x)
+
+
+@handles("MeanVarianceNormalization")
+def _mean_variance_normalization(n):
+    """(x - mean) / (std + 1e-9) over `axes`, as ONNX's function body (its variance E[x^2] - E[x]^2 is taken here
+    from the centred values, which is the same number without the cancellation); a half float's statistics in f32."""
+    x = n(0)
+    axes = tuple(sorted({C.normalize_axis(a, x.type.rank) for a in n.attr("axes", [0, 2, 3])}))
+    wide = C.widen(n.b, x)
+    centered = n.b.op("rt.sub", [wide, C.mean(n.b, wide, axes, keepdims=True)])
+    var = C.mean(n.b, n.b.op("rt.mul", [centered, centered]), axes, keepdims=True)
+    std = n.b.op("rt.add", [n.b.op("rt.sqrt", [var]), C.scalar(n.b, 1e-9, var)])
+    return C.narrow_to(n.b, n.b.op("rt.div", [centered, std]), x)
+
+
+@handles("LRN")
+def _lrn(n):
+    """x / (bias + alpha / size * the sum of x^2 over the channels c - floor((size - 1) / 2) ... c + ceil((size -
+    1) / 2))^beta: the squares padded with zeros along the channels and `size` shifted slices added; a half
+    float computed in f32."""
+    x, size = n(0), int(n.attr("size"))
+    channels = x.type.shape[1]
+    if isinstance(channels, Sym):
+        raise UnsupportedOpError(f"LRN of {x.type}, whose channels are known only at run time",
+                                 hint="export with a static channel count")
+    wide = C.widen(n.b, x)
+    low = (size - 1) // 2
+    pad = {"low": tuple(low if d == 1 else 0 for d in range(x.type.rank)),
+           "high": tuple(size - 1 - low if d == 1 else 0 for d in range(x.type.rank)), "value": 0}
+    squares = n.b.op("rt.pad", [n.b.op("rt.mul", [wide, wide])], pad)
+    total = None
+    for i in range(size):
+        window = C.slice_axis(n.b, squares, 1, i, i + channels)
+        total = window if total is None else n.b.op("rt.add", [total, window])
+    scale = n.b.op("rt.add", [n.b.op("rt.mul", [total, C.scalar(n.b, n.attr("alpha", 1e-4) / size, total)]),
+                              C.scalar(n.b, n.attr("bias", 1.0), total)])
+    y = n.b.op("rt.div", [wide, n.b.op("rt.pow", [scale, C.scalar(n.b, n.attr("beta", 0.75), scale)])])
+    return C.narrow_to(n.b, y, x)
+
+
+@handles("ReverseSequence")
+def _reverse_sequence(n):
+    """Each batch's first sequence_lens[b] steps along the time axis reversed, the rest as they are: x read along
+    the time axis at len - 1 - t where t < len, else t (one gather; the lengths may be known only at run time)."""
+    x, lengths = n(0), n(1)
+    rank = x.type.rank
+    batch_axis, time_axis = (C.normalize_axis(n.attr(k, d), rank) for k, d in (("batch_axis", 1), ("time_axis", 0)))
+    dtype = C.index_type(math.prod(x.type.shape))
+    along = [1] * rank
+    along[batch_axis] = x.type.shape[batch_axis]
+    length = n.b.op("rt.reshape", [_cast_to(n, lengths, DTYPES[dtype])], {"shape": tuple(along)})
+    along = [1] * rank
+    along[time_axis] = x.type.shape[time_axis]
+    t = n.b.op("rt.iota", [], {"shape": tuple(along), "axis": time_axis, "dtype": dtype})
+    mirrored = n.b.op("rt.sub", [n.b.op("rt.sub", [length, C.scalar(n.b, 1, length)]), t])
+    inside = n.b.op("rt.cmp", [t, length], {"predicate": "lt"})
+    source = n.b.op("rt.broadcast", [n.b.op("rt.select", [inside, mirrored, t])], {"shape": x.type.shape})
+    return C.take_along_axis(n.b, x, source, time_axis)
+
+
+@handles("GatherElements")
+def _gather_elements(n):
+    x = n(0)
+    return C.take_along_axis(n.b, x, n(1), _axis(n, x, 0), negative=True)
+
+
+@handles("GatherND")
+def _gather_nd(n):
+    return C.gather_nd(n.b, n(0), n(1), int(n.attr("batch_dims", 0)))
 
 
 # -- arithmetic on sizes known only at run time (the Shape -> ... -> Reshape chains of exporters) ----------

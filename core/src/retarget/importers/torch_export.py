@@ -1031,6 +1031,14 @@ def _copy(cv, node, x, src, non_blocking=False):
     return src if src.type.shape == x.type.shape else cv.b.op("rt.broadcast", [src], {"shape": x.type.shape})
 
 
+@handles("gather")
+def _gather(cv, node, x, dim, index, sparse_grad=False):
+    """x read along `dim` at `index`, which may be shorter than x along the other dims (`C.take_along_axis`)."""
+    if x.type.rank == 0:  # a scalar, read at its only index
+        return x
+    return C.take_along_axis(cv.b, x, index, C.normalize_axis(dim, x.type.rank))
+
+
 @handles("index", "_unsafe_index")
 def _index(cv, node, x, indices):
     """x[i], x[:, i], x[i, :, j], ...: integer index tensors (constants or inputs), as `C.advanced_index`."""
