@@ -1632,4 +1632,6 @@ SYMBOLIC_FOLDS = {
 }
 
 
+from . import onnx_quant  # noqa: E402,F401  registers QuantizeLinear, DequantizeLinear and the integer ops
+
 SUPPORTED_OPS = tuple(sorted(HANDLERS))

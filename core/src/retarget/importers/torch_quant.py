@@ -7,7 +7,7 @@
 - Everything else (activations quantized with fixed scales, "static" quantization) becomes elementwise graph
   ops with PyTorch's numbers: q = clamp(round(x * (1 / scale)) + zero_point, qmin, qmax) in the integer type,
   and (q - zero_point) * scale. Those fuse into the neighbouring kernels, and compute what PyTorch's reference
-  kernels compute.
+  kernels compute. The graph ops are `quant_common`'s, which ONNX's quantized ops share.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..ir.core import DenseAttr, Value
-from ..passes.quantize import pack
+from ..ir.core import Value
+from . import quant_common as Q
 from .torch_export import _dtype, handles
 
 _NS = "quantized_decomposed"
@@ -39,29 +39,16 @@ def _number(v, what: str) -> np.ndarray:
     return array
 
 
-def _broadcast(values: np.ndarray, axis: int | None, rank: int) -> np.ndarray:
-    """Per-channel values along `axis` shaped to broadcast against a rank-`rank` tensor."""
-    if axis is None or values.ndim == 0:
-        return values.reshape(())
-    shape = [1] * rank
-    shape[axis] = values.size
-    return values.reshape(shape)
-
-
 @handles(f"{_NS}.quantize_per_tensor.default", f"{_NS}.quantize_per_tensor.tensor",
          f"{_NS}.quantize_per_channel.default")
 def _quantize(cv, node, x, scale, zero_point, *rest):
     per_channel = "per_channel" in str(node.target)
     axis, (quant_min, quant_max, dtype) = (rest[0], rest[1:4]) if per_channel else (None, rest[:3])
-    out = _dtype(dtype)
-    ft = x.type.dtype
-    inverse = (1.0 / _number(scale, "scale").astype(np.float64)).astype(ft.np_dtype)
-    zero = _number(zero_point, "zero point").astype(ft.np_dtype)
-    b = cv.b
-    q = b.op("rt.round", [b.op("rt.mul", [x, b.constant(_broadcast(inverse, axis, x.type.rank))])])
-    q = b.op("rt.add", [q, b.constant(_broadcast(zero, axis, x.type.rank))])
-    q = b.op("rt.min", [b.op("rt.max", [q, cv.tensor(float(quant_min), ft)]), cv.tensor(float(quant_max), ft)])
-    return b.op("rt.cast", [q], {"dtype": out.name})
+    b, shape = cv.b, x.type.shape
+    inverse = (1.0 / _number(scale, "scale").astype(np.float64)).astype(x.type.dtype.np_dtype)
+    zero = _number(zero_point, "zero point").astype(np.int32)
+    scaled = b.op("rt.mul", [x, Q.per_axis(b, b.constant(inverse), axis, shape)])
+    return Q.quantize(b, scaled, Q.per_axis(b, b.constant(zero), axis, shape), quant_min, quant_max, _dtype(dtype))
 
 
 @handles(f"{_NS}.dequantize_per_tensor.default", f"{_NS}.dequantize_per_tensor.tensor",
@@ -73,38 +60,15 @@ def _dequantize(cv, node, q, scale, zero_point, *rest, out_dtype=None):
     scales = _number(scale, "scale").astype(np.float64)
     zeros = _number(zero_point, "zero point").astype(np.float64)
     weight = _constant(q)
-    if weight is not None and weight.ndim >= 2 and weight.dtype in (np.int8, np.uint8):
-        return _packed(cv, weight, scales, zeros, axis or 0, ft)
-    b = cv.b
-    shifted = b.op("rt.sub", [b.op("rt.cast", [q], {"dtype": ft.name}),
-                              b.constant(_broadcast(zeros.astype(ft.np_dtype), axis, q.type.rank))])
-    return b.op("rt.mul", [shifted, b.constant(_broadcast(scales.astype(ft.np_dtype), axis, q.type.rank))])
-
-
-def _packed(cv, weight: np.ndarray, scales: np.ndarray, zeros: np.ndarray, axis: int, ft):
-    """rt.dequantize of an int8 or uint8 weight, its channels along `axis` (per-tensor: every channel alike)."""
-    moved = np.moveaxis(weight, axis, 0)
-    rows = moved.shape[0]
-    columns = int(np.prod(moved.shape[1:]))
-    offset = 128 if weight.dtype == np.int8 else 0  # stored unsigned: u = q + 128, and (u - (zp + 128)) = q - zp
-    u = (moved.reshape(rows, columns).astype(np.int64) + offset).astype(np.uint32)
-    scale = np.broadcast_to(scales.reshape(-1), (rows,)).reshape(rows, 1).astype(ft.np_dtype)
-    zero = np.broadcast_to(zeros.reshape(-1), (rows,)).reshape(rows, 1) + offset
-    b = cv.b
-    operands = [b.op("rt.constant", [], {"value": DenseAttr(pack(u, 8))}), b.constant(scale)]
-    if not np.all(zero == 128):  # 128 is the implicit zero point of 8-bit packed values
-        operands.append(b.constant(zero.astype(ft.np_dtype)))
-    group = -(-columns // 4) * 4
-    out = b.op("rt.dequantize", operands, {"bits": 8, "group_size": group, "shape": list(moved.shape)})
-    if axis == 0:
-        return out
-    perm = list(range(1, weight.ndim))
-    perm.insert(axis, 0)
-    return b.op("rt.transpose", [out], {"perm": perm})
+    packed = None if weight is None else Q.packed_weight(cv.b, weight, scales, zeros, axis or 0, ft)
+    if packed is not None:
+        return packed
+    b, shape = cv.b, q.type.shape
+    return Q.dequantize(b, q, Q.per_axis(b, b.constant(scales.astype(ft.np_dtype)), axis, shape),
+                        Q.per_axis(b, b.constant(zeros.astype(ft.np_dtype)), axis, shape), ft)
 
 
 @handles("_int_mm")
 def _int_mm(cv, node, a, b):
     """int8 x int8 -> int32 (torchao's dynamically quantized matmuls): the products summed exactly in i32."""
-    wide = [cv.b.op("rt.cast", [x], {"dtype": "i32"}) for x in (a, b)]
-    return cv.b.op("rt.matmul", wide)
+    return cv.b.op("rt.matmul", [Q.widen(cv.b, a), Q.widen(cv.b, b)])
