@@ -24,8 +24,6 @@ onnx = pytest.importorskip("onnx")
 EXPECTED_FAILURES = {
     "FLOAT8E8M0 is Cast-24's type (with its round_mode), past opset 21, the newest the importer claims":
         r"test_cast_e8m0_\w+",
-    "3-D transposed convolution is not supported (1-D and 2-D are, as for Conv): the graph IR's conv is 2-D":
-        r"test_convtranspose_3d",
     "string tensors are not supported: the graph IR holds numbers only": r"test_equal_string\w*",
     "optional and sequence types are not supported: the graph IR holds tensors only": r"test_identity_(opt|sequence)",
     "Resize's cubic mode, antialias and tf_crop_and_resize are not supported (nearest and linear are, with every "

@@ -506,6 +506,100 @@ def _conv_transpose_phases(b: Builder, x: Value, w: Value, bias: Value | None, s
     return b.op("rt.add", [y, channel_vector(b, bias, 4)]) if bias is not None else y
 
 
+def conv3d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1, 1), pad=(0,) * 6,
+           dilations=(1, 1, 1), groups: int = 1) -> Value:
+    """NCDHW / OIDHW convolution, plus a per-output-channel bias; `pad` is (front, back, top, bottom, left,
+    right), as conv2d's with depth first. One conv2d: output depth od reads the depth-padded input at depths
+    od * s_d + kd * dil_d, so each depth tap kd is a strided slice of it; the output depths are folded into the
+    batch and the taps stacked along the channels group-major (x as [N * OD, g, KD, C / g, H, W], w as
+    [O, KD * C / g, KH, KW]), so that each group of the conv2d reads its own channels at every tap."""
+    n, c, depth, h, wd = x.type.shape
+    o, per_group, kd, kh, kw = w.type.shape
+    if isinstance(depth, Sym):
+        raise UnsupportedOpError(f"conv3d of a volume whose depth ({depth}) is known only at run time",
+                                 hint="export with a static depth")
+    (sd, dd), span = (strides[0], dilations[0]), dilations[0] * (kd - 1) + 1
+    x = pad_signed(b, x, (0, 0, pad[0], 0, 0), (0, 0, pad[1], 0, 0))
+    od = (depth + pad[0] + pad[1] - span) // sd + 1
+    taps = [slice_axis(b, x, 2, t * dd, t * dd + (od - 1) * sd + 1, sd) for t in range(kd)]
+    taps = [b.op("rt.reshape", [t], {"shape": (n, groups, 1, per_group, od, h, wd)}) for t in taps]
+    x = taps[0] if kd == 1 else b.op("rt.concat", taps, {"axis": 2})
+    x = b.op("rt.transpose", [x], {"perm": (0, 4, 1, 2, 3, 5, 6)})  # [N, OD, g, KD, C / g, H, W]
+    x = b.op("rt.reshape", [x], {"shape": (n * od, groups * kd * per_group, h, wd)})
+    w = b.op("rt.transpose", [w], {"perm": (0, 2, 1, 3, 4)})
+    w = b.op("rt.reshape", [w], {"shape": (o, kd * per_group, kh, kw)})
+    y = conv2d(b, x, w, None, strides[1:], pad[2:], dilations[1:], groups)
+    y = b.op("rt.reshape", [y], {"shape": (n, od, o) + y.type.shape[2:]})
+    y = b.op("rt.transpose", [y], {"perm": (0, 2, 1, 3, 4)})
+    return b.op("rt.add", [y, channel_vector(b, bias, 5)]) if bias is not None else y
+
+
+def conv_transpose3d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1, 1), pad=(0,) * 6,
+                     dilations=(1, 1, 1), groups: int = 1) -> Value:
+    """NCDHW transposed convolution with a [C_in, C_out / groups, kd, kh, kw] filter, plus a per-output-channel
+    bias; `pad` (front, back, top, bottom, left, right) crops the full output, as conv_transpose2d's does, with
+    depth (D - 1) * s_d + dil_d * (kd - 1) + 1 (a negative amount extends it).
+
+    Input depth i, through depth tap t, lands at output depth i * s_d + t * dil_d: one conv_transpose2d with
+    the input depths folded into the batch and the taps stacked along its output channels group-major (w as
+    [C_in, KD * C_out / g, KH, KW], output channels (g, t, o)); each tap's depths are then spread by s_d,
+    shifted by t * dil_d and summed, and the sum cropped."""
+    n, c, depth, h, wd = x.type.shape
+    cin, per_group, kd, kh, kw = w.type.shape
+    if isinstance(depth, Sym):
+        raise UnsupportedOpError(f"conv_transpose3d of a volume whose depth ({depth}) is known only at run time",
+                                 hint="export with a static depth")
+    (sd, dd), cout = (strides[0], dilations[0]), groups * per_group
+    x = b.op("rt.reshape", [b.op("rt.transpose", [x], {"perm": (0, 2, 1, 3, 4)})], {"shape": (n * depth, c, h, wd)})
+    w = b.op("rt.reshape", [b.op("rt.transpose", [w], {"perm": (0, 2, 1, 3, 4)})],
+             {"shape": (cin, kd * per_group, kh, kw)})
+    y = conv_transpose2d(b, x, w, None, strides[1:], pad[2:], dilations[1:], groups)
+    oh, ow = y.type.shape[2:]
+    y = b.op("rt.reshape", [y], {"shape": (n, depth, groups, kd, per_group, oh, ow)})
+    y = b.op("rt.transpose", [y], {"perm": (0, 3, 2, 4, 1, 5, 6)})  # [N, KD, g, C_out / g, D, OH, OW]
+    y = b.op("rt.reshape", [y], {"shape": (n, kd, cout, depth, oh, ow)})
+    full = (depth - 1) * sd + dd * (kd - 1) + 1
+    total = None
+    for t in range(kd):  # spread (depth * s_d: the last input's zeros too), shifted, its tail cut to `full`
+        tap = b.op("rt.reshape", [slice_axis(b, y, 1, t, t + 1)], {"shape": (n, cout, depth, oh, ow)})
+        tap = pad_signed(b, spread(b, tap, (0, 0, sd - 1, 0, 0)), (0, 0, t * dd, 0, 0),
+                         (0, 0, full - depth * sd - t * dd, 0, 0))
+        total = tap if total is None else b.op("rt.add", [total, tap])
+    y = pad_signed(b, total, (0, 0, -pad[0], 0, 0), (0, 0, -pad[1], 0, 0))
+    return b.op("rt.add", [y, channel_vector(b, bias, 5)]) if bias is not None else y
+
+
+def pool(b: Builder, x: Value, kind: str, kernel, strides, dilations, begin, end,
+         count_include_pad: bool = False) -> Value:
+    """Max or average pooling (`kind` is rt.max_pool2d or rt.avg_pool2d, with its padding and count rules) of an
+    NC + 1, 2 or 3 spatial dims tensor, in rt's 2-D pools, padded by `begin` and `end` a spatial dim. 1-D is
+    lifted to 2-D; 3-D is a pool over (H, W) and then one over D. Both are separable: a max of maxes, and a mean
+    of means whose counts multiply: a window is a box, so its count (of kernel positions, or of those inside
+    the input) is the product of its counts along each axis."""
+    rank = x.type.rank
+    if rank == 3:
+        y = pool(b, b.op("rt.reshape", [x], {"shape": x.type.shape[:2] + (1,) + x.type.shape[2:]}), kind,
+                 [1, *kernel], [1, *strides], [1, *dilations], [0, *begin], [0, *end], count_include_pad)
+        return b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
+    if rank == 4:
+        attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pad": (begin[0], end[0], begin[1], end[1])}
+        if any(d != 1 for d in dilations):
+            attrs["dilations"] = tuple(dilations)
+        if kind == "rt.avg_pool2d":
+            attrs["count_include_pad"] = count_include_pad
+        return b.op(kind, [x], attrs)
+    if rank != 5:
+        raise UnsupportedOpError(f"pooling of rank-{rank} tensors is not supported (1-D to 3-D pooling, of "
+                                 "rank-3 to rank-5 tensors, is)")
+    nb, c, d, h, w = x.type.shape
+    y = pool(b, b.op("rt.reshape", [x], {"shape": (nb, c * d, h, w)}), kind, kernel[1:], strides[1:],
+             dilations[1:], begin[1:], end[1:], count_include_pad)
+    oh, ow = y.type.shape[2:]
+    y = pool(b, b.op("rt.reshape", [y], {"shape": (nb, c, d, oh * ow)}), kind, [kernel[0], 1], [strides[0], 1],
+             [dilations[0], 1], [begin[0], 0], [end[0], 0], count_include_pad)
+    return b.op("rt.reshape", [y], {"shape": (nb, c, y.type.shape[2], oh, ow)})
+
+
 def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
     """x[..., start:stop:step, ...] along one axis (bounds already clamped, step > 0)."""
     rank = x.type.rank

@@ -733,7 +733,13 @@ def _lift_1d(n, x):
         return x
     if x.type.rank == 3:
         return n.b.op("rt.reshape", [x], {"shape": x.type.shape[:2] + (1,) + x.type.shape[2:]})
-    raise UnsupportedOpError(f"{n.node.op_type} on rank-{x.type.rank} tensors is not supported (1-D and 2-D are)")
+    raise UnsupportedOpError(f"{n.node.op_type} on rank-{x.type.rank} tensors is not supported (1-D, 2-D and 3-D: "
+                             "rank 3 to 5, are)")
+
+
+def _begin_end(begin, end) -> tuple:
+    """Pads as the composed convs take them, (begin, end) a spatial dim in turn."""
+    return tuple(p for pair in zip(begin, end, strict=True) for p in pair)
 
 
 def _spatial_attrs(n, rank, kernel):
@@ -750,11 +756,13 @@ def _conv(n):
     kernel = list(n.attr("kernel_shape", w.type.shape[2:]))
     strides, dilations = _spatial_attrs(n, rank, kernel)
     begin, end = _spatial_pads(n, x, kernel, strides, dilations)
+    bias = n(2) if n.has(2) else None
+    if rank == 5:
+        return C.conv3d(n.b, x, w, bias, strides, _begin_end(begin, end), dilations, n.attr("group", 1))
     x4, w4 = _lift_1d(n, x), _lift_1d(n, w)
     if rank == 3:
         strides, dilations, begin, end = [1] + strides, [1] + dilations, [0] + begin, [0] + end
-    bias = n(2) if n.has(2) else None
-    y = C.conv2d(n.b, x4, w4, bias, strides, (begin[0], end[0], begin[1], end[1]), dilations, n.attr("group", 1))
+    y = C.conv2d(n.b, x4, w4, bias, strides, _begin_end(begin, end), dilations, n.attr("group", 1))
     if rank == 3:
         y = n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
     return y
@@ -785,12 +793,13 @@ def _conv_transpose(n):
         pads = list(n.attr("pads", [0] * 2 * len(spatial)))
         begin, end = pads[:len(spatial)], pads[len(spatial):]
     end = [p - e for p, e in zip(end, extra)]  # the output padding extends the end: a smaller crop there
+    bias = n(2) if n.has(2) else None
+    if len(spatial) == 3:
+        return C.conv_transpose3d(n.b, x, w, bias, strides, _begin_end(begin, end), dilations, n.attr("group", 1))
     x4, w4 = _lift_1d(n, x), _lift_1d(n, w)
     if len(spatial) == 1:
         strides, dilations, begin, end = [1] + strides, [1] + dilations, [0] + begin, [0] + end
-    bias = n(2) if n.has(2) else None
-    y = C.conv_transpose2d(n.b, x4, w4, bias, strides, (begin[0], end[0], begin[1], end[1]), dilations,
-                           n.attr("group", 1))
+    y = C.conv_transpose2d(n.b, x4, w4, bias, strides, _begin_end(begin, end), dilations, n.attr("group", 1))
     if len(spatial) == 1:
         y = n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
     return y
@@ -813,39 +822,6 @@ def _pool_window(n, x):
     return kernel, strides, dilations, begin, end, extra
 
 
-def _pool2d(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad=False):
-    """One rt pool over the last two dims of a rank-4 tensor."""
-    attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pad": (begin[0], end[0], begin[1], end[1])}
-    if any(d != 1 for d in dilations):
-        attrs["dilations"] = tuple(dilations)
-    if rt_name == "rt.avg_pool2d":
-        attrs["count_include_pad"] = count_include_pad
-    return n.b.op(rt_name, [x], attrs)
-
-
-def _pool_nd(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad=False):
-    """Max or average pooling of an NC + 1, 2 or 3 spatial dims tensor, in rt's 2-D pools: 1-D lifted to 2-D,
-    3-D as a pool over (H, W) and then one over D (both are separable: max of maxes, and the mean of means
-    of equal counts, since a window's count over (H, W) is the same at every depth)."""
-    rank = x.type.rank
-    if rank == 3:
-        lift = n.b.op("rt.reshape", [x], {"shape": x.type.shape[:2] + (1,) + x.type.shape[2:]})
-        y = _pool_nd(n, lift, rt_name, [1, *kernel], [1, *strides], [1, *dilations], [0, *begin], [0, *end],
-                 count_include_pad)
-        return n.b.op("rt.reshape", [y], {"shape": y.type.shape[:2] + y.type.shape[3:]})
-    if rank == 4:
-        return _pool2d(n, x, rt_name, kernel, strides, dilations, begin, end, count_include_pad)
-    if rank != 5:
-        raise UnsupportedOpError(f"{n.node.op_type} on rank-{rank} tensors is not supported (1-D to 3-D are)")
-    b, (nb, c, d, h, w) = n.b, x.type.shape
-    y = _pool2d(n, b.op("rt.reshape", [x], {"shape": (nb, c * d, h, w)}), rt_name, kernel[1:], strides[1:],
-                dilations[1:], begin[1:], end[1:], count_include_pad)
-    oh, ow = y.type.shape[2:]
-    y = _pool2d(n, b.op("rt.reshape", [y], {"shape": (nb, c, d, oh * ow)}), rt_name, [kernel[0], 1],
-                [strides[0], 1], [dilations[0], 1], [begin[0], 0], [end[0], 0], count_include_pad)
-    return b.op("rt.reshape", [y], {"shape": (nb, c, y.type.shape[2], oh, ow)})
-
-
 def _pool_node(n, rt_name):
     x = n(0)
     kernel, strides, dilations, begin, end, extra = _pool_window(n, x)
@@ -854,7 +830,7 @@ def _pool_node(n, rt_name):
         x = n.b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": 0})
         begin, end, include = [0] * len(begin), [0] * len(end), False
     stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
-    y = _pool_nd(n, x, rt_name, kernel, strides, dilations, begin, stop, include)
+    y = C.pool(n.b, x, rt_name, kernel, strides, dilations, begin, stop, include)
     if n.wants(1):
         return [y, _max_pool_indices(n, x, y, kernel, strides, dilations, begin, stop)]
     return y
@@ -934,7 +910,7 @@ def _lp_pool(n):
     stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
     b = n.b
     power = b.op("rt.mul", [x, x]) if p == 2 else b.op("rt.pow", [b.op("rt.abs", [x]), C.scalar(b, p, x)])
-    mean = _pool_nd(n, power, "rt.avg_pool2d", kernel, strides, dilations, begin, stop, True)
+    mean = C.pool(b, power, "rt.avg_pool2d", kernel, strides, dilations, begin, stop, True)
     total = b.op("rt.mul", [mean, C.scalar(b, math.prod(kernel), mean)])
     return b.op("rt.sqrt", [total]) if p == 2 else b.op("rt.pow", [total, C.scalar(b, 1 / p, total)])
 

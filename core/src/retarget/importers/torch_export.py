@@ -16,6 +16,7 @@ become ours.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -620,21 +621,20 @@ def inference_batch_norm(cv, x, weight, bias, mean, var, eps):
 @handles("convolution")
 def _convolution(cv, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     rank = x.type.rank
-    if rank not in (3, 4):
-        raise UnsupportedOpError(f"convolution of rank {rank} is not supported (1-D and 2-D are)")
+    if rank not in (3, 4, 5):
+        raise UnsupportedOpError(f"convolution of rank {rank} is not supported (1-D, 2-D and 3-D: rank 3 to 5, are)")
     if rank == 3:  # 1-D: a 2-D conv over H=1
         x = cv.reshape(x, x.type.shape[:2] + (1,) + x.type.shape[2:])
         w = cv.reshape(w, w.type.shape[:2] + (1,) + w.type.shape[2:])
         stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
         output_padding = (0, *output_padding)
-    ph, pw = padding
     if transposed:  # the output padding extends the far side: a smaller crop there
-        oph, opw = output_padding
-        y = C.conv_transpose2d(cv.b, x, w, bias, strides=tuple(stride), pad=(ph, ph - oph, pw, pw - opw),
-                               dilations=tuple(dilation), groups=groups)
+        pad = tuple(q for p, op in zip(padding, output_padding, strict=True) for q in (p, p - op))
+        compose = C.conv_transpose3d if rank == 5 else C.conv_transpose2d
     else:
-        y = C.conv2d(cv.b, x, w, bias, strides=tuple(stride), pad=(ph, ph, pw, pw),
-                     dilations=tuple(dilation), groups=groups)
+        pad = tuple(q for p in padding for q in (p, p))
+        compose = C.conv3d if rank == 5 else C.conv2d
+    y = compose(cv.b, x, w, bias, strides=tuple(stride), pad=pad, dilations=tuple(dilation), groups=groups)
     if rank == 3:
         y = cv.reshape(y, cv.out_type(node)[0])
     return y
@@ -807,58 +807,81 @@ def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, *
     return C.narrow_to(cv.b, cv.b.op("rt.mul", [total, scale]), x)
 
 
-@handles("max_pool2d_with_indices", "max_pool2d")
-def _max_pool2d(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    kernel, stride, padding = _pool_args(kernel, stride, padding)
-    if _pair(dilation) != (1, 1):
-        raise UnsupportedOpError("max_pool2d with dilation is not supported")
-    pad = _pool_pad(x, kernel, stride, padding, ceil_mode)
-    y = cv.b.op("rt.max_pool2d", [x], {"kernel": kernel, "strides": stride, "pad": pad})
+@handles("max_pool2d_with_indices", "max_pool2d", "max_pool3d_with_indices", "max_pool3d")
+def _max_pool(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    dims = _pool_dims(node)
+    kernel, stride, padding, dilation = _pool_args(dims, kernel, stride, padding, dilation)
+
+    def pool(x):
+        pad = _pool_pad(x, kernel, stride, padding, ceil_mode, dilation)
+        return C.pool(cv.b, x, "rt.max_pool2d", kernel, stride, dilation, pad[0::2], pad[1::2])
+
+    y = _batched(cv, x, dims, pool)
     return _Multi((y, None)) if "with_indices" in str(node.target) else y
 
 
-@handles("avg_pool2d")
-def _avg_pool2d(cv, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-                divisor_override=None):
+@handles("avg_pool2d", "avg_pool3d")
+def _avg_pool(cv, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
     """torch divides each window's sum by `divisor_override`, else by the number of its positions inside the
     image (count_include_pad=False), else inside the padded image, never counting those past it that ceil_mode
     adds, where rt.avg_pool2d counts the whole kernel: a constant factor per output position mends those."""
-    kernel, stride, padding = _pool_args(kernel, stride, padding)
-    pad = _pool_pad(x, kernel, stride, padding, ceil_mode)
-    by_kernel = bool(count_include_pad) or divisor_override is not None  # then rt.avg_pool2d's divisor is k*k
-    y = cv.b.op("rt.avg_pool2d", [x], {"kernel": kernel, "strides": stride, "pad": pad,
-                                       "count_include_pad": by_kernel and any(pad)})
-    if divisor_override is not None:
-        return cv.b.op("rt.mul", [y, C.scalar(cv.b, math.prod(kernel) / divisor_override, y)])
-    if count_include_pad and pad != _pool_pad(x, kernel, stride, padding):  # windows past the padded image
-        inside = [np.minimum(np.arange(out) * s - p + k, size + p) - (np.arange(out) * s - p)
-                  for out, size, k, s, p in zip(y.type.shape[2:], x.type.shape[2:], kernel, stride, padding)]
-        factor = math.prod(kernel) / (inside[0][:, None] * inside[1][None, :])
-        y = cv.b.op("rt.mul", [y, cv.b.constant(factor.astype(y.type.dtype.np_dtype))])
-    return y
+    dims = _pool_dims(node)
+    kernel, stride, padding, ones = _pool_args(dims, kernel, stride, padding)
+    by_kernel = bool(count_include_pad) or divisor_override is not None  # then rt.avg_pool2d's divisor is the kernel's
+
+    def pool(x):
+        pad = _pool_pad(x, kernel, stride, padding, ceil_mode)
+        y = C.pool(cv.b, x, "rt.avg_pool2d", kernel, stride, ones, pad[0::2], pad[1::2], by_kernel and any(pad))
+        if divisor_override is not None:
+            return cv.b.op("rt.mul", [y, C.scalar(cv.b, math.prod(kernel) / divisor_override, y)])
+        if count_include_pad and pad != _pool_pad(x, kernel, stride, padding):  # windows past the padded image
+            inside = [np.minimum(np.arange(out) * s - p + k, size + p) - (np.arange(out) * s - p)
+                      for out, size, k, s, p in zip(y.type.shape[2:], x.type.shape[2:], kernel, stride, padding)]
+            factor = math.prod(kernel) / functools.reduce(np.multiply.outer, inside)
+            y = cv.b.op("rt.mul", [y, cv.b.constant(factor.astype(y.type.dtype.np_dtype))])
+        return y
+
+    return _batched(cv, x, dims, pool)
 
 
-def _pair(v):
+def _pool_dims(node) -> int:
+    """The spatial dims of a torch pool: 3 for the *pool3d ops, else 2."""
+    return 3 if "pool3d" in str(node.target) else 2
+
+
+def _batched(cv, x, dims, pool):
+    """`pool` (of an N, C, spatial... value) applied to x, which torch's pools also take without the batch."""
+    if x.type.rank == dims + 2:
+        return pool(x)
+    y = pool(cv.reshape(x, (1,) + x.type.shape))
+    return cv.reshape(y, y.type.shape[1:])
+
+
+def _spatial(v, dims):
     v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
-    return v * 2 if len(v) == 1 else v
+    return v * dims if len(v) == 1 else v
 
 
-def _pool_args(kernel, stride, padding):
-    kernel = _pair(kernel)
-    stride = _pair(stride) if stride else kernel
-    return kernel, stride, _pair(padding)
+def _pool_args(dims, kernel, stride, padding, dilation=1):
+    """kernel, stride (the kernel's when empty), padding and dilation, one a spatial dim."""
+    kernel = _spatial(kernel, dims)
+    stride = _spatial(stride, dims) if stride else kernel
+    return kernel, stride, _spatial(padding, dims), _spatial(dilation, dims)
 
 
-def _pool_pad(x, kernel, stride, padding, ceil_mode=False):
+def _pool_pad(x, kernel, stride, padding, ceil_mode=False, dilation=None):
+    """(begin, end) pads a spatial dim in turn: `padding`, with ceil_mode's extra windows at the end."""
     pads = []
-    for d, (k, s, p) in enumerate(zip(kernel, stride, padding, strict=False)):
+    for d, (k, s, p) in enumerate(zip(kernel, stride, padding, strict=True)):
         size = x.type.shape[2 + d]
+        span = (dilation[d] if dilation else 1) * (k - 1) + 1
         extra = 0
         if ceil_mode:
-            out = -(-(size + 2 * p - k) // s) + 1
+            out = -(-(size + 2 * p - span) // s) + 1
             if (out - 1) * s >= size + p:  # the last window must start inside the input or left padding
                 out -= 1
-            extra = max(0, (out - 1) * s + k - (size + 2 * p))
+            extra = max(0, (out - 1) * s + span - (size + 2 * p))
         pads += [p, p + extra]
     return tuple(pads)
 
