@@ -55,6 +55,8 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.conv2d.default": (NEW, None),
     "aten.conv_transpose1d.default": (NEW, None),
     "aten.conv_transpose2d.input": (NEW, None),
+    "aten.conv3d.default": (NEW, None),
+    "aten.conv_transpose3d.input": (NEW, None),
     "aten.linear.default": (NEW, None),
     "aten.matmul.default": (NEW, None),
     "aten.batch_norm.default": (NEW, (lambda a: not a["training"] and a["running_mean"] is not None
@@ -71,6 +73,7 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten.silu.default": (NEW, None),
     "aten.rsub.Scalar": (NEW, None),
     "aten.max_pool2d.default": (NEW, None),
+    "aten.max_pool3d.default": (NEW, None),
     "aten.adaptive_avg_pool2d.default": (NEW, None),
     "aten.adaptive_max_pool2d.default": (NEW, None),
     "aten.scaled_dot_product_attention.default": (NEW, (lambda a: a["dropout_p"] == 0 and not a["enable_gqa"],
@@ -236,14 +239,14 @@ def _ntuple(v, n: int) -> tuple:
     return v * n if len(v) == 1 else v
 
 
-@handles("conv1d", "conv2d")
+@handles("conv1d", "conv2d", "conv3d")
 def _conv(cv, node, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
     n = x.type.rank - 2
     return _convolution(cv, node, x, w, bias, _ntuple(stride, n), _ntuple(padding, n), _ntuple(dilation, n),
                         False, (0,) * n, groups)
 
 
-@handles("conv_transpose1d", "conv_transpose2d")
+@handles("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
 def _conv_transpose(cv, node, x, w, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     n = x.type.rank - 2
     return _convolution(cv, node, x, w, bias, _ntuple(stride, n), _ntuple(padding, n), _ntuple(dilation, n),
