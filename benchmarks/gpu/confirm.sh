@@ -8,6 +8,8 @@
 #  sanitizer: compute-sanitizer's memcheck, leak check included, on every reliability case;
 #  calls:     the transformer block dispatch by dispatch (calls.py);
 #  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py);
+#  importers: the torch importer's composed-op tests (3-D convolutions, grid_sample, scatters, gather, ...) on
+#             cuda, vulkan and webgpu (RETARGET_IMPORTER_TARGETS), and benchmarks/new_ops.py beside torch's CUDA;
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
 #             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run, and
 #             integer graphs against torch (DIFF_PAIRS="TARGET=DEVICE ..." picks the pairs, one call each if the
@@ -54,6 +56,13 @@ if step differential; then
         --dtype "$2" --seed "$3" --count "$4" --max-size "$5" $flags 2>&1 | sed "s|^|$pair $run: |" | tail -12
     done
   done | tee "$OUT/differential.txt"
+fi
+if step importers; then
+  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 360 python3 -m pytest -q -p no:cacheprovider \
+    core/tests/importers/test_torch_more_ops.py core/tests/importers/test_torch_conv3d.py \
+    core/tests/importers/test_torch_gather.py 2>&1 | tail -3 | tee "$OUT/importers-gpu.txt"
+  timeout 200 python3 benchmarks/new_ops.py --pairs cuda:host=cuda vulkan-spirv:host=vulkan webgpu-spirv:host=webgpu \
+    --repeats 30 --json "$OUT/new_ops.json" 2>&1 | tail -23 | tee "$OUT/new_ops.txt"
 fi
 step small && timeout 120 python3 benchmarks/gpu/small_convs.py --variants none default --repeats 40 2>&1 | tail -34
 echo "confirm.sh: results in $OUT"

@@ -11,30 +11,17 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-import retarget  # noqa: E402
 from retarget.errors import UnsupportedOpError  # noqa: E402
-from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
-from retarget.ir import verify  # noqa: E402
-from retarget.testing.devices import skip_unless_runs  # noqa: E402
-from retarget.testing.numerics import relative_error  # noqa: E402
-from retarget.testing.torch_cases import randn  # noqa: E402
+from retarget.importers.torch_export import TorchImporter  # noqa: E402
+from retarget.testing.torch_cases import (  # noqa: E402
+    assert_matches,
+    compile_and_compare,
+    importer_targets,
+    randn,
+    run_compiled,
+)
 
-TARGETS = ["vmvx", "llvm-cpu"]
-TOLERANCE = 1e-5  # of the largest output magnitude, as the other importer tests
-
-
-def compile_and_compare(model, x, target, device="local-task"):
-    """Import `model` both ways, compile each for `target`, run on `device` and compare with torch."""
-    skip_unless_runs(target, device)
-    model = model.eval()
-    program = torch.export.export(model, (x,))
-    with torch.no_grad():
-        expected = to_numpy(model(x))
-    for decompose in (False, True):
-        module = verify(TorchImporter().load(program, decompose=decompose))
-        out = retarget.load(retarget.compile(module, target), device=device).main(x.numpy())
-        assert out.shape == expected.shape and out.dtype == expected.dtype, (out.shape, expected.shape)
-        assert relative_error(out, expected) <= TOLERANCE
+TARGETS = importer_targets()
 
 
 def seeded(module, seed=1):
@@ -102,7 +89,7 @@ POOLS = {  # name: (module, input shape)
 def test_conv3d_matches_torch(name, target):
     cin, cout, k, stride, padding, dilation, groups, bias = CONV3D[name]
     conv = seeded(nn.Conv3d(cin, cout, k, stride, padding, dilation, groups, bias))
-    compile_and_compare(conv, randn(2, cin, 6, 5, 7), target)
+    compile_and_compare(conv, (randn(2, cin, 6, 5, 7),), target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -110,14 +97,14 @@ def test_conv3d_matches_torch(name, target):
 def test_conv_transpose3d_matches_torch(name, target):
     cin, cout, k, stride, padding, output_padding, dilation, groups, bias = CONV_TRANSPOSE3D[name]
     conv = seeded(nn.ConvTranspose3d(cin, cout, k, stride, padding, output_padding, groups, bias, dilation))
-    compile_and_compare(conv, randn(2, cin, 3, 4, 5), target)
+    compile_and_compare(conv, (randn(2, cin, 3, 4, 5),), target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", POOLS)
 def test_pooling_matches_torch(name, target):
     module, shape = POOLS[name]
-    compile_and_compare(module, randn(*shape) * 2 + 1, target)
+    compile_and_compare(module, (randn(*shape) * 2 + 1,), target)
 
 
 def conv_ops(module, x):
@@ -147,18 +134,16 @@ DYNAMIC_BATCH = {
 }
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", DYNAMIC_BATCH)
-def test_a_batch_known_only_at_run_time(name):
+def test_a_batch_known_only_at_run_time(name, target):
     """Compiled for batches of 1 to 8 (the output depths fold into the batch), run with 3."""
-    skip_unless_runs("llvm-cpu")
     model = seeded(DYNAMIC_BATCH[name]).eval()
     batch = torch.export.Dim("batch", min=1, max=8)
     program = torch.export.export(model, (randn(2, 3, 4, 5, 6),), dynamic_shapes=({0: batch},))
     x = randn(3, 3, 4, 5, 6, seed=4)
-    out = retarget.load(retarget.compile(TorchImporter().load(program, decompose=True), "llvm-cpu"),
-                        device="local-task").main(x.numpy())
     with torch.no_grad():
-        assert relative_error(out, model(x).numpy()) <= TOLERANCE
+        assert_matches(run_compiled(TorchImporter().load(program, decompose=True), target, (x,)), (model(x),))
 
 
 @pytest.mark.parametrize("module", [nn.Conv3d(3, 4, 3), nn.ConvTranspose3d(3, 4, 3, stride=2)],
@@ -194,7 +179,6 @@ class Cnn3d(nn.Module):
         return self.head(nn.functional.adaptive_avg_pool3d(y, 1).flatten(1))
 
 
-@pytest.mark.parametrize("target, device", [("vmvx", "local-task"), ("llvm-cpu", "local-task"),
-                                            ("vulkan-spirv", "vulkan")])
-def test_cnn3d_compiles_and_matches_torch(target, device):
-    compile_and_compare(Cnn3d(), randn(2, 2, 6, 8, 8), target, device)
+@pytest.mark.parametrize("target", sorted({*TARGETS, "vulkan-spirv"}))
+def test_cnn3d_compiles_and_matches_torch(target):
+    compile_and_compare(Cnn3d(), (randn(2, 2, 6, 8, 8),), target)

@@ -4,37 +4,27 @@ as it stands, and decomposed to core ATen), compiled for a target and run, and c
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import retarget  # noqa: E402
 from retarget.importers import torch_training_ir  # noqa: E402
-from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
+from retarget.importers.torch_export import TorchImporter  # noqa: E402
 from retarget.ir import verify  # noqa: E402
-from retarget.testing.devices import skip_unless_runs  # noqa: E402
-from retarget.testing.torch_cases import module_of, randn  # noqa: E402
-from retarget.vmvx.interpreter import run_function  # noqa: E402
+from retarget.testing.torch_cases import (  # noqa: E402
+    assert_matches,
+    compile_and_compare,
+    importer_targets,
+    module_of,
+    randn,
+    run_compiled,
+)
 
-TARGETS = ["vmvx", "llvm-cpu"]
+TARGETS = importer_targets()
 
 
 def positions(high, shape, seed=0):
     return torch.randint(0, high, shape, generator=torch.Generator().manual_seed(seed))
-
-
-def assert_matches(outs, expected):
-    assert len(outs) == len(expected)
-    for k, (out, ref) in enumerate(zip(outs, expected, strict=True)):
-        ref = to_numpy(ref)
-        assert out.shape == ref.shape and out.dtype == ref.dtype, (k, out.shape, ref.shape, out.dtype, ref.dtype)
-        np.testing.assert_array_equal(out, ref, err_msg=f"output {k}")  # a gather moves values: exact
-
-
-def outputs(module, target, inputs):
-    outs = retarget.load(retarget.compile(module, target), device="local-task").main(*[to_numpy(x) for x in inputs])
-    return outs if isinstance(outs, (tuple, list)) else (outs,)
 
 
 CASES = {  # name: (function, inputs)
@@ -60,15 +50,8 @@ CASES = {  # name: (function, inputs)
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", CASES)
 def test_matches_torch(name, target):
-    skip_unless_runs(target)
     fn, inputs = CASES[name]
-    model = module_of(fn).eval()
-    program = torch.export.export(model, inputs)
-    with torch.no_grad():
-        expected = model(*inputs)
-    expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
-    for decompose in (False, True):
-        assert_matches(outputs(verify(TorchImporter().load(program, decompose=decompose)), target, inputs), expected)
+    compile_and_compare(fn, inputs, target, tol=0)  # a gather moves values: exact
 
 
 def test_gather_imports_from_the_training_ir_as_it_stands():
@@ -83,12 +66,10 @@ class GatherRows(torch.nn.Module):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_gather_with_a_dynamic_batch(target):
-    skip_unless_runs(target)
     batch = torch.export.Dim("batch", max=64)
     program = torch.export.export(GatherRows(), (randn(3, 6), positions(6, (3, 2))),
                                   dynamic_shapes=({0: batch}, {0: batch}))
     module = verify(TorchImporter().load(program))
     for rows in (1, 5):
         x, index = randn(rows, 6, seed=rows), positions(6, (rows, 2), rows)
-        assert_matches(run_function(module.functions["main"], [to_numpy(x), to_numpy(index)]),
-                       (torch.gather(x, 1, index),))
+        assert_matches(run_compiled(module, target, (x, index)), (torch.gather(x, 1, index),), tol=0)

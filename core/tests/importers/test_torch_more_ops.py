@@ -6,22 +6,25 @@ and compared with torch."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-import retarget  # noqa: E402
 from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers import torch_training_ir  # noqa: E402
 from retarget.importers.torch_export import TorchImporter, to_numpy  # noqa: E402
 from retarget.ir import verify  # noqa: E402
-from retarget.testing.devices import skip_unless_runs  # noqa: E402
-from retarget.testing.torch_cases import module_of, randn  # noqa: E402
+from retarget.testing.torch_cases import (  # noqa: E402
+    assert_matches,
+    compile_and_compare,
+    importer_targets,
+    module_of,
+    randn,
+)
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
-TARGETS = ["vmvx", "llvm-cpu"]
+TARGETS = importer_targets()
 
 
 def ints(low, high, shape, dtype, seed=0):
@@ -31,32 +34,6 @@ def ints(low, high, shape, dtype, seed=0):
 def ties(*shape, seed=0):
     """Floats with many equal values (few distinct integers), so that which index wins a tie shows."""
     return torch.floor(randn(*shape, seed=seed) * 1.5)
-
-
-def assert_matches(outs, expected, tol=1e-5):
-    assert len(outs) == len(expected)
-    for k, (out, ref) in enumerate(zip(outs, expected, strict=True)):
-        ref = to_numpy(ref)
-        assert out.shape == ref.shape and out.dtype == ref.dtype, (k, out.shape, ref.shape, out.dtype, ref.dtype)
-        if ref.dtype.kind == "f":
-            scale = max(float(np.abs(ref).max(initial=0)), 1e-6)
-            assert np.abs(out - ref).max(initial=0) / scale <= tol, k
-        else:
-            np.testing.assert_array_equal(out, ref, err_msg=f"output {k}")
-
-
-def compile_and_compare(fn, inputs, target):
-    """Import `fn` both ways, compile each for `target`, run on local-task and compare every output with torch."""
-    skip_unless_runs(target)
-    model = module_of(fn).eval()
-    program = torch.export.export(model, inputs)
-    with torch.no_grad():
-        expected = model(*inputs)
-    expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
-    for decompose in (False, True):
-        module = verify(TorchImporter().load(program, decompose=decompose))
-        outs = retarget.load(retarget.compile(module, target), device="local-task").main(*[to_numpy(x) for x in inputs])
-        assert_matches(outs if isinstance(outs, (tuple, list)) else (outs,), expected)
 
 
 INT32_MIN = torch.iinfo(torch.int32).min

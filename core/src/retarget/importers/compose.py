@@ -838,10 +838,13 @@ def scatter_elements(b: Builder, data: Value, axis: int, index: Value, updates: 
     update in index order (as onnx's reference and torch's CPU kernel do); otherwise the updates meeting there
     are summed, multiplied, or their max, min or mean taken, with data's value unless not `include_self`."""
     rank, axis = data.type.rank, normalize_axis(axis, data.type.rank)
-    if index.type.rank != rank or any(isinstance(d, Sym) for d in (*data.type.shape, *index.type.shape)):
-        raise UnsupportedOpError(f"a scatter of {index.type} indices into {data.type}: index needs data's rank, and "
-                                 "sizes known when compiling", hint="export with static sizes")
-    if any(i > d for k, (i, d) in enumerate(zip(index.type.shape, data.type.shape)) if k != axis):
+    beside = [(i, d) for k, (i, d) in enumerate(zip(index.type.shape, data.type.shape)) if k != axis]
+    if index.type.rank != rank or isinstance(data.type.shape[axis], Sym) or isinstance(index.type.shape[axis], Sym) \
+            or any((isinstance(i, Sym) or isinstance(d, Sym)) and i != d for i, d in beside):
+        raise UnsupportedOpError(f"a scatter of {index.type} indices into {data.type} along axis {axis}: index needs "
+                                 "data's rank, sizes along the axis known when compiling, and beside it the data's "
+                                 "sizes where those are known only at run time", hint="export with static sizes")
+    if any(i > d for i, d in beside if not isinstance(i, Sym)):
         raise UnsupportedOpError(f"a scatter index {index.type} is larger than data {data.type} beside axis {axis}")
     if updates.type.shape != index.type.shape:
         updates = b.op("rt.slice", [updates], {"start": (0,) * rank, "limit": index.type.shape,
@@ -869,10 +872,12 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     the last axis. Gather-shaped, so deterministic and free of atomics: each output position compares every
     index of its row, in one reduction whose compare and select fuse into it."""
     size, count = data.type.shape[-1], index.type.shape[-1]
-    if math.prod(data.type.shape) * count > SCATTER_LIMIT:
+    _, pairs = bounds(math.prod(data.type.shape) * count, b.fn.symbols)
+    if pairs is None or pairs > SCATTER_LIMIT:
         raise UnsupportedOpError(f"a scatter of {count} updates into {data.type} along its last axis compares "
-                                 f"{math.prod(data.type.shape) * count} pairs, past the {SCATTER_LIMIT} supported",
-                                 hint="scatter fewer updates at once, or into a smaller tensor")
+                                 f"{'an unbounded number of' if pairs is None else pairs} pairs, past the "
+                                 f"{SCATTER_LIMIT} supported", hint="scatter fewer updates at once, or into a smaller "
+                                 "tensor (or bound the symbol's range)")
     if reduction not in SCATTER_REDUCTIONS:
         raise UnsupportedOpError(f"scatter reduction '{reduction}' is not supported ({', '.join(SCATTER_REDUCTIONS)} "
                                  "are)")
@@ -934,10 +939,10 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     addressed dims are merged, and each index tuple becomes one position along them."""
     q = indices.type.shape[-1]
     shape = data.type.shape
-    if any(isinstance(d, Sym) for d in (*shape, *indices.type.shape, *updates.type.shape)) or q > len(shape):
-        raise UnsupportedOpError(f"a scatter of {indices.type} index tuples into {data.type}: sizes must be known "
-                                 f"when compiling, and a tuple at most data's rank long",
-                                 hint="export with static sizes")
+    if isinstance(q, Sym) or q > len(shape) or any(isinstance(d, Sym) for d in (*shape[:q], *indices.type.shape)):
+        raise UnsupportedOpError(f"a scatter of {indices.type} index tuples into {data.type}: the indices' sizes "
+                                 "and the indexed dims must be known when compiling, and a tuple at most data's rank "
+                                 "long", hint="export with static sizes")
     dtype = index_type(math.prod(shape[:q]))
     linear = None
     for j in range(q):

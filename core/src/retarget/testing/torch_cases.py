@@ -21,3 +21,72 @@ def randn(*shape, seed: int = 0):
     import torch
 
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# The importer tests compile for these targets; RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" runs the
+# same cases on a GPU machine (benchmarks/gpu/confirm.sh's `importers` step).
+DEFAULT_TARGETS = ("vmvx", "llvm-cpu")
+DEVICE_OF = {"cuda": "cuda", "vulkan-spirv": "vulkan", "webgpu-spirv": "webgpu", "opencl": "opencl",
+             "metal-spirv": "metal", "rocm": "hip"}  # a target's device; the CPU targets run on local-task
+
+
+def importer_targets() -> list[str]:
+    import os
+
+    return os.environ.get("RETARGET_IMPORTER_TARGETS", " ".join(DEFAULT_TARGETS)).split()
+
+
+def device_of(target: str) -> str:
+    return DEVICE_OF.get(target.split(":")[0], "local-task")
+
+
+def assert_matches(outs, expected, tol: float = 1e-5) -> None:
+    """Each output has torch's shape and dtype; floats within `tol` of the largest magnitude (0: exact), the rest
+    equal."""
+    import numpy as np
+
+    from ..importers.torch_export import to_numpy
+
+    assert len(outs) == len(expected), (len(outs), len(expected))
+    for k, (out, ref) in enumerate(zip(outs, expected, strict=True)):
+        ref = to_numpy(ref)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, (k, out.shape, ref.shape, out.dtype, ref.dtype)
+        if ref.dtype.kind == "f" and tol:
+            scale = max(float(np.abs(ref).max(initial=0)), 1e-6)
+            assert np.abs(out - ref).max(initial=0) / scale <= tol, k
+        else:
+            np.testing.assert_array_equal(out, ref, err_msg=f"output {k}")
+
+
+def run_compiled(module, target: str, inputs) -> tuple:
+    """A graph module (or anything `retarget.compile` takes) compiled for `target` and called on its device with
+    `inputs` (tensors): its outputs, as a tuple. Skips, saying why, where the target cannot run here."""
+    import retarget
+
+    from ..importers.torch_export import to_numpy
+    from .devices import skip_unless_runs
+
+    device = device_of(target)
+    skip_unless_runs(target, device)
+    outs = retarget.load(retarget.compile(module, target), device=device).main(*[to_numpy(x) for x in inputs])
+    return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+
+
+def compile_and_compare(fn_or_module, inputs, target: str, tol: float = 1e-5) -> None:
+    """Export `fn_or_module` (a function becomes a module), import it both ways (the training IR as it stands, and
+    decomposed to core ATen), compile each for `target`, run it and compare every output with torch's."""
+    import torch
+
+    from ..importers.torch_export import TorchImporter
+    from ..ir import verify
+    from .devices import skip_unless_runs
+
+    skip_unless_runs(target, device_of(target))
+    model = (fn_or_module if isinstance(fn_or_module, torch.nn.Module) else module_of(fn_or_module)).eval()
+    program = torch.export.export(model, tuple(inputs))
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
+    for decompose in (False, True):
+        module = verify(TorchImporter().load(program, decompose=decompose))
+        assert_matches(run_compiled(module, target, inputs), expected, tol)

@@ -544,30 +544,34 @@ def _size_as_data(r, s, p):
 
 
 def _scatter(r, s, p):
-    """Writes into x along one dim at drawn positions (repeated ones too, where the writes add or take a max):
-    index_add, scatter_add, scatter_reduce (amax), index_put with accumulate, and index_copy at distinct ones."""
+    """Writes into x along one dim past the first (the batch, which `--dynamic` leaves open), at drawn positions
+    (repeated ones too, where the writes add or take a max): index_add, scatter_add, scatter_reduce (amax), index_put
+    with accumulate, and index_copy at distinct ones. A scatter's index covers the whole batch, as its rows are
+    one drawn row expanded."""
     torch, _ = _torch()
-    d = r.randrange(len(s))
+    d = r.randrange(1, len(s))
     k = r.randint(1, s[d])
     if math.prod(s) * k > 2_000_000:  # each position compares every update: keep vmvx's arrays small
         return None
     rows = p(torch.randint(0, s[d], (k,)))
     distinct = p(torch.randperm(s[d])[:k])
-    shape = list(s)
+    shape = [1, *s[1:]]
     shape[d] = k
     spots = p(torch.randint(0, s[d], shape))
 
     def source(v):
         return v.narrow(d, 0, k) * 0.5 + 1
 
+    def index(m, x):
+        return m.weights[spots].expand(x.shape[0], *shape[1:])
+
     table = {f"index_add(dim={d}, {k} rows)": lambda m, x: x.index_add(d, m.weights[rows], source(x)),
              f"index_copy(dim={d}, {k} distinct rows)": lambda m, x: x.index_copy(d, m.weights[distinct], source(x)),
-             f"scatter_add(dim={d})": lambda m, x: x.scatter_add(d, m.weights[spots], source(x)),
+             f"scatter_add(dim={d})": lambda m, x: x.scatter_add(d, index(m, x), source(x)),
              f"scatter_reduce(dim={d}, amax, include_self=False)":
-                 lambda m, x: x.scatter_reduce(d, m.weights[spots], source(x), "amax", include_self=False)}
-    if d == 0:
-        table[f"index_put(accumulate, {k} rows)"] = \
-            lambda m, x: x.index_put((m.weights[rows],), source(x), accumulate=True)
+                 lambda m, x: x.scatter_reduce(d, index(m, x), source(x), "amax", include_self=False),
+             f"index_put(x[:, ..., rows] += v, dim={d})":
+                 lambda m, x: torch.ops.aten.index_put(x, [None] * d + [m.weights[rows]], source(x), True)}
     name = r.choice(sorted(table))
     return name, lambda m, v, i, f=table[name]: f(m, v[i])
 
