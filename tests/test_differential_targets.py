@@ -105,3 +105,32 @@ def test_argmax_and_argmin_take_nan_as_the_largest_on_every_pair(target, device)
     got = retarget.load(art, device=device).main(x.numpy())
     for g, want in zip(got, ArgExtremes()(x)):
         np.testing.assert_array_equal(g, want.numpy())
+
+
+I64_IN_32_BITS = {"webgpu-spirv": "WGSL has no 64-bit integers: webgpu-spirv computes i64 in 32 bits (its I64_RANGE)"}
+
+
+@pytest.mark.parametrize("target, device", PAIRS, ids=[t for t, _ in PAIRS])
+def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, request):
+    """torch sums integers in int64: a cumsum or sum of int32 values past 2^31 must not wrap at 32 bits. Vulkan
+    computed every i64 in 32 bits (exact for indices, wrong for such sums) before its kernels told index arithmetic
+    from data (`kernel.index32`)."""
+    import numpy as np
+    import torch
+    from retarget.compiler import import_model
+
+    if why := _missing(target, device):
+        pytest.skip(why)
+    if target in I64_IN_32_BITS:
+        request.applymarker(pytest.mark.xfail(reason=I64_IN_32_BITS[target], strict=True))
+
+    class Wide(torch.nn.Module):
+        def forward(self, x):
+            wide = x.to(torch.int64)
+            return torch.cumsum(x, 0), wide.sum(0), wide * 5 - (2**40), (wide * 3) // 7, (wide << 20) % 1000003
+
+    x = torch.randint(-2**30, 2**30, (9, 4), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    art = retarget.compile(import_model(Wide(), example_inputs=(x,)), target)
+    got = retarget.load(art, device=device).main(x.numpy())
+    for g, want in zip(got, Wide()(x), strict=True):
+        np.testing.assert_array_equal(g, want.numpy())

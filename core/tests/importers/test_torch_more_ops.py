@@ -169,9 +169,17 @@ CASES = {  # name: (function, inputs)
 }
 
 
+# what a GPU target cannot compute, and says so (RETARGET_IMPORTER_TARGETS runs these cases there)
+CANNOT = {("cumsum with dtype=, and of a scalar", "webgpu-spirv"): "WGSL has no f64: the target refuses it",
+          ("cumsum of integers and bools sums in int64", "webgpu-spirv"):
+              "WGSL has no 64-bit integers: webgpu-spirv computes i64 in 32 bits, and these sums pass 2^31"}
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", CASES)
-def test_matches_torch(name, target):
+def test_matches_torch(name, target, request):
+    if (name, target.split(":")[0]) in CANNOT:
+        request.applymarker(pytest.mark.xfail(reason=CANNOT[name, target.split(":")[0]], strict=True))
     fn, inputs = CASES[name]
     compile_and_compare(fn, inputs, target)
 
