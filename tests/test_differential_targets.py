@@ -107,16 +107,14 @@ def test_argmax_and_argmin_take_nan_as_the_largest_on_every_pair(target, device)
         np.testing.assert_array_equal(g, want.numpy())
 
 
-I64_IN_32_BITS = {"webgpu-spirv": "WGSL has no 64-bit integers: webgpu-spirv computes i64 in 32 bits (its I64_RANGE)",
-                  "vulkan-spirv": "vulkan-spirv computes i64 in 32 bits (its codegen.py says so): exact for indices "
-                                  "and counts, not for sums past 2^31; a 64-bit path passed lavapipe and failed "
-                                  "NVIDIA's pipeline compiler (benchmarks/NOTES.md, 2026-11-25)"}
+I64_IN_32_BITS = {"webgpu-spirv": "WGSL has no 64-bit integers: webgpu-spirv computes i64 in 32 bits (its I64_RANGE)"}
 
 
 @pytest.mark.parametrize("target, device", PAIRS, ids=[t for t, _ in PAIRS])
 def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, request):
-    """torch sums integers in int64: a cumsum or sum of int32 values past 2^31 must not wrap at 32 bits. The
-    targets that compute i64 in 32 bits are known to wrap here (strict xfails, so a fix shows)."""
+    """torch sums integers in int64: a cumsum or sum of int32 values past 2^31 must not wrap at 32 bits. Vulkan
+    computed every i64 in 32 bits (exact for indices, wrong for such sums) until its kernels told index arithmetic
+    from data (`kernel.index32`); WebGPU still does, as it documents (a strict xfail, so a fix shows)."""
     import numpy as np
     import torch
     from retarget.compiler import import_model

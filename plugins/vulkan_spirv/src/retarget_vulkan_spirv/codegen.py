@@ -10,9 +10,10 @@ reference's answer on every driver.
 Shape of the code. Every scalar variable and private array is a Function variable (the
 driver's compiler promotes them to registers); loops are structured (OpLoopMerge) and `unroll`
 loops are unrolled here, so a register tile's indices are constants. Index arithmetic (i64 in
-the kernel IR) is computed in 32 bits, as on every GPU: each buffer must hold fewer than 2^31
-elements. i64 tensors are stored as 64-bit integers (the Int64 capability) and computed in 32
-bits, which is exact for indices and counts, the i64 tensors models carry.
+the kernel IR) is computed in 32 bits, as on every GPU (`retarget.kernel.index32` tells it from
+data before this runs): each buffer must hold fewer than 2^31 elements. i64 and ui64 tensors are
+stored and computed as 64-bit integers (the Int64 capability), so their sums and products wrap
+where numpy's do, not at 2^31.
 
 Nothing here depends on the subgroup size: workgroups combine partial results through
 workgroup memory and barriers, never subgroup operations. So a module runs on any subgroup
@@ -32,6 +33,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
+from retarget.kernel.index32 import fits, narrow_indices
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
 from . import spirv
@@ -39,6 +41,7 @@ from .spirv import GLSL, Module
 
 F32 = DTYPES["f32"]
 I32 = DTYPES["i32"]
+I64 = DTYPES["i64"]
 UNROLL_LIMIT = 64  # `unroll` loops up to this many iterations are unrolled here; longer ones get the hint
 # (storage bits, capability) of each buffer element type other than the 32-bit ones.
 STORAGE_CAPABILITY = {
@@ -102,12 +105,13 @@ def support_table(features):
     return SupportTable(ops, dtypes, buffers)
 
 
-def compute_dtype(dt: DType) -> DType:
-    """The type a value of `dt` is computed in: f32 for halves, i32 for every integer kind."""
+def compute_dtype(dt: DType, wide: bool = True) -> DType:
+    """The type a value of `dt` is computed in: f32 for halves, i64 for the 64-bit integers (unless not `wide`:
+    a kernel whose index arithmetic could not be told from its data), i32 for the other integer kinds."""
     if dt.name in ("f16", "bf16"):
         return F32
     if dt.kind in ("int", "uint"):
-        return I32
+        return I64 if dt.bits == 64 and wide else I32
     return dt
 
 
@@ -133,7 +137,11 @@ def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKe
     if k.has_fragments(kernel.body) and not native:
         kernel = expand_fragments(kernel)
     slots = binding_slots(kernel, max_bindings)
-    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3), loaded)
+    # index arithmetic becomes i32; what stays i64 is data, computed in 64 bits. A kernel that does not fit
+    # (sizes known only at run time with no bound) computes its i64 values in 32 bits, indices and data alike.
+    wide = fits(kernel)
+    kernel = narrow_indices(kernel)
+    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3), loaded, wide)
     binary = gen.run()
     return SpirvKernel(kernel.name, binary, tuple(sorted(gen.m.capabilities)), gen.shared_bytes, slots,
                        gen.fragment_width, tuple(sorted(gen.m.extensions)))
@@ -141,8 +149,8 @@ def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKe
 
 class _Codegen:
     def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...], version=(1, 3),
-                 fragment_arrays: set[str] = frozenset()):
-        self.k, self.features, self.slots = kernel, features, slots
+                 fragment_arrays: set[str] = frozenset(), wide: bool = True):
+        self.k, self.features, self.slots, self.wide = kernel, features, slots, wide
         self.m = m = Module(version)
         m.capability("Shader")
         self.glsl = m.op("import", "ExtInstImport", None, spirv.string_words("GLSL.std.450"))
@@ -230,9 +238,12 @@ class _Codegen:
         self.m.capability(capability)
 
     # -- types ------------------------------------------------------------------------------------
+    def compute_dtype(self, dt: DType) -> DType:
+        return compute_dtype(dt, self.wide)
+
     def type_of(self, dt: DType) -> int:
         """The SPIR-V type of a value computed in `compute_dtype(dt)`."""
-        c = compute_dtype(dt)
+        c = self.compute_dtype(dt)
         if c.kind == "bool":
             return self.t_bool
         if c.name == "f64":
@@ -240,7 +251,14 @@ class _Codegen:
             return self.m.type_float(64)
         if c.kind == "float":
             return self.t_f32
+        if c.bits == 64:
+            self.need("Int64", "a 64-bit integer value")
+            return self.m.type_int(64)
         return self.t_i32
+
+    def unsigned_type(self, dt: DType) -> int:
+        """The unsigned integer type of `dt`'s compute width (UDiv, UMod and ConvertFToU take it)."""
+        return self.m.type_int(64, signed=False) if self.compute_dtype(dt).bits == 64 else self.t_u32
 
     def storage_type(self, dt: DType) -> int:
         """The SPIR-V type of one buffer element of `dt`."""
@@ -259,14 +277,16 @@ class _Codegen:
         return self.m.type_int(bits)
 
     def const(self, value, dt: DType) -> int:
-        c = compute_dtype(dt)
+        c = self.compute_dtype(dt)
         if c.kind == "bool":
             return self.m.constant(self.t_bool, bool(value), 1, "bool")
         if c.kind == "float":
             v = float(np.array(value, dtype=dt.np_dtype)) if dt.name in ("f16", "bf16") else float(value)
             return self.m.constant(self.type_of(dt), v, c.bits, "float")
         v = int(value)
-        if dt.bits == 64:  # computed in 32 bits: the identities of i64 reductions saturate to i32's
+        if c.bits == 64:
+            return self.m.constant(self.type_of(dt), v, 64, "int")
+        if dt.bits == 64:  # an i64 computed in 32 bits (not `wide`): the identities of reductions saturate to i32's
             v = max(-(2**31), min(2**31 - 1, v))
         elif dt.kind == "uint" and dt.bits == 32:
             v &= 0xFFFFFFFF
@@ -444,7 +464,7 @@ class _Codegen:
         if s.shared:
             var = m.op("global", "Variable", m.pointer("Workgroup", array), spirv.STORAGE["Workgroup"])
             self.global_variable(var)
-            self.shared_bytes += s.size * (2 if half else max(4, compute_dtype(s.dtype).itemsize))
+            self.shared_bytes += s.size * (2 if half else max(4, self.compute_dtype(s.dtype).itemsize))
             self.buffers[s.name] = (s.dtype, var, "Workgroup")
         else:
             var = self.variable(s.name, array)
@@ -491,7 +511,7 @@ class _Codegen:
         self.emit("Branch", header)
         self.label(header)
         i = self.op("Load", self.t_i32, var)
-        end = self.i32(s.start + s.extent) if isinstance(s.extent, int) else self.expr(s.extent + s.start)
+        end = self.i32(s.start + s.extent) if isinstance(s.extent, int) else self.expr(as_i32(s.extent + s.start))
         more = self.op("SLessThan", self.t_bool, i, end)
         self.emit("LoopMerge", merge, cont, spirv.LOOP_CONTROL["unroll" if s.kind == "unroll" else "none"])
         self.emit("BranchConditional", more, body, merge)
@@ -594,13 +614,13 @@ class _Codegen:
         if storage == "StorageBuffer":
             if dt.itemsize * lanes != self.VECTOR_BYTES or 1 << shift != lanes:
                 return None
-            at = self.int_op("IAdd", self.bases[name], self.expr(index))  # bases are 256-byte aligned
+            at = self.int_op("IAdd", self.bases[name], self.index_value(index))  # bases are 256-byte aligned
             word = self.op("ShiftRightArithmetic", self.t_i32, at, self.i32(shift))
             return self.op("AccessChain", self.m.pointer(storage, self.words()), self.word_view(name), self.i32(0),
                            word)
         if self.wide_arrays.get(name) != lanes or 1 << shift != lanes:
             return None
-        word = self.op("ShiftRightArithmetic", self.t_i32, self.expr(index), self.i32(shift))
+        word = self.op("ShiftRightArithmetic", self.t_i32, self.index_value(index), self.i32(shift))
         return self.op("AccessChain", self.m.pointer(storage, self.words()), var, word)
 
     def stmt_vectorcopy(self, s: k.VectorCopy) -> None:
@@ -610,10 +630,16 @@ class _Codegen:
             return
         self.stmts([vector_copy_elements(s, self.buffer(s.src)[0])])  # element by element
 
+    def index_value(self, index: k.Expr) -> int:
+        """An element index as an i32: index arithmetic is i32 already; an index read from i64 data (a gather's,
+        clamped by the lowering to the buffer) is 64-bit here and truncated, which keeps it."""
+        i = self.expr(index)
+        return self.op("SConvert", self.t_i32, i) if self.compute_dtype(index.dtype).bits == 64 else i
+
     def element(self, name: str, index: k.Expr) -> int:
         """A pointer to element `index` of buffer or local array `name`."""
         dt, var, storage = self.buffer(name)
-        i = self.expr(index)
+        i = self.index_value(index)
         if storage == "StorageBuffer":
             i = self.int_op("IAdd", self.bases[name], i)
             return self.op("AccessChain", self.m.pointer(storage, self.storage_type(dt)), var, self.i32(0), i)
@@ -623,7 +649,7 @@ class _Codegen:
     def from_storage(self, raw: int, dt: DType) -> int:
         """A loaded buffer element of `dt` as a value of its compute type."""
         name = dt.name
-        if name in ("f32", "i32", "ui32", "f64"):
+        if name in ("f32", "i32", "ui32", "f64", "i64", "ui64"):
             return raw
         if name == "f16":
             return self.op("FConvert", self.t_f32, raw)
@@ -635,7 +661,7 @@ class _Codegen:
             return self.op("INotEqual", self.t_bool, wide, self.i32(0))
         if dt.kind == "uint" and dt.bits < 32:
             return self.op("BitwiseAnd", self.t_i32, wide, self.i32((1 << dt.bits) - 1))
-        return wide  # i8, i16 sign-extend; i64 and ui64 truncate to the 32 bits they compute in
+        return wide  # i8, i16 sign-extend
 
     def to_storage(self, value: int, dt: DType, buffer: str) -> int:
         """A compute value of `dt` as one element of a buffer (or local array) of `dt`."""
@@ -644,7 +670,7 @@ class _Codegen:
         if self.buffers[buffer][2] != "StorageBuffer":
             return value
         name = dt.name
-        if name in ("f32", "i32", "ui32", "f64"):
+        if name in ("f32", "i32", "ui32", "f64", "i64", "ui64"):
             return value
         target = self.storage_type(dt)
         if name == "f16":
@@ -704,7 +730,7 @@ class _Codegen:
         return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
 
     def expr_compare(self, e: k.Compare) -> int:
-        dt = compute_dtype(e.a.dtype)
+        dt = self.compute_dtype(e.a.dtype)
         a, b = self.expr(e.a), self.expr(e.b)
         if dt.kind == "bool":
             if e.op in ("eq", "ne"):
@@ -716,7 +742,7 @@ class _Codegen:
                       "gt": "FOrdGreaterThan", "ge": "FOrdGreaterThanEqual"}[e.op]
             return self.op(opcode, self.t_bool, a, b)
         known = self.m.constant_values
-        if a in known and b in known and e.a.dtype.kind == "int":
+        if a in known and b in known and e.a.dtype.kind == "int" and dt.bits == 32:
             x, y = known[a], known[b]
             x, y = (v - (1 << 32) if v >= 1 << 31 else v for v in (x, y))
             result = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[e.op]
@@ -753,7 +779,7 @@ class _Codegen:
     # -- unary ops --------------------------------------------------------------------------------
     def expr_unary(self, e: k.Unary) -> int:
         dt = e.dtype
-        c = compute_dtype(dt)
+        c = self.compute_dtype(dt)
         x = self.expr(e.a)
         t = self.type_of(dt)
         kind = c.kind
@@ -777,7 +803,8 @@ class _Codegen:
             if kind == "bool":
                 return x
             if kind == "int" and dt.kind == "uint":
-                return self.select(self.op("INotEqual", self.t_bool, x, self.i32(0)), self.i32(1), self.i32(0), t)
+                zero = self.const(0, c)
+                return self.select(self.op("INotEqual", self.t_bool, x, zero), self.const(1, c), zero, t)
             zero, one = self.const(0, c), self.const(1, c)
             lt, gt = ("FOrdLessThan", "FOrdGreaterThan") if kind == "float" else ("SLessThan", "SGreaterThan")
             minus = self.const(-1, c)
@@ -950,7 +977,7 @@ class _Codegen:
     # -- binary ops -------------------------------------------------------------------------------
     def expr_binary(self, e: k.Binary) -> int:
         dt = e.dtype
-        c = compute_dtype(dt)
+        c = self.compute_dtype(dt)
         if c.kind == "float" and e.op == "pow" and isinstance(e.b, k.Const):
             special = self.pow_const(e.a, float(e.b.value), c)
             if special is not None:
@@ -1019,10 +1046,11 @@ class _Codegen:
         return self.select(unit, one, out, t)
 
     def int_binary(self, e: k.Binary, a: int, b: int, dt: DType) -> int:
-        t = self.t_i32
+        t = self.type_of(dt)
         op, unsigned = e.op, dt.kind == "uint"
         if op in ("add", "sub", "mul"):
-            return self.wrap(self.int_op({"add": "IAdd", "sub": "ISub", "mul": "IMul"}[op], a, b), dt)
+            opcode = {"add": "IAdd", "sub": "ISub", "mul": "IMul"}[op]
+            return self.op(opcode, t, a, b) if dt.bits == 64 else self.wrap(self.int_op(opcode, a, b), dt)
         if op in ("and", "or", "xor"):
             return self.op({"and": "BitwiseAnd", "or": "BitwiseOr", "xor": "BitwiseXor"}[op], t, a, b)
         if op == "shr":  # values narrower than 32 bits sit sign- or zero-extended, so either shift keeps them
@@ -1035,45 +1063,48 @@ class _Codegen:
             return self.int_pow(a, b, dt)
         raise self.fail(f"binary op '{op}' on {dt} is not supported")
 
-    def unsigned(self, opcode: str, a: int, b: int) -> int:
-        """UDiv/UMod on i32 bits: their operands and result are unsigned 32-bit integers."""
-        ua, ub = (self.op("Bitcast", self.t_u32, x) for x in (a, b))
-        return self.op("Bitcast", self.t_i32, self.op(opcode, self.t_u32, ua, ub))
+    def unsigned(self, opcode: str, a: int, b: int, dt: DType = I32) -> int:
+        """UDiv/UMod on the bits of `dt`'s compute type: their operands and result are unsigned integers."""
+        u = self.unsigned_type(dt)
+        ua, ub = (self.op("Bitcast", u, x) for x in (a, b))
+        return self.op("Bitcast", self.type_of(dt), self.op(opcode, u, ua, ub))
 
     def int_divide(self, op: str, a: int, b: int, dt: DType) -> int:
         """C's truncating division and remainder, x / 0 = x, x % 0 = 0, MIN / -1 = MIN. Vulkan leaves OpSRem
         undefined for negative operands, so a remainder is a - b * (a / b), or |a| mod |b| with a's sign."""
-        t = self.t_i32
-        known = self.m.constant_values.get(b)
+        t = self.type_of(dt)
+        known = self.m.constant_values.get(b) if self.compute_dtype(dt).bits == 32 else None
         if dt.kind == "uint":
             if known is not None and known != 0:
-                return self.unsigned("UDiv" if op == "div" else "UMod", a, b)
-            zero = self.op("IEqual", self.t_bool, b, self.i32(0))
-            safe = self.select(zero, self.i32(1), b, t)
+                return self.unsigned("UDiv" if op == "div" else "UMod", a, b, dt)
+            zero_c = self.const(0, dt)
+            zero = self.op("IEqual", self.t_bool, b, zero_c)
+            safe = self.select(zero, self.const(1, dt), b, t)
             if op == "div":
-                return self.select(zero, a, self.unsigned("UDiv", a, safe), t)
-            return self.select(zero, self.i32(0), self.unsigned("UMod", a, safe), t)
+                return self.select(zero, a, self.unsigned("UDiv", a, safe, dt), t)
+            return self.select(zero, zero_c, self.unsigned("UMod", a, safe, dt), t)
         if known is not None and known not in (0, 0xFFFFFFFF):  # a constant divisor cannot trap or overflow
             quotient = self.op("SDiv", t, a, b)
             return quotient if op == "div" else self.op("ISub", t, a, self.op("IMul", t, quotient, b))
-        zero = self.op("IEqual", self.t_bool, b, self.i32(0))
-        minus_one = self.op("IEqual", self.t_bool, b, self.i32(-1))
+        zero_c = self.const(0, dt)
+        zero = self.op("IEqual", self.t_bool, b, zero_c)
+        minus_one = self.op("IEqual", self.t_bool, b, self.const(-1, dt))
         trivial = self.op("LogicalOr", self.t_bool, zero, minus_one)
-        safe = self.select(trivial, self.i32(1), b, t)
+        safe = self.select(trivial, self.const(1, dt), b, t)
         if op == "div":  # x / -1 is -x, and MIN / -1 wraps to MIN
             quotient = self.op("SDiv", t, a, safe)
             quotient = self.select(minus_one, self.wrap(self.op("SNegate", t, a), dt), quotient, t)
             return self.select(zero, a, quotient, t)
-        magnitude = self.unsigned("UMod", self.ext("SAbs", t, a), self.ext("SAbs", t, safe))  # |MIN| is 2^31 unsigned
-        negative = self.op("SLessThan", self.t_bool, a, self.i32(0))
+        magnitude = self.unsigned("UMod", self.ext("SAbs", t, a), self.ext("SAbs", t, safe), dt)  # |MIN|: unsigned
+        negative = self.op("SLessThan", self.t_bool, a, zero_c)
         remainder = self.select(negative, self.op("SNegate", t, magnitude), magnitude, t)
-        return self.select(trivial, self.i32(0), remainder, t)
+        return self.select(trivial, zero_c, remainder, t)
 
     def int_pow(self, a: int, b: int, dt: DType) -> int:
         """Square and multiply over the exponent's bits, straight-line; wraps as numpy's power."""
-        t, one, zero = self.t_i32, self.i32(1), self.i32(0)
+        t, one, zero = self.type_of(dt), self.const(1, dt), self.const(0, dt)
         result, base, exponent = one, a, b
-        for _ in range(min(dt.bits, 32) - (dt.kind == "int")):
+        for _ in range(dt.bits - (dt.kind == "int") if dt.bits == 64 else min(dt.bits, 32) - (dt.kind == "int")):
             odd = self.op("INotEqual", self.t_bool, self.op("BitwiseAnd", t, exponent, one), zero)
             result = self.select(odd, self.wrap(self.op("IMul", t, result, base), dt), result, t)
             base = self.wrap(self.op("IMul", t, base, base), dt)
@@ -1081,9 +1112,10 @@ class _Codegen:
         if dt.kind == "uint":
             return result
         # a negative exponent: 1 for a == 1, +-1 for a == -1, else 0 (integer 1 / a**|b|)
+        minus_one = self.const(-1, dt)
         parity = self.select(self.op("INotEqual", self.t_bool, self.op("BitwiseAnd", t, b, one), zero),
-                             self.i32(-1), one, t)
-        negative = self.select(self.op("IEqual", self.t_bool, a, self.i32(-1)), parity, zero, t)
+                             minus_one, one, t)
+        negative = self.select(self.op("IEqual", self.t_bool, a, minus_one), parity, zero, t)
         negative = self.select(self.op("IEqual", self.t_bool, a, one), one, negative, t)
         return self.select(self.op("SLessThan", self.t_bool, b, zero), negative, result, t)
 
@@ -1092,7 +1124,7 @@ class _Codegen:
         """`value` (computed in `src`'s compute type) as a value of `dst`."""
         if src == dst:
             return value
-        cs, cd = compute_dtype(src), compute_dtype(dst)
+        cs, cd = self.compute_dtype(src), self.compute_dtype(dst)
         if dst.name in ("f16", "bf16"):  # round to the half type once, then compute in f32 again
             wide = self.convert(value, src, F32)
             if dst.name == "bf16":
@@ -1104,7 +1136,7 @@ class _Codegen:
         if cd.kind == "bool":
             if cs.kind == "float":
                 return self.op("FUnordNotEqual", self.t_bool, value, self.const(0, cs))
-            return self.op("INotEqual", self.t_bool, value, self.i32(0))
+            return self.op("INotEqual", self.t_bool, value, self.const(0, src))
         if cs.kind == "bool":
             return self.select(value, self.const(1, dst), self.const(0, dst), self.type_of(dst))
         if cs.kind == "float" and cd.kind == "float":
@@ -1113,12 +1145,17 @@ class _Codegen:
             return self.float_to_int(value, cs, dst)
         if cd.kind == "float":
             return self.op("ConvertUToF" if src.kind == "uint" else "ConvertSToF", self.type_of(dst), value)
-        return self.wrap(value, dst)  # both i32: narrow types wrap, wider ones are already there
+        if cs.bits != cd.bits:  # to 64 bits sign- or zero-extended as the source is; to 32 truncated, as numpy wraps
+            if src.kind == "uint" and cd.bits > cs.bits:  # UConvert's result is unsigned: then seen as signed
+                value = self.op("Bitcast", self.type_of(dst), self.op("UConvert", self.unsigned_type(dst), value))
+            else:
+                value = self.op("SConvert", self.type_of(dst), value)
+        return self.wrap(value, dst)  # narrow types wrap, wider ones are already there
 
     def float_to_int(self, x: int, src: DType, dst: DType) -> int:
         """Saturating, NaN -> 0, as llvm's fptosi.sat; bounds are powers of two, exact in floats."""
-        bits = min(dst.bits, 32)
-        t, tf = self.t_i32, self.type_of(src)
+        bits = min(dst.bits, self.compute_dtype(dst).bits)
+        t, tf = self.type_of(dst), self.type_of(src)
         if dst.kind == "uint":
             lo, hi = 0, 2**bits
         else:
@@ -1126,14 +1163,25 @@ class _Codegen:
         below_hi = float(np.nextafter(np.array(hi, dtype=src.np_dtype), np.array(0, dtype=src.np_dtype)))
         inside = self.ext("FClamp", tf, x, self.const(lo, src), self.const(below_hi, src))
         if dst.kind == "uint":
-            converted = self.op("Bitcast", t, self.op("ConvertFToU", self.t_u32, inside))
+            converted = self.op("Bitcast", t, self.op("ConvertFToU", self.unsigned_type(dst), inside))
         else:
             converted = self.op("ConvertFToS", t, inside)
-        top = (hi - 1) if hi - 1 < 2**31 else (hi - 1) - 2**32  # as i32 bits
-        out = self.select(self.op("FOrdGreaterThanEqual", self.t_bool, x, self.const(hi, src)), self.i32(top),
-                          converted, t)
-        out = self.select(self.op("FOrdLessThanEqual", self.t_bool, x, self.const(lo, src)), self.i32(lo), out, t)
-        return self.select(self.op("IsNan", self.t_bool, x), self.i32(0), out, t)
+        top, low, zero = self.const(hi - 1, dst), self.const(lo, dst), self.const(0, dst)
+        out = self.select(self.op("FOrdGreaterThanEqual", self.t_bool, x, self.const(hi, src)), top, converted, t)
+        out = self.select(self.op("FOrdLessThanEqual", self.t_bool, x, self.const(lo, src)), low, out, t)
+        return self.select(self.op("IsNan", self.t_bool, x), zero, out, t)
+
+
+def as_i32(e: k.Expr) -> k.Expr:
+    """A loop extent (index arithmetic of the sizes known at run time, which are i32 here) typed as i32, so that
+    it is computed in 32 bits however wide the kernel's i64 data is."""
+    if isinstance(e, k.Const):
+        return k.Const(int(e.value), I32)
+    if isinstance(e, k.Var):
+        return k.Var(e.name, I32)
+    if isinstance(e, k.Binary):
+        return k.Binary(e.op, as_i32(e.a), as_i32(e.b))
+    raise TypeError(f"a loop extent of {type(e).__name__}")
 
 
 def words_of(binary: bytes) -> list[int]:
