@@ -901,7 +901,8 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
         written = take_along_axis(b, updates, slot, rank - 1)
         return b.op("rt.select", [found, written, data])
     kind = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[reduction]
-    identity = {"sum": 0, "prod": 1, "max": _extreme(data, low=True), "min": _extreme(data, low=False)}[kind]
+    identity = {"sum": 0, "prod": 1, "max": extreme(data.type.dtype, low=True),
+                "min": extreme(data.type.dtype, low=False)}[kind]
     spread_updates = b.op("rt.reshape", [updates], {"shape": updates.type.shape[:-1] + (1, count)})
     combined = b.op("rt.reduce", [b.op("rt.select", [hit, spread_updates, scalar(b, identity, updates)])],
                     {"kind": kind, "axes": along})
@@ -922,14 +923,13 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     return b.op("rt.select", [some, combined, data])
 
 
-def _extreme(x: Value, low: bool):
-    """The least (or greatest) value of x's type: the identity of a max (or min)."""
-    kind = x.type.dtype.kind
-    if kind == "float":
+def extreme(dtype, low: bool):
+    """The least (or greatest) value of a graph element type: the identity of a max (or min)."""
+    if dtype.kind == "float":
         return -np.inf if low else np.inf
-    if kind == "bool":
+    if dtype.kind == "bool":
         return not low
-    info = np.iinfo(x.type.dtype.np_dtype)
+    info = np.iinfo(dtype.np_dtype)
     return info.min if low else info.max
 
 
@@ -1001,7 +1001,7 @@ def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mod
         member = b.op("rt.and", [member, b.op("rt.reshape", [kept], {"shape": (1, count)})])
     hit = b.op("rt.reshape", [member], {"shape": (bags, count, 1)})
     if mode == "max":
-        lowest = scalar(b, _extreme(rows, low=True), rows)
+        lowest = scalar(b, extreme(rows.type.dtype, low=True), rows)
         best = b.op("rt.reduce", [b.op("rt.select", [hit, rows, lowest])], {"kind": "max", "axes": (1,)})
         some = b.op("rt.reduce", [member], {"kind": "or", "axes": (1,), "keepdims": True})
         return b.op("rt.select", [some, best, scalar(b, 0, best)])

@@ -845,7 +845,7 @@ def _max_pool_indices(n, x, y, kernel, strides, dilations, begin, end):
     step = {d: math.prod(spatial[e] for e in order[k + 1:]) for k, d in enumerate(order)}
     base = np.arange(math.prod(x.type.shape[:2]), dtype=np.int64).reshape(x.type.shape[:2] + (1,) * len(spatial))
     base = b.constant(base * math.prod(spatial))
-    lowest = _lowest(x.type.dtype.np_dtype)
+    lowest = C.extreme(x.type.dtype, low=True)
     xp = b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": float(lowest)})
     index = None
     for tap in reversed(list(np.ndindex(*kernel))):  # the first tap in window order is assigned last
@@ -1292,15 +1292,8 @@ def _reduce_axes(n, x):
     return tuple(sorted({C.normalize_axis(a, x.type.rank) for a in axes}))
 
 
-def _lowest(dt):
-    return -np.inf if dt.kind == "f" else (False if dt.kind == "b" else np.iinfo(dt).min)
-
-
-def _highest(dt):
-    return np.inf if dt.kind == "f" else (True if dt.kind == "b" else np.iinfo(dt).max)
-
-
-_EMPTY_REDUCTION = {"max": _lowest, "min": _highest, "log_sum_exp": lambda dt: -np.inf, "log_sum": lambda dt: -np.inf,
+_EMPTY_REDUCTION = {"max": lambda dt: C.extreme(dt, low=True), "min": lambda dt: C.extreme(dt, low=False),
+                    "log_sum_exp": lambda dt: -np.inf, "log_sum": lambda dt: -np.inf,
                     "prod": lambda dt: 1, "mean": lambda dt: np.nan, "sum": lambda dt: 0, "l1": lambda dt: 0,
                     "l2": lambda dt: 0, "sum_square": lambda dt: 0}
 
@@ -1315,7 +1308,7 @@ def _reducer(kind):
         if any(x.type.shape[a] == 0 for a in axes):  # an empty reduction is the identity of its kind
             shape = tuple(1 if d in axes else s for d, s in enumerate(x.type.shape)) if keep else \
                 tuple(s for d, s in enumerate(x.type.shape) if d not in axes)
-            return np.full(shape, _EMPTY_REDUCTION[kind](x.type.dtype.np_dtype), dtype=x.type.dtype.np_dtype)
+            return np.full(shape, _EMPTY_REDUCTION[kind](x.type.dtype), dtype=x.type.dtype.np_dtype)
         if kind == "mean":
             return C.mean(n.b, x, axes, keepdims=keep)
         pre = {"sum_square": lambda v: n.b.op("rt.mul", [v, v]), "l1": lambda v: n.b.op("rt.abs", [v]),

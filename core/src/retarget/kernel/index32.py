@@ -62,6 +62,12 @@ def narrow_indices(kernel: k.Kernel) -> k.Kernel:
     return replace(kernel, body=_Narrow(index_vars).stmts(kernel.body))
 
 
+def as_i32(e: k.Expr) -> k.Expr:
+    """Index arithmetic (constants, variables and their sums, products, ...) typed i32: a loop extent of the sizes
+    known at run time, for a backend whose sizes are i32 whatever else the kernel narrows."""
+    return _Narrow(set()).narrow(e)
+
+
 def _index_variables(kernel: k.Kernel) -> set[str]:
     """Variables every value of which is index arithmetic: the ids and loop counters, and the scalars
     assigned only index arithmetic of those (a fixpoint: a scalar falls out when a value it is assigned

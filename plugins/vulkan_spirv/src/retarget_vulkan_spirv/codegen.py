@@ -33,7 +33,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
-from retarget.kernel.index32 import fits, narrow_indices
+from retarget.kernel.index32 import as_i32, fits, narrow_indices
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
 from . import spirv
@@ -1170,18 +1170,6 @@ class _Codegen:
         out = self.select(self.op("FOrdGreaterThanEqual", self.t_bool, x, self.const(hi, src)), top, converted, t)
         out = self.select(self.op("FOrdLessThanEqual", self.t_bool, x, self.const(lo, src)), low, out, t)
         return self.select(self.op("IsNan", self.t_bool, x), zero, out, t)
-
-
-def as_i32(e: k.Expr) -> k.Expr:
-    """A loop extent (index arithmetic of the sizes known at run time, which are i32 here) typed as i32, so that
-    it is computed in 32 bits however wide the kernel's i64 data is."""
-    if isinstance(e, k.Const):
-        return k.Const(int(e.value), I32)
-    if isinstance(e, k.Var):
-        return k.Var(e.name, I32)
-    if isinstance(e, k.Binary):
-        return k.Binary(e.op, as_i32(e.a), as_i32(e.b))
-    raise TypeError(f"a loop extent of {type(e).__name__}")
 
 
 def words_of(binary: bytes) -> list[int]:
