@@ -2,6 +2,7 @@
 # A whole confirmation on a GPU machine (what the 2026-11-24 closing runs did), in steps that fit the device
 # tool's 10 minutes a call when split in two (STEPS="pytest gemm fp16", then STEPS="zoo sanitizer calls small"):
 #  pytest:    the GPU plugins' tests and the dynamic zoo on this GPU;
+#  issue6:    issue 6's command, ISSUE_RUNS times (3), each its own process: Vulkan's f16 GEMM 4096^3 beside cuBLAS;
 #  gemm:      f16 GEMMs beside cuBLAS on cuda (the Hopper wgmma schedule) and on Vulkan (cooperative matrices);
 #  fp16:      fp16 mode beside f32 and torch's half model (fp16.py);
 #  zoo:       the zoo suite beside torch (run.sh: $OUT/zoo.txt, zoo.json, zoo.png);
@@ -23,6 +24,12 @@ step() { [[ " $STEPS " == *" $1 "* ]]; }
 if step pytest; then
   timeout 240 python3 -m pytest -q -p no:cacheprovider plugins/cuda plugins/vulkan_spirv plugins/webgpu \
     tests/test_zoo_dynamic.py 2>&1 | tail -3 | tee "$OUT/pytest-gpu.txt"
+fi
+if step issue6; then
+  for run in $(seq "${ISSUE_RUNS:-3}"); do
+    timeout 120 python3 benchmarks/gpu/gemm.py --target vulkan-spirv:host --device vulkan --dtype f16 --sizes 4096 \
+      --repeats 20 2>&1 | grep -E "^(gemm|check)" | sed "s|^|run $run: |"
+  done | tee "$OUT/issue6.txt"
 fi
 if step gemm; then
   timeout 120 python3 benchmarks/gpu/gemm.py --target cuda:host --device cuda --dtype f16 --sizes 2048 4096 8192 \

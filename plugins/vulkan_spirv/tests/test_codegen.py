@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from retarget.kernel import ir as k
 from retarget.protocols import TargetDesc
 from retarget.testing.kernels import shared_kernel, sum_kernel
 from retarget.testing.op_cases import elementwise, op_cases
-from retarget_vulkan_spirv import container, spirv
+from retarget_vulkan_spirv import compile as vulkan_compile
+from retarget_vulkan_spirv import container, spirv, validate
 from retarget_vulkan_spirv.codegen import generate
 from retarget_vulkan_spirv.compile import compile_kernels
 
@@ -248,3 +250,24 @@ def test_a_dynamic_kernel_reads_its_sizes_after_the_bases_in_the_push_constants(
         assert meta["scalars"] == ["k", "m", "n"]
         assert meta["push_constant_bytes"] == 4 * (len(meta["params"]) + 3)
         spirv_val(container.words(meta), tmp_path, meta["name"])
+
+
+@needs_spirv_val
+def test_the_standing_check_stops_at_a_module_that_does_not_validate(monkeypatch):
+    """With RETARGET_VULKAN_SPIRV_VAL set (the suite's conftest.py sets it), compile runs spirv-val on every module:
+    a module whose id bound is too small is refused, naming its kernel; a valid one compiles."""
+    monkeypatch.setenv(validate.SPIRV_VAL_ENV, SPIRV_VAL)
+    compile_kernels([sum_kernel("fine", 3, 100)], desc())
+    real_generate = vulkan_compile.generate
+
+    def broken_generate(kernel, *args):
+        generated = real_generate(kernel, *args)
+        words = bytearray(generated.binary)
+        words[12:16] = (2).to_bytes(4, "little")  # the id bound, below the ids in use
+        return replace(generated, binary=bytes(words))
+
+    monkeypatch.setattr(vulkan_compile, "generate", broken_generate)
+    with pytest.raises(RuntimeError, match="invalid SPIR-V for kernel broken"):
+        compile_kernels([sum_kernel("broken", 3, 100)], desc())
+    monkeypatch.setenv(validate.SPIRV_VAL_ENV, "0")
+    compile_kernels([sum_kernel("broken", 3, 100)], desc())  # unchecked when the setting is off

@@ -12,7 +12,7 @@ from retarget.kernel import ir as k
 from retarget.kernel.lower import fold_grid
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 
-from . import FORMAT, container
+from . import FORMAT, container, validate
 from .codegen import generate
 
 SPEC_MINIMUMS = {  # Vulkan's required limits, for a TargetDesc that does not say
@@ -45,6 +45,9 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
     kn = fold_grid(kn, min(_limits(desc)["maxComputeWorkGroupCount"]))
     generated = generate(kn, desc.features, _limits(desc)["maxPerStageDescriptorStorageBuffers"])
     _check(kn, desc, generated.shared_bytes)
+    spirv_val = validate.spirv_val_path()
+    if spirv_val:
+        validate.check(generated.binary, kn.name, spirv_val)
     return {
         "name": kn.name,
         "spirv": container.encode_words(generated.binary),
