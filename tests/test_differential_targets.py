@@ -110,11 +110,14 @@ def test_argmax_and_argmin_take_nan_as_the_largest_on_every_pair(target, device)
 I64_IN_32_BITS = {"webgpu-spirv": "WGSL has no 64-bit integers: webgpu-spirv computes i64 in 32 bits (its I64_RANGE)"}
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unbounded-batch"])
 @pytest.mark.parametrize("target, device", PAIRS, ids=[t for t, _ in PAIRS])
-def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, request):
+def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, dynamic, request):
     """torch sums integers in int64: a cumsum or sum of int32 values past 2^31 must not wrap at 32 bits. Vulkan
     computed every i64 in 32 bits (exact for indices, wrong for such sums) until its kernels told index arithmetic
-    from data (`kernel.index32`); WebGPU still does, as it documents (a strict xfail, so a fix shows)."""
+    from data (`kernel.index32`), and then still where a size known only at run time had no bound (the
+    `unbounded-batch` case: its modules were not even valid SPIR-V); WebGPU still does, as it documents (a strict
+    xfail, so a fix shows)."""
     import numpy as np
     import torch
     from retarget.compiler import import_model
@@ -130,7 +133,8 @@ def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, reques
             return torch.cumsum(x, 0), wide.sum(0), wide * 5 - (2**40), (wide * 3) // 7, (wide << 20) % 1000003
 
     x = torch.randint(-2**30, 2**30, (9, 4), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
-    art = retarget.compile(import_model(Wide(), example_inputs=(x,)), target)
+    shapes = ({1: torch.export.Dim("columns")},) if dynamic else None  # no bound given: torch's default
+    art = retarget.compile(import_model(Wide(), example_inputs=(x,), dynamic_shapes=shapes), target)
     got = retarget.load(art, device=device).main(x.numpy())
     for g, want in zip(got, Wide()(x), strict=True):
         np.testing.assert_array_equal(g, want.numpy())

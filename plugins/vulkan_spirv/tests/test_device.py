@@ -26,6 +26,7 @@ from retarget_vulkan_spirv import FORMAT, container
 from retarget_vulkan_spirv.driver import (
     VULKAN,
     VulkanError,
+    beyond_32_bit_indices,
     check,
     driver_files_override,
     spin_microseconds,
@@ -258,6 +259,16 @@ def test_a_driver_variable_naming_a_broken_manifest_is_blamed_not_host_memory(tm
 
 def test_without_a_driver_variable_nothing_is_blamed_on_one():
     assert driver_files_override({"PATH": "/usr/bin", "VK_ICD_FILENAMES": ""}) == ""
+
+
+def test_a_binding_past_2_31_elements_is_refused_at_dispatch_not_indexed_wrong():
+    """Kernels index in 32 bits even where their sizes have no bound (codegen.py narrows them on this promise), so
+    the driver refuses each dispatch whose binding would reach element 2^31: its base in a shared binding counts."""
+    i8, f32 = {"dtype": "i8", "itemsize": 1}, {"dtype": "f32", "itemsize": 4}
+    assert beyond_32_bit_indices("k", [i8, f32], [0, 0], [2**31, 2**33]) is None
+    assert beyond_32_bit_indices("k", [i8, f32], [1, 0], [2**31, 8]) == (
+        "k: binding 0 spans 2147483649 elements of i8; Vulkan kernels index in 32 bits, so at most 2147483648")
+    assert "binding 1 spans 2147483650 elements of f32" in beyond_32_bit_indices("k", [i8, f32], [0, 2], [4, 2**33])
 
 
 def test_a_spin_time_that_is_not_a_number_is_a_clear_error():

@@ -53,10 +53,12 @@ def fits(kernel: k.Kernel) -> bool:
     return max(sizes, default=0) <= LIMIT and threads <= LIMIT
 
 
-def narrow_indices(kernel: k.Kernel) -> k.Kernel:
+def narrow_indices(kernel: k.Kernel, *, assume_fits: bool = False) -> k.Kernel:
     """`kernel` with its index arithmetic in i32 (its workgroup, thread and loop variables are i32
-    after this, and a renderer declares them so), or `kernel` itself when it does not `fit`."""
-    if not fits(kernel):
+    after this, and a renderer declares them so), or `kernel` itself when it does not `fit`.
+    `assume_fits`: the target's runtime refuses, at each call, a buffer of 2^31 elements or more (Vulkan's
+    driver does), so a kernel whose sizes are known only at run time, with no bound, is narrowed too."""
+    if not (assume_fits or fits(kernel)):
         return kernel
     index_vars = _index_variables(kernel)
     return replace(kernel, body=_Narrow(index_vars).stmts(kernel.body))

@@ -33,7 +33,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
-from retarget.kernel.index32 import as_i32, fits, narrow_indices
+from retarget.kernel.index32 import as_i32, narrow_indices
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
 from . import spirv
@@ -105,13 +105,13 @@ def support_table(features):
     return SupportTable(ops, dtypes, buffers)
 
 
-def compute_dtype(dt: DType, wide: bool = True) -> DType:
-    """The type a value of `dt` is computed in: f32 for halves, i64 for the 64-bit integers (unless not `wide`:
-    a kernel whose index arithmetic could not be told from its data), i32 for the other integer kinds."""
+def compute_dtype(dt: DType) -> DType:
+    """The type a value of `dt` is computed in: f32 for halves, i64 for the 64-bit integers (data: index
+    arithmetic is i32 by then, `narrow_indices`), i32 for the other integer kinds."""
     if dt.name in ("f16", "bf16"):
         return F32
     if dt.kind in ("int", "uint"):
-        return I64 if dt.bits == 64 and wide else I32
+        return I64 if dt.bits == 64 else I32
     return dt
 
 
@@ -137,11 +137,10 @@ def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKe
     if k.has_fragments(kernel.body) and not native:
         kernel = expand_fragments(kernel)
     slots = binding_slots(kernel, max_bindings)
-    # index arithmetic becomes i32; what stays i64 is data, computed in 64 bits. A kernel that does not fit
-    # (sizes known only at run time with no bound) computes its i64 values in 32 bits, indices and data alike.
-    wide = fits(kernel)
-    kernel = narrow_indices(kernel)
-    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3), loaded, wide)
+    # index arithmetic becomes i32 (the driver refuses a binding of 2^31 elements or more at each call, so a kernel
+    # whose sizes have no bound narrows too); what stays i64 is data, computed in 64 bits
+    kernel = narrow_indices(kernel, assume_fits=True)
+    gen = _Codegen(kernel, set(features), slots, (1, 6) if native else (1, 3), loaded)
     binary = gen.run()
     return SpirvKernel(kernel.name, binary, tuple(sorted(gen.m.capabilities)), gen.shared_bytes, slots,
                        gen.fragment_width, tuple(sorted(gen.m.extensions)))
@@ -149,8 +148,8 @@ def generate(kernel: k.Kernel, features, max_bindings: int = 1 << 20) -> SpirvKe
 
 class _Codegen:
     def __init__(self, kernel: k.Kernel, features: set[str], slots: tuple[int, ...], version=(1, 3),
-                 fragment_arrays: set[str] = frozenset(), wide: bool = True):
-        self.k, self.features, self.slots, self.wide = kernel, features, slots, wide
+                 fragment_arrays: set[str] = frozenset()):
+        self.k, self.features, self.slots = kernel, features, slots
         self.m = m = Module(version)
         m.capability("Shader")
         self.glsl = m.op("import", "ExtInstImport", None, spirv.string_words("GLSL.std.450"))
@@ -239,7 +238,7 @@ class _Codegen:
 
     # -- types ------------------------------------------------------------------------------------
     def compute_dtype(self, dt: DType) -> DType:
-        return compute_dtype(dt, self.wide)
+        return compute_dtype(dt)
 
     def type_of(self, dt: DType) -> int:
         """The SPIR-V type of a value computed in `compute_dtype(dt)`."""
@@ -286,9 +285,7 @@ class _Codegen:
         v = int(value)
         if c.bits == 64:
             return self.m.constant(self.type_of(dt), v, 64, "int")
-        if dt.bits == 64:  # an i64 computed in 32 bits (not `wide`): the identities of reductions saturate to i32's
-            v = max(-(2**31), min(2**31 - 1, v))
-        elif dt.kind == "uint" and dt.bits == 32:
+        if dt.kind == "uint" and dt.bits == 32:
             v &= 0xFFFFFFFF
         return self.m.constant(self.t_i32, v, 32, "int")
 

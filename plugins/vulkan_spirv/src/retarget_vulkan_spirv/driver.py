@@ -78,6 +78,21 @@ SPIRV_MAGIC = 0x07230203
 WAIT_FOREVER = WHOLE_SIZE = 2**64 - 1  # UINT64_MAX: a timeout, and VK_WHOLE_SIZE
 
 
+INDEX_LIMIT = 2**31  # elements a binding may span: kernels index in 32 bits (codegen.py), whatever their sizes
+
+
+def beyond_32_bit_indices(name: str, params, bases, nbytes) -> str | None:
+    """Why a dispatch cannot run, or None: a binding whose last element lies at 2^31 or beyond (its element base
+    in the shared binding plus its length). A kernel whose sizes are known only at run time is compiled on this
+    promise, so the check is made at every dispatch; the compiler refuses static sizes itself."""
+    for i, (param, base, size) in enumerate(zip(params, bases, nbytes)):
+        end = base + size // int(param["itemsize"])
+        if end > INDEX_LIMIT:
+            return (f"{name}: binding {i} spans {end} elements of {param['dtype']}; Vulkan kernels index in 32 bits, "
+                    f"so at most {INDEX_LIMIT}")
+    return None
+
+
 class VulkanError(RetargetError):
     """A Vulkan call failed; `result` is the VkResult's name (VK_ERROR_...)."""
 
@@ -825,6 +840,9 @@ class VulkanCommandBuffer:
             ranges.append((buf, start, size))
             for i, (_, offset, _) in zip(members, members_ranges):
                 bases[i] = (offset - start) // int(kernel["params"][i]["itemsize"])
+        if too_large := beyond_32_bit_indices(ep.name, kernel["params"], bases, [n for _, _, n in bindings]):
+            raise VulkanError(too_large, hint="split the batch, or compile for a target with 64-bit indices "
+                                              "(cuda, llvm-cpu)")
         for command in gather:
             self.copy(*command)
         if gather:
