@@ -60,6 +60,17 @@ def _assigned(x, rows, v):
             x.index_add(1, rows, x[:, :2]))
 
 
+def _masked(x, v):
+    """Writes through boolean masks, the value the same for every picked element (torch.where, exactly)."""
+    negatives, rows, columns, planes = x.clone(), x.clone(), x.clone(), x.clone()
+    negatives[negatives < 0] = 0.5
+    rows[x[:, 0, 0] > 0] = v  # a (6,) row written into each picked (3, 6) block, broadcast over its rows
+    columns[:, torch.tensor([True, False, True])] = -1.0
+    added = torch.index_put(x, (x > 1,), torch.tensor(2.0), accumulate=True)  # x[m] += 2 reads x[m] first
+    planes[x[..., 0] < 0] = v[:1]
+    return negatives, rows, columns, added, planes
+
+
 def every_grid_sample(x, grid, modes):
     return tuple(F.grid_sample(x, grid, mode, padding, align)
                  for mode in modes for padding in ("zeros", "border", "reflection") for align in (False, True))
@@ -149,6 +160,8 @@ CASES = {  # name: (function, inputs)
                             torch.index_put(x, (r - 3, c), torch.tensor(7.0)),
                             torch.index_put(x, (torch.tensor([1, 1, 0]),), v[:1], accumulate=True)),
         (randn(3, 5), torch.tensor([0, 2, 0]), torch.tensor([4, -1, 1]), randn(3, 5, seed=1))),
+    "assignment through boolean masks, one value for every picked element": (
+        _masked, (randn(4, 3, 6), randn(6, seed=1))),
     "assignment into slices and rows, index_add and index_copy": (
         lambda x, r, v: _assigned(x, r, v),
         (randn(4, 6), torch.tensor([3, 0]), randn(2, 6, seed=1))),
@@ -207,6 +220,17 @@ def test_ops_import_from_the_training_ir_as_it_stands(monkeypatch):
 class RunningSum(torch.nn.Module):
     def forward(self, x):
         return torch.cumsum(x, 1)
+
+
+def test_a_masked_write_of_one_value_per_picked_element_is_refused_with_what_to_do():
+    def gathered_back(x, v):
+        y = x.clone()
+        y[x > 0] = v[:3]  # one value per picked element: how many are picked is known only at run time
+        return y
+
+    with pytest.raises(UnsupportedOpError, match=r"one value per picked element.*torch.where\(mask, values, x\)"):
+        TorchImporter().load(module_of(gathered_back), example_inputs=(torch.tensor([1.0, -1.0, 2.0, 3.0]),
+                                                                       randn(3)))
 
 
 def test_cumsum_of_a_static_axis_with_a_dynamic_batch():

@@ -1007,8 +1007,7 @@ def _index_put(cv, node, x, indices, values, accumulate=False):
     `C.scatter_nd`: the indexed dims are brought to the front, their index tensors broadcast and stacked."""
     indexed = [axis for axis, index in enumerate(indices) if index is not None]
     if any(indices[axis].type.dtype.name in ("i1", "ui8") for axis in indexed):
-        raise UnsupportedOpError(f"'{node.target}' (node '{node.name}') writes through a boolean mask",
-                                 hint="write torch.where(mask, value, x) instead")
+        return _masked_put(cv, node, x, indices, values, accumulate)
     rest = [axis for axis in range(x.type.rank) if axis not in indexed]
     perm = indexed + rest
     moved = x if perm == list(range(x.type.rank)) else cv.b.op("rt.transpose", [x], {"perm": tuple(perm)})
@@ -1032,6 +1031,36 @@ def _index_put(cv, node, x, indices, values, accumulate=False):
     out = C.scatter_nd(cv.b, moved, stacked, values, "sum" if accumulate else "none")
     inverse = tuple(int(i) for i in np.argsort(perm))
     return out if perm == list(range(x.type.rank)) else cv.b.op("rt.transpose", [out], {"perm": inverse})
+
+
+def _masked_put(cv, node, x, indices, values, accumulate):
+    """x[mask] = v (or += v) where v is the same for every element the mask picks (a scalar, or values that
+    broadcast over the dims after the mask's): torch.where(mask, v, x), exact. A v with one value per picked
+    element needs the mask's count, known only at run time: refused."""
+    where = f"'{node.target}' (node '{node.name}')"
+    masks = [(axis, index) for axis, index in enumerate(indices) if index is not None]
+    if len(masks) != 1:
+        raise UnsupportedOpError(f"{where} mixes a boolean mask with other indices",
+                                 hint="index with the mask alone, or write torch.where(mask, value, x)")
+    (axis, mask), = masks
+    span = mask.type.rank
+    before, after = x.type.shape[:axis], x.type.shape[axis + span:]
+    picked_rank = len(before) + 1 + len(after)  # x[mask]: (*before, count, *after)
+    v = cv.tensor(values, x.type.dtype)
+    if v.type.rank > picked_rank or (v.type.rank > len(after) and v.type.shape[v.type.rank - len(after) - 1] != 1):
+        raise UnsupportedOpError(f"{where} writes {v.type} through a boolean mask, one value per picked element: "
+                                 "their number is known only at run time",
+                                 hint="write torch.where(mask, values, x) with values shaped like x")
+    v = cv.reshape(v, (1,) * (picked_rank - v.type.rank) + v.type.shape)
+    v = cv.reshape(v, v.type.shape[:len(before)] + (1,) * span + v.type.shape[len(before) + 1:])
+    v = cv.b.op("rt.broadcast", [v], {"shape": x.type.shape}) if v.type.shape != x.type.shape else v
+    mask = cv.tensor(mask, DTYPES["i1"])
+    mask = cv.reshape(mask, (1,) * len(before) + mask.type.shape + (1,) * len(after))
+    mask = cv.b.op("rt.broadcast", [mask], {"shape": x.type.shape}) if mask.type.shape != x.type.shape else mask
+    if accumulate:
+        zero = cv.b.op("rt.broadcast", [cv.tensor(0, x.type.dtype)], {"shape": x.type.shape})
+        return cv.b.op("rt.add", [x, cv.b.op("rt.select", [mask, v, zero])])
+    return cv.b.op("rt.select", [mask, v, x])
 
 
 @handles("slice_scatter")
