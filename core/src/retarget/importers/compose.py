@@ -7,6 +7,7 @@ recognise. Every function takes a `Builder` and returns the result `Value`.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -600,6 +601,57 @@ def pool(b: Builder, x: Value, kind: str, kernel, strides, dilations, begin, end
     return b.op("rt.reshape", [y], {"shape": (nb, c, y.type.shape[2], oh, ow)})
 
 
+def max_pool_indices(b: Builder, x: Value, y: Value, kernel, strides, dilations, begin, end, *,
+                     plane_offset: bool, column_major: bool) -> Value:
+    """Where each maximum of a max pool of x [N, C, spatial...] lies (y: the pool's values; begin and end: its pads
+    a spatial dim, ceil_mode's extra ones included): an i64 flat index within the (n, c) plane, row-major over the
+    spatial dims (torch's), or column-major with `column_major` (ONNX's storage_order=1), plus the plane's offset
+    (n * C + c) * plane size with `plane_offset` (ONNX's). As torch's CPU kernel picks it: of the window's positions
+    equal to the maximum the first in window order, but a NaN is the maximum, and of several NaNs the last; a
+    padding position never. Each window tap is a strided slice of the padded x compared with y; positions come
+    from per-dim vectors, so nothing the size of y is stored."""
+    spatial, out = x.type.shape[2:], y.type.shape[2:]
+    order = list(range(len(spatial)))[::-1] if column_major else list(range(len(spatial)))
+    step = {d: math.prod(spatial[e] for e in order[k + 1:]) for k, d in enumerate(order)}
+
+    def along(d, values):  # a vector along spatial dim d, broadcast over the others
+        return values.reshape((1, 1) + tuple(o if e == d else 1 for e, o in enumerate(out)))
+
+    # each output position's window start, as a flat index (-begin where it lies in the padding)
+    starts = [np.arange(o) * s - lo for o, s, lo in zip(out, strides, begin, strict=True)]
+    origin = None
+    for d, start in enumerate(starts):
+        term = b.constant(along(d, start * step[d]).astype(np.int64))
+        origin = term if origin is None else b.op("rt.add", [origin, term])
+    if plane_offset:
+        planes = math.prod(x.type.shape[:2]) * math.prod(spatial)
+        offset = np.arange(0, planes, math.prod(spatial), dtype=np.int64).reshape(x.type.shape[:2] + (1,) * len(out))
+        origin = b.op("rt.add", [origin, b.constant(offset)])
+    lowest = extreme(x.type.dtype, low=True)
+    xp = b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": float(lowest)})
+    taps = []  # (flat index, tap's values, where it lies inside x), in window order
+    for tap in np.ndindex(*kernel):
+        shift = [t * dil for t, dil in zip(tap, dilations, strict=True)]
+        limit = [s0 + (o - 1) * s + 1 for s0, o, s in zip(shift, out, strides, strict=True)]
+        window = b.op("rt.slice", [xp], {"start": (0, 0, *shift), "limit": (*x.type.shape[:2], *limit),
+                                         "stride": (1, 1, *strides)})
+        inside = functools.reduce(np.logical_and, [along(d, (start + t >= 0) & (start + t < size))
+                                                   for d, (start, t, size) in enumerate(zip(starts, shift, spatial))])
+        index = b.op("rt.add", [origin, scalar(b, sum(t * step[d] for d, t in enumerate(shift)), origin)])
+        taps.append((index, window, b.constant(inside)))
+    index = None
+    for tap_index, window, inside in reversed(taps):  # the first tap in window order is assigned last
+        hit = b.op("rt.and", [b.op("rt.cmp", [window, y], {"predicate": "eq"}), inside])
+        index = tap_index if index is None else b.op("rt.select", [hit, tap_index, index])
+    if x.type.dtype.kind == "float":
+        for tap_index, window, inside in taps:  # the last NaN in window order is assigned last
+            nan = b.op("rt.and", [b.op("rt.cmp", [window, window], {"predicate": "ne"}), inside])
+            index = b.op("rt.select", [nan, tap_index, index])
+    if index.type.shape != y.type.shape:
+        index = b.op("rt.broadcast", [index], {"shape": y.type.shape})
+    return index
+
+
 def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
     """x[..., start:stop:step, ...] along one axis (bounds already clamped, step > 0)."""
     rank = x.type.rank
@@ -965,6 +1017,28 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     if rest:
         out = b.op("rt.transpose", [out], {"perm": (len(rest),) + tuple(range(len(rest)))})
     return b.op("rt.reshape", [out], {"shape": shape})
+
+
+def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool) -> Value:
+    """Max unpooling: zeros [N, C, *size], with x [N, C, spatial...] written at `indices` (x's shape), flat positions
+    within each (n, c) plane, row-major (torch's, as `max_pool_indices` gives them), or over the whole tensor with
+    `plane_offset` (ONNX's: the plane's offset (n * C + c) * plane size included). The composed scatter along the
+    flattened plane (`_scatter_along_last`): deterministic, the last of x's values winning where indices repeat
+    (a max pool's repeat with equal values). An index outside its own plane writes nothing: torch raises on
+    one, which would need a check at run time; ONNX leaves it undefined. Its cost, plane size x x's plane size
+    comparisons per plane, is quadratic: SCATTER_LIMIT bounds it."""
+    n, c = x.type.shape[:2]
+    rows, count, positions = n * c, math.prod(x.type.shape[2:]), math.prod(size)
+    index = b.op("rt.reshape", [indices], {"shape": (rows, count)})
+    if plane_offset:
+        plane = b.op("rt.iota", [], {"shape": (rows, 1), "axis": 0, "dtype": index.type.dtype.name})
+        index = b.op("rt.sub", [index, b.op("rt.mul", [plane, scalar(b, positions, plane)])])
+    # out-of-range indices (-1 or `positions`, after the clamp) match no position, in the narrowest index type
+    index = _as_index(b, clamp(b, index, -1, positions), index_type(positions + 1))
+    updates = b.op("rt.reshape", [x], {"shape": (rows, count)})
+    zeros = b.op("rt.broadcast", [scalar(b, 0, x)], {"shape": (rows, positions)})
+    out = _scatter_along_last(b, zeros, index, updates, "none", True)
+    return b.op("rt.reshape", [out], {"shape": (n, c, *size)})
 
 
 def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mode: str,
