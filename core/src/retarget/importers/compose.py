@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -619,14 +620,8 @@ def max_pool_indices(b: Builder, x: Value, y: Value, kernel, strides, dilations,
 
     # each output position's window start, as a flat index (-begin where it lies in the padding)
     starts = [np.arange(o) * s - lo for o, s, lo in zip(out, strides, begin, strict=True)]
-    origin = None
-    for d, start in enumerate(starts):
-        term = b.constant(along(d, start * step[d]).astype(np.int64))
-        origin = term if origin is None else b.op("rt.add", [origin, term])
-    if plane_offset:
-        planes = math.prod(x.type.shape[:2]) * math.prod(spatial)
-        offset = np.arange(0, planes, math.prod(spatial), dtype=np.int64).reshape(x.type.shape[:2] + (1,) * len(out))
-        origin = b.op("rt.add", [origin, b.constant(offset)])
+    origin = _flat_positions(b, [start * step[d] for d, start in enumerate(starts)],
+                             x.type.shape[:2] if plane_offset else None, math.prod(spatial))
     lowest = extreme(x.type.dtype, low=True)
     xp = b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": float(lowest)})
     taps = []  # (flat index, tap's values, where it lies inside x), in window order
@@ -650,6 +645,22 @@ def max_pool_indices(b: Builder, x: Value, y: Value, kernel, strides, dilations,
     if index.type.shape != y.type.shape:
         index = b.op("rt.broadcast", [index], {"shape": y.type.shape})
     return index
+
+
+def _flat_positions(b: Builder, vectors, planes=None, plane_size: int = 0) -> Value:
+    """An i64 table of flat positions [1, 1, spatial...]: the sum of `vectors`, the d-th along spatial dim d; plus
+    each plane's offset (n * C + c) * plane_size, [N, C, spatial...], with `planes` (N, C). One small constant a
+    dim, so nothing the size of the table is stored."""
+    rank = len(vectors)
+    total = None
+    for d, vector in enumerate(vectors):
+        along = (1, 1) + tuple(-1 if e == d else 1 for e in range(rank))
+        term = b.constant(np.asarray(vector, dtype=np.int64).reshape(along))
+        total = term if total is None else b.op("rt.add", [total, term])
+    if planes is not None:
+        offset = np.arange(math.prod(planes), dtype=np.int64).reshape(tuple(planes) + (1,) * rank) * plane_size
+        total = b.op("rt.add", [total, b.constant(offset)])
+    return total
 
 
 def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
@@ -1019,14 +1030,44 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     return b.op("rt.reshape", [out], {"shape": shape})
 
 
-def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool) -> Value:
+@dataclass(frozen=True)
+class PoolWindows:
+    """A max pool's windows, and how its indices number positions (`max_pool_indices`): what an importer records
+    for each indices value a pool of its graph makes, so that `max_unpool` can read each position's own window."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    begin: tuple[int, ...]  # pads before each spatial dim
+    end: tuple[int, ...]  # pads after it, as the pool states them (ceil_mode's extra ones not counted)
+    image: tuple  # the pool input's spatial sizes, in which an index is a flat position
+    plane_offset: bool  # numbered over the whole tensor (ONNX), else within each (n, c) plane (torch)
+    column_major: bool
+
+    def with_unit_dims(self, count: int) -> PoolWindows:
+        """The same windows over the image with `count` trailing spatial dims of size 1 (torch's max_unpool1d
+        unpools a 1-D pool's indices, unsqueezed, as 2-D): every index stays the same."""
+        one, zero = (1,) * count, (0,) * count
+        return replace(self, kernel=self.kernel + one, strides=self.strides + one, dilations=self.dilations + one,
+                       begin=self.begin + zero, end=self.end + zero, image=self.image + one)
+
+
+def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool,
+               windows: PoolWindows | None = None) -> Value:
     """Max unpooling: zeros [N, C, *size], with x [N, C, spatial...] written at `indices` (x's shape), flat positions
     within each (n, c) plane, row-major (torch's, as `max_pool_indices` gives them), or over the whole tensor with
-    `plane_offset` (ONNX's: the plane's offset (n * C + c) * plane size included). The composed scatter along the
-    flattened plane (`_scatter_along_last`): deterministic, the last of x's values winning where indices repeat
-    (a max pool's repeat with equal values). An index outside its own plane writes nothing: torch raises on
-    one, which would need a check at run time; ONNX leaves it undefined. Its cost, plane size x x's plane size
-    comparisons per plane, is quadratic: SCATTER_LIMIT bounds it."""
+    `plane_offset` (ONNX's: the plane's offset (n * C + c) * plane size included).
+
+    Where `windows` says the indices are a max pool's whose windows do not overlap (and `_in_own_windows` the rest),
+    each output position can only receive x at its own window: one read of x and of indices there, and a
+    comparison (`_unpool_in_own_windows`), linear in the output. Otherwise the composed scatter along the flattened
+    plane (`_scatter_along_last`): deterministic, the last of x's values winning where indices repeat (a max
+    pool's repeat with equal values); its cost, plane size x x's plane size comparisons per plane, is quadratic,
+    and SCATTER_LIMIT bounds it. Either way an index outside its own plane writes nothing: torch raises on one,
+    which would need a check at run time; ONNX leaves it undefined."""
+    size = tuple(size)
+    if windows is not None and _in_own_windows(windows, x, indices, size, plane_offset):
+        return _unpool_in_own_windows(b, x, indices, size, windows)
     n, c = x.type.shape[:2]
     rows, count, positions = n * c, math.prod(x.type.shape[2:]), math.prod(size)
     index = b.op("rt.reshape", [indices], {"shape": (rows, count)})
@@ -1039,6 +1080,45 @@ def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool
     zeros = b.op("rt.broadcast", [scalar(b, 0, x)], {"shape": (rows, positions)})
     out = _scatter_along_last(b, zeros, index, updates, "none", True)
     return b.op("rt.reshape", [out], {"shape": (n, c, *size)})
+
+
+def _in_own_windows(windows: PoolWindows, x: Value, indices: Value, size: tuple, plane_offset: bool) -> bool:
+    """True where every index lies in its own window and no other window holds that position, so that output
+    position p can only receive x at window (p + begin) // stride: the windows do not overlap (a span of at most
+    the stride), each holds a position of the image (which `max_pool_indices` then picks), x and indices are the
+    pool's shape, known when compiling, and `size` numbers positions as the pool did. That is row-major, the same
+    sizes but the first (within a plane a larger or smaller first dim moves no index), or all the same where the
+    numbering runs over the whole tensor."""
+    spatial = x.type.shape[2:]
+    if len(windows.kernel) != len(spatial) or len(size) != len(spatial) or indices.type.shape != x.type.shape \
+            or windows.column_major or windows.plane_offset != plane_offset \
+            or not all(isinstance(d, int) for d in (*x.type.shape, *size, *windows.image)):
+        return False
+    if size[1:] != windows.image[1:] or (plane_offset and size[0] != windows.image[0]):
+        return False
+    for k, s, dil, lo, image, count in zip(windows.kernel, windows.strides, windows.dilations, windows.begin,
+                                           windows.image, spatial, strict=True):
+        taps = np.arange(count)[:, None] * s - lo + np.arange(k) * dil
+        if dil * (k - 1) + 1 > s or not ((taps >= 0) & (taps < image)).any(axis=1).all():
+            return False
+    return True
+
+
+def _unpool_in_own_windows(b: Builder, x: Value, indices: Value, size: tuple, windows: PoolWindows) -> Value:
+    """out[p] = x[w] where indices[w] is p's flat position, else 0, with w = (p + begin) // stride a dim, clamped
+    into x (a position past every window compares with a window that does not hold it, so gets 0). x and indices
+    are read at w as nearest upsampling reads (`resample`); the reads, the comparison and the select fuse into
+    one kernel, linear in the output."""
+    for d, (extent, s, lo, count) in enumerate(zip(size, windows.strides, windows.begin, x.type.shape[2:],
+                                                   strict=True)):
+        window = np.clip((np.arange(extent) + lo) // s, 0, count - 1)
+        if not np.array_equal(window, np.arange(count)):
+            x, indices = (resample(b, v, 2 + d, window) for v in (x, indices))
+    step = [math.prod(size[d + 1:]) for d in range(len(size))]
+    position = _flat_positions(b, [np.arange(extent) * st for extent, st in zip(size, step, strict=True)],
+                               x.type.shape[:2] if windows.plane_offset else None, math.prod(size))
+    hit = b.op("rt.cmp", [_as_index(b, indices, "i64"), position], {"predicate": "eq"})
+    return b.op("rt.select", [hit, x, scalar(b, 0, x)])
 
 
 def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mode: str,

@@ -134,6 +134,7 @@ class _Converter:
         self.input_shapes = input_shapes
         self.bind_inputs = bind_inputs
         self.opset = self._opset()
+        self.pool_windows: dict[Value, C.PoolWindows] = {}  # MaxPool's Indices -> its windows (`_max_unpool`)
 
     def _opset(self) -> int:
         versions = {o.domain: o.version for o in self.model.opset_import}
@@ -831,10 +832,16 @@ def _pool_node(n, rt_name):
         begin, end, include = [0] * len(begin), [0] * len(end), False
     stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
     y = C.pool(n.b, x, rt_name, kernel, strides, dilations, begin, stop, include)
-    if n.wants(1):  # Indices: over the whole tensor, as onnx's reference and onnxruntime number them
-        return [y, C.max_pool_indices(n.b, x, y, kernel, strides, dilations, begin, stop, plane_offset=True,
-                                      column_major=bool(n.attr("storage_order", 0)))]
-    return y
+    if not n.wants(1):
+        return y
+    # Indices: over the whole tensor, as onnx's reference and onnxruntime number them
+    column_major = bool(n.attr("storage_order", 0))
+    indices = C.max_pool_indices(n.b, x, y, kernel, strides, dilations, begin, stop, plane_offset=True,
+                                 column_major=column_major)
+    n.cv.pool_windows[indices] = C.PoolWindows(tuple(kernel), tuple(strides), tuple(dilations), tuple(begin),
+                                               tuple(end), x.type.shape[2:], plane_offset=True,
+                                               column_major=column_major)
+    return [y, indices]
 
 
 HANDLERS["MaxPool"] = lambda n: _pool_node(n, "rt.max_pool2d")
@@ -847,7 +854,9 @@ def _max_unpool(n):
     spatial dim, with X's values at I (as MaxPool's Indices: over the whole tensor); `C.max_unpool`, whose
     docstring says what an index outside its own (n, c) plane does: it writes nothing. I numbers positions of
     output_shape itself, the pool's input, as onnxruntime and torch read it; onnx's reference (and the node test
-    test_maxunpool_export_with_output_shape) scatters in the inferred shape and pads its end (onnx/onnx#2398)."""
+    test_maxunpool_export_with_output_shape) scatters in the inferred shape and pads its end (onnx/onnx#2398).
+    Linear where I is the Indices of a MaxPool of this graph with the same kernel_shape, strides and pads (whose
+    windows `C.max_unpool` then reads), else the composed scatter."""
     x = n(0)
     kernel = list(n.attr("kernel_shape"))
     strides, _ = _spatial_attrs(n, x.type.rank, kernel)
@@ -858,7 +867,12 @@ def _max_unpool(n):
         size = [(d - 1) * s + k - lo - hi
                 for d, s, k, lo, hi in zip(x.type.shape[2:], strides, kernel, pads[:len(kernel)], pads[len(kernel):],
                                            strict=True)]
-    return C.max_unpool(n.b, x, n(1), size, plane_offset=True)
+    indices = n(1)
+    windows = n.cv.pool_windows.get(indices)
+    if windows is not None and (list(windows.kernel), list(windows.strides), list(windows.begin + windows.end)) \
+            != (kernel, list(strides), pads):
+        windows = None
+    return C.max_unpool(n.b, x, indices, size, plane_offset=True, windows=windows)
 
 
 @handles("GridSample")

@@ -186,6 +186,7 @@ class _Converter:
         self.env: dict = {}
         self.dim_names = dim_names or {}  # torch's symbol -> the user's Dim name
         self.symbols: dict = {}  # torch's symbol -> ours
+        self.pool_windows: dict[Value, C.PoolWindows] = {}  # a max pool's indices -> its windows (`_max_unpool`)
 
     def run(self) -> Module:
         sig = self.program.graph_signature
@@ -811,7 +812,8 @@ def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, *
          "max_pool3d_with_indices")
 def _max_pool(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
     """With indices (the *_with_indices ops), also where each maximum lies: its flat index within its (n, c)
-    plane, as torch's CPU kernel picks it (`C.max_pool_indices`)."""
+    plane, as torch's CPU kernel picks it (`C.max_pool_indices`); the pool's windows are recorded for an unpool of
+    these indices."""
     dims = _pool_dims(node)
     kernel, stride, padding, dilation = _pool_args(dims, kernel, stride, padding, dilation)
     with_indices = "with_indices" in str(node.target)
@@ -825,18 +827,39 @@ def _max_pool(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=F
                                      column_major=False)
 
     y = _batched(cv, dims, pool, x)
-    return _Multi(y) if with_indices else y
+    if not with_indices:
+        return y
+    cv.pool_windows[y[1]] = C.PoolWindows(tuple(kernel), tuple(stride), tuple(dilation), tuple(padding),
+                                          tuple(padding), x.type.shape[-dims:], plane_offset=False, column_major=False)
+    return _Multi(y)
 
 
 @handles("max_unpool2d", "max_unpool3d")
 def _max_unpool(cv, node, x, indices, output_size, stride=None, padding=None):
     """nn.MaxUnpool2d/3d: zeros of `output_size` a (n, c) plane, with x's values at `indices`, flat positions
-    within the plane (as max pooling gives them); `C.max_unpool`. An index outside the plane, on which torch
-    raises, writes nothing: checking would take a test at run time. Where indices repeat, the last of x's values
-    wins (torch's CPU kernel leaves that to its threads). max_unpool3d's stride and padding only check sizes."""
+    within the plane (as max pooling gives them); `C.max_unpool`, linear where the indices are a max pool's of this
+    graph (`_pool_windows_of`), else the composed scatter. An index outside the plane, on which torch raises,
+    writes nothing: checking would take a test at run time. Where indices repeat, the last of x's values wins
+    (torch's CPU kernel leaves that to its threads). max_unpool3d's stride and padding only check sizes."""
     dims = _pool_dims(node)
     size = cv.out_type(node)[0][-dims:]
-    return _batched(cv, dims, lambda x, indices: C.max_unpool(cv.b, x, indices, size, plane_offset=False), x, indices)
+    windows = _pool_windows_of(cv, indices)
+    return _batched(cv, dims, lambda x, indices: C.max_unpool(cv.b, x, indices, size, plane_offset=False,
+                                                              windows=windows), x, indices)
+
+
+def _pool_windows_of(cv, indices: Value) -> C.PoolWindows | None:
+    """The windows of the max pool of this graph that made `indices`, also through the trailing unit dim that
+    max_unpool1d adds (it unpools as 2-D); None for any other indices."""
+    if indices in cv.pool_windows:
+        return cv.pool_windows[indices]
+    source = indices.owner.operands[0] if indices.owner is not None and indices.owner.name == "rt.reshape" else None
+    if source not in cv.pool_windows:
+        return None
+    rank, shape = source.type.rank, indices.type.shape
+    if shape[:rank] != source.type.shape or any(d != 1 for d in shape[rank:]):
+        return None
+    return cv.pool_windows[source].with_unit_dims(len(shape) - rank)
 
 
 @handles("avg_pool2d", "avg_pool3d")
