@@ -7,7 +7,9 @@ recognise. Every function takes a `Builder` and returns the result `Value`.
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -600,6 +602,67 @@ def pool(b: Builder, x: Value, kind: str, kernel, strides, dilations, begin, end
     return b.op("rt.reshape", [y], {"shape": (nb, c, y.type.shape[2], oh, ow)})
 
 
+def max_pool_indices(b: Builder, x: Value, y: Value, kernel, strides, dilations, begin, end, *,
+                     plane_offset: bool, column_major: bool) -> Value:
+    """Where each maximum of a max pool of x [N, C, spatial...] lies (y: the pool's values; begin and end: its pads
+    a spatial dim, ceil_mode's extra ones included): an i64 flat index within the (n, c) plane, row-major over the
+    spatial dims (torch's), or column-major with `column_major` (ONNX's storage_order=1), plus the plane's offset
+    (n * C + c) * plane size with `plane_offset` (ONNX's). As torch's CPU kernel picks it: of the window's positions
+    equal to the maximum the first in window order, but a NaN is the maximum, and of several NaNs the last; a
+    padding position never. Each window tap is a strided slice of the padded x compared with y; positions come
+    from per-dim vectors, so nothing the size of y is stored."""
+    spatial, out = x.type.shape[2:], y.type.shape[2:]
+    order = list(range(len(spatial)))[::-1] if column_major else list(range(len(spatial)))
+    step = {d: math.prod(spatial[e] for e in order[k + 1:]) for k, d in enumerate(order)}
+
+    def along(d, values):  # a vector along spatial dim d, broadcast over the others
+        return values.reshape((1, 1) + tuple(o if e == d else 1 for e, o in enumerate(out)))
+
+    # each output position's window start, as a flat index (-begin where it lies in the padding)
+    starts = [np.arange(o) * s - lo for o, s, lo in zip(out, strides, begin, strict=True)]
+    origin = _flat_positions(b, [start * step[d] for d, start in enumerate(starts)],
+                             x.type.shape[:2] if plane_offset else None, math.prod(spatial))
+    lowest = extreme(x.type.dtype, low=True)
+    xp = b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": float(lowest)})
+    taps = []  # (flat index, tap's values, where it lies inside x), in window order
+    for tap in np.ndindex(*kernel):
+        shift = [t * dil for t, dil in zip(tap, dilations, strict=True)]
+        limit = [s0 + (o - 1) * s + 1 for s0, o, s in zip(shift, out, strides, strict=True)]
+        window = b.op("rt.slice", [xp], {"start": (0, 0, *shift), "limit": (*x.type.shape[:2], *limit),
+                                         "stride": (1, 1, *strides)})
+        inside = functools.reduce(np.logical_and, [along(d, (start + t >= 0) & (start + t < size))
+                                                   for d, (start, t, size) in enumerate(zip(starts, shift, spatial))])
+        index = b.op("rt.add", [origin, scalar(b, sum(t * step[d] for d, t in enumerate(shift)), origin)])
+        taps.append((index, window, b.constant(inside)))
+    index = None
+    for tap_index, window, inside in reversed(taps):  # the first tap in window order is assigned last
+        hit = b.op("rt.and", [b.op("rt.cmp", [window, y], {"predicate": "eq"}), inside])
+        index = tap_index if index is None else b.op("rt.select", [hit, tap_index, index])
+    if x.type.dtype.kind == "float":
+        for tap_index, window, inside in taps:  # the last NaN in window order is assigned last
+            nan = b.op("rt.and", [b.op("rt.cmp", [window, window], {"predicate": "ne"}), inside])
+            index = b.op("rt.select", [nan, tap_index, index])
+    if index.type.shape != y.type.shape:
+        index = b.op("rt.broadcast", [index], {"shape": y.type.shape})
+    return index
+
+
+def _flat_positions(b: Builder, vectors, planes=None, plane_size: int = 0) -> Value:
+    """An i64 table of flat positions [1, 1, spatial...]: the sum of `vectors`, the d-th along spatial dim d; plus
+    each plane's offset (n * C + c) * plane_size, [N, C, spatial...], with `planes` (N, C). One small constant a
+    dim, so nothing the size of the table is stored."""
+    rank = len(vectors)
+    total = None
+    for d, vector in enumerate(vectors):
+        along = (1, 1) + tuple(-1 if e == d else 1 for e in range(rank))
+        term = b.constant(np.asarray(vector, dtype=np.int64).reshape(along))
+        total = term if total is None else b.op("rt.add", [total, term])
+    if planes is not None:
+        offset = np.arange(math.prod(planes), dtype=np.int64).reshape(tuple(planes) + (1,) * rank) * plane_size
+        total = b.op("rt.add", [total, b.constant(offset)])
+    return total
+
+
 def slice_axis(b: Builder, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
     """x[..., start:stop:step, ...] along one axis (bounds already clamped, step > 0)."""
     rank = x.type.rank
@@ -965,6 +1028,97 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     if rest:
         out = b.op("rt.transpose", [out], {"perm": (len(rest),) + tuple(range(len(rest)))})
     return b.op("rt.reshape", [out], {"shape": shape})
+
+
+@dataclass(frozen=True)
+class PoolWindows:
+    """A max pool's windows, and how its indices number positions (`max_pool_indices`): what an importer records
+    for each indices value a pool of its graph makes, so that `max_unpool` can read each position's own window."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    begin: tuple[int, ...]  # pads before each spatial dim
+    end: tuple[int, ...]  # pads after it, as the pool states them (ceil_mode's extra ones not counted)
+    image: tuple  # the pool input's spatial sizes, in which an index is a flat position
+    plane_offset: bool  # numbered over the whole tensor (ONNX), else within each (n, c) plane (torch)
+    column_major: bool
+
+    def with_unit_dims(self, count: int) -> PoolWindows:
+        """The same windows over the image with `count` trailing spatial dims of size 1 (torch's max_unpool1d
+        unpools a 1-D pool's indices, unsqueezed, as 2-D): every index stays the same."""
+        one, zero = (1,) * count, (0,) * count
+        return replace(self, kernel=self.kernel + one, strides=self.strides + one, dilations=self.dilations + one,
+                       begin=self.begin + zero, end=self.end + zero, image=self.image + one)
+
+
+def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool,
+               windows: PoolWindows | None = None) -> Value:
+    """Max unpooling: zeros [N, C, *size], with x [N, C, spatial...] written at `indices` (x's shape), flat positions
+    within each (n, c) plane, row-major (torch's, as `max_pool_indices` gives them), or over the whole tensor with
+    `plane_offset` (ONNX's: the plane's offset (n * C + c) * plane size included).
+
+    Where `windows` says the indices are a max pool's whose windows do not overlap (and `_in_own_windows` the rest),
+    each output position can only receive x at its own window: one read of x and of indices there, and a
+    comparison (`_unpool_in_own_windows`), linear in the output. Otherwise the composed scatter along the flattened
+    plane (`_scatter_along_last`): deterministic, the last of x's values winning where indices repeat (a max
+    pool's repeat with equal values); its cost, plane size x x's plane size comparisons per plane, is quadratic,
+    and SCATTER_LIMIT bounds it. Either way an index outside its own plane writes nothing: torch raises on one,
+    which would need a check at run time; ONNX leaves it undefined."""
+    size = tuple(size)
+    if windows is not None and _in_own_windows(windows, x, indices, size, plane_offset):
+        return _unpool_in_own_windows(b, x, indices, size, windows)
+    n, c = x.type.shape[:2]
+    rows, count, positions = n * c, math.prod(x.type.shape[2:]), math.prod(size)
+    index = b.op("rt.reshape", [indices], {"shape": (rows, count)})
+    if plane_offset:
+        plane = b.op("rt.iota", [], {"shape": (rows, 1), "axis": 0, "dtype": index.type.dtype.name})
+        index = b.op("rt.sub", [index, b.op("rt.mul", [plane, scalar(b, positions, plane)])])
+    # out-of-range indices (-1 or `positions`, after the clamp) match no position, in the narrowest index type
+    index = _as_index(b, clamp(b, index, -1, positions), index_type(positions + 1))
+    updates = b.op("rt.reshape", [x], {"shape": (rows, count)})
+    zeros = b.op("rt.broadcast", [scalar(b, 0, x)], {"shape": (rows, positions)})
+    out = _scatter_along_last(b, zeros, index, updates, "none", True)
+    return b.op("rt.reshape", [out], {"shape": (n, c, *size)})
+
+
+def _in_own_windows(windows: PoolWindows, x: Value, indices: Value, size: tuple, plane_offset: bool) -> bool:
+    """True where every index lies in its own window and no other window holds that position, so that output
+    position p can only receive x at window (p + begin) // stride: the windows do not overlap (a span of at most
+    the stride), each holds a position of the image (which `max_pool_indices` then picks), x and indices are the
+    pool's shape, known when compiling, and `size` numbers positions as the pool did. That is row-major, the same
+    sizes but the first (within a plane a larger or smaller first dim moves no index), or all the same where the
+    numbering runs over the whole tensor."""
+    spatial = x.type.shape[2:]
+    if len(windows.kernel) != len(spatial) or len(size) != len(spatial) or indices.type.shape != x.type.shape \
+            or windows.column_major or windows.plane_offset != plane_offset \
+            or not all(isinstance(d, int) for d in (*x.type.shape, *size, *windows.image)):
+        return False
+    if size[1:] != windows.image[1:] or (plane_offset and size[0] != windows.image[0]):
+        return False
+    for k, s, dil, lo, image, count in zip(windows.kernel, windows.strides, windows.dilations, windows.begin,
+                                           windows.image, spatial, strict=True):
+        taps = np.arange(count)[:, None] * s - lo + np.arange(k) * dil
+        if dil * (k - 1) + 1 > s or not ((taps >= 0) & (taps < image)).any(axis=1).all():
+            return False
+    return True
+
+
+def _unpool_in_own_windows(b: Builder, x: Value, indices: Value, size: tuple, windows: PoolWindows) -> Value:
+    """out[p] = x[w] where indices[w] is p's flat position, else 0, with w = (p + begin) // stride a dim, clamped
+    into x (a position past every window compares with a window that does not hold it, so gets 0). x and indices
+    are read at w as nearest upsampling reads (`resample`); the reads, the comparison and the select fuse into
+    one kernel, linear in the output."""
+    for d, (extent, s, lo, count) in enumerate(zip(size, windows.strides, windows.begin, x.type.shape[2:],
+                                                   strict=True)):
+        window = np.clip((np.arange(extent) + lo) // s, 0, count - 1)
+        if not np.array_equal(window, np.arange(count)):
+            x, indices = (resample(b, v, 2 + d, window) for v in (x, indices))
+    step = [math.prod(size[d + 1:]) for d in range(len(size))]
+    position = _flat_positions(b, [np.arange(extent) * st for extent, st in zip(size, step, strict=True)],
+                               x.type.shape[:2] if windows.plane_offset else None, math.prod(size))
+    hit = b.op("rt.cmp", [_as_index(b, indices, "i64"), position], {"predicate": "eq"})
+    return b.op("rt.select", [hit, x, scalar(b, 0, x)])
 
 
 def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mode: str,

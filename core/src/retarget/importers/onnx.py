@@ -134,6 +134,7 @@ class _Converter:
         self.input_shapes = input_shapes
         self.bind_inputs = bind_inputs
         self.opset = self._opset()
+        self.pool_windows: dict[Value, C.PoolWindows] = {}  # MaxPool's Indices -> its windows (`_max_unpool`)
 
     def _opset(self) -> int:
         versions = {o.domain: o.version for o in self.model.opset_import}
@@ -348,7 +349,7 @@ _REDUCE_OPS = ("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 Red
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
     "CumSum": (1,), "CumProd": (1,), "OneHot": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,),
-    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Dropout": (1, 2), "TopK": (1,), "Trilu": (1,),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Dropout": (1, 2), "TopK": (1,), "Trilu": (1,), "MaxUnpool": (2,),
     **{op: (1,) for op in _REDUCE_OPS},
 }
 
@@ -831,40 +832,47 @@ def _pool_node(n, rt_name):
         begin, end, include = [0] * len(begin), [0] * len(end), False
     stop = [e + x_ for e, x_ in zip(end, extra, strict=True)]
     y = C.pool(n.b, x, rt_name, kernel, strides, dilations, begin, stop, include)
-    if n.wants(1):
-        return [y, _max_pool_indices(n, x, y, kernel, strides, dilations, begin, stop)]
-    return y
-
-
-def _max_pool_indices(n, x, y, kernel, strides, dilations, begin, end):
-    """MaxPool's Indices: the flat index (row-major, or spatially column-major with storage_order=1) of the
-    first window element, in window order, that equals the maximum; as onnx's reference picks it."""
-    b = n.b
-    spatial, out = x.type.shape[2:], y.type.shape[2:]
-    order = list(range(len(spatial)))[::-1] if n.attr("storage_order", 0) else list(range(len(spatial)))
-    step = {d: math.prod(spatial[e] for e in order[k + 1:]) for k, d in enumerate(order)}
-    base = np.arange(math.prod(x.type.shape[:2]), dtype=np.int64).reshape(x.type.shape[:2] + (1,) * len(spatial))
-    base = b.constant(base * math.prod(spatial))
-    lowest = C.extreme(x.type.dtype, low=True)
-    xp = b.op("rt.pad", [x], {"low": (0, 0, *begin), "high": (0, 0, *end), "value": float(lowest)})
-    index = None
-    for tap in reversed(list(np.ndindex(*kernel))):  # the first tap in window order is assigned last
-        start = [t * dil for t, dil in zip(tap, dilations, strict=True)]
-        limit = [s0 + (o - 1) * s + 1 for s0, o, s in zip(start, out, strides, strict=True)]
-        window = b.op("rt.slice", [xp], {"start": (0, 0, *start), "limit": (*x.type.shape[:2], *limit),
-                                         "stride": (1, 1, *strides)})
-        pos = [np.arange(o) * s + s0 - lo for o, s, s0, lo in zip(out, strides, start, begin, strict=True)]
-        grids = np.meshgrid(*pos, indexing="ij")
-        inside = np.logical_and.reduce([(g >= 0) & (g < size) for g, size in zip(grids, spatial, strict=True)])
-        flat = sum(g * step[d] for d, g in enumerate(grids))
-        tap_index = b.op("rt.add", [base, b.constant(flat.astype(np.int64))])
-        hit = b.op("rt.and", [b.op("rt.cmp", [window, y], {"predicate": "eq"}), b.constant(inside)])
-        index = tap_index if index is None else b.op("rt.select", [hit, tap_index, index])
-    return index
+    if not n.wants(1):
+        return y
+    # Indices: over the whole tensor, as onnx's reference and onnxruntime number them
+    column_major = bool(n.attr("storage_order", 0))
+    indices = C.max_pool_indices(n.b, x, y, kernel, strides, dilations, begin, stop, plane_offset=True,
+                                 column_major=column_major)
+    n.cv.pool_windows[indices] = C.PoolWindows(tuple(kernel), tuple(strides), tuple(dilations), tuple(begin),
+                                               tuple(end), x.type.shape[2:], plane_offset=True,
+                                               column_major=column_major)
+    return [y, indices]
 
 
 HANDLERS["MaxPool"] = lambda n: _pool_node(n, "rt.max_pool2d")
 HANDLERS["AveragePool"] = lambda n: _pool_node(n, "rt.avg_pool2d")
+
+
+@handles("MaxUnpool")
+def _max_unpool(n):
+    """Zeros of `output_shape` (input 2, known at import time), else of (size - 1) * stride + kernel - pads a
+    spatial dim, with X's values at I (as MaxPool's Indices: over the whole tensor); `C.max_unpool`, whose
+    docstring says what an index outside its own (n, c) plane does: it writes nothing. I numbers positions of
+    output_shape itself, the pool's input, as onnxruntime and torch read it; onnx's reference (and the node test
+    test_maxunpool_export_with_output_shape) scatters in the inferred shape and pads its end (onnx/onnx#2398).
+    Linear where I is the Indices of a MaxPool of this graph with the same kernel_shape, strides and pads (whose
+    windows `C.max_unpool` then reads), else the composed scatter."""
+    x = n(0)
+    kernel = list(n.attr("kernel_shape"))
+    strides, _ = _spatial_attrs(n, x.type.rank, kernel)
+    pads = list(n.attr("pads", [0] * 2 * len(kernel)))
+    if n.has(2):
+        size = _dims(n.known(2, "output_shape"))[2:]
+    else:
+        size = [(d - 1) * s + k - lo - hi
+                for d, s, k, lo, hi in zip(x.type.shape[2:], strides, kernel, pads[:len(kernel)], pads[len(kernel):],
+                                           strict=True)]
+    indices = n(1)
+    windows = n.cv.pool_windows.get(indices)
+    if windows is not None and (list(windows.kernel), list(windows.strides), list(windows.begin + windows.end)) \
+            != (kernel, list(strides), pads):
+        windows = None
+    return C.max_unpool(n.b, x, indices, size, plane_offset=True, windows=windows)
 
 
 @handles("GridSample")

@@ -186,6 +186,7 @@ class _Converter:
         self.env: dict = {}
         self.dim_names = dim_names or {}  # torch's symbol -> the user's Dim name
         self.symbols: dict = {}  # torch's symbol -> ours
+        self.pool_windows: dict[Value, C.PoolWindows] = {}  # a max pool's indices -> its windows (`_max_unpool`)
 
     def run(self) -> Module:
         sig = self.program.graph_signature
@@ -807,17 +808,58 @@ def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, *
     return C.narrow_to(cv.b, cv.b.op("rt.mul", [total, scale]), x)
 
 
-@handles("max_pool2d_with_indices", "max_pool2d", "max_pool3d_with_indices", "max_pool3d")
+@handles("max_pool1d", "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d",
+         "max_pool3d_with_indices")
 def _max_pool(cv, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """With indices (the *_with_indices ops), also where each maximum lies: its flat index within its (n, c)
+    plane, as torch's CPU kernel picks it (`C.max_pool_indices`); the pool's windows are recorded for an unpool of
+    these indices."""
     dims = _pool_dims(node)
     kernel, stride, padding, dilation = _pool_args(dims, kernel, stride, padding, dilation)
+    with_indices = "with_indices" in str(node.target)
 
     def pool(x):
         pad = _pool_pad(x, kernel, stride, padding, ceil_mode, dilation)
-        return C.pool(cv.b, x, "rt.max_pool2d", kernel, stride, dilation, pad[0::2], pad[1::2])
+        y = C.pool(cv.b, x, "rt.max_pool2d", kernel, stride, dilation, pad[0::2], pad[1::2])
+        if not with_indices:
+            return y
+        return y, C.max_pool_indices(cv.b, x, y, kernel, stride, dilation, pad[0::2], pad[1::2], plane_offset=False,
+                                     column_major=False)
 
-    y = _batched(cv, x, dims, pool)
-    return _Multi((y, None)) if "with_indices" in str(node.target) else y
+    y = _batched(cv, dims, pool, x)
+    if not with_indices:
+        return y
+    cv.pool_windows[y[1]] = C.PoolWindows(tuple(kernel), tuple(stride), tuple(dilation), tuple(padding),
+                                          tuple(padding), x.type.shape[-dims:], plane_offset=False, column_major=False)
+    return _Multi(y)
+
+
+@handles("max_unpool2d", "max_unpool3d")
+def _max_unpool(cv, node, x, indices, output_size, stride=None, padding=None):
+    """nn.MaxUnpool2d/3d: zeros of `output_size` a (n, c) plane, with x's values at `indices`, flat positions
+    within the plane (as max pooling gives them); `C.max_unpool`, linear where the indices are a max pool's of this
+    graph (`_pool_windows_of`), else the composed scatter. An index outside the plane, on which torch raises,
+    writes nothing: checking would take a test at run time. Where indices repeat, the last of x's values wins
+    (torch's CPU kernel leaves that to its threads). max_unpool3d's stride and padding only check sizes."""
+    dims = _pool_dims(node)
+    size = cv.out_type(node)[0][-dims:]
+    windows = _pool_windows_of(cv, indices)
+    return _batched(cv, dims, lambda x, indices: C.max_unpool(cv.b, x, indices, size, plane_offset=False,
+                                                              windows=windows), x, indices)
+
+
+def _pool_windows_of(cv, indices: Value) -> C.PoolWindows | None:
+    """The windows of the max pool of this graph that made `indices`, also through the trailing unit dim that
+    max_unpool1d adds (it unpools as 2-D); None for any other indices."""
+    if indices in cv.pool_windows:
+        return cv.pool_windows[indices]
+    source = indices.owner.operands[0] if indices.owner is not None and indices.owner.name == "rt.reshape" else None
+    if source not in cv.pool_windows:
+        return None
+    rank, shape = source.type.rank, indices.type.shape
+    if shape[:rank] != source.type.shape or any(d != 1 for d in shape[rank:]):
+        return None
+    return cv.pool_windows[source].with_unit_dims(len(shape) - rank)
 
 
 @handles("avg_pool2d", "avg_pool3d")
@@ -842,20 +884,23 @@ def _avg_pool(cv, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_
             y = cv.b.op("rt.mul", [y, cv.b.constant(factor.astype(y.type.dtype.np_dtype))])
         return y
 
-    return _batched(cv, x, dims, pool)
+    return _batched(cv, dims, pool, x)
 
 
 def _pool_dims(node) -> int:
-    """The spatial dims of a torch pool: 3 for the *pool3d ops, else 2."""
-    return 3 if "pool3d" in str(node.target) else 2
+    """The spatial dims of a torch pool or unpool: 1, 2 or 3, as its name says."""
+    return int(re.search(r"pool([123])d", str(node.target)).group(1))
 
 
-def _batched(cv, x, dims, pool):
-    """`pool` (of an N, C, spatial... value) applied to x, which torch's pools also take without the batch."""
-    if x.type.rank == dims + 2:
-        return pool(x)
-    y = pool(cv.reshape(x, (1,) + x.type.shape))
-    return cv.reshape(y, y.type.shape[1:])
+def _batched(cv, dims, pool, *xs):
+    """`pool` (of N, C, spatial... values, to one or a tuple of them) applied to xs, which torch's pools also take
+    without the batch."""
+    if xs[0].type.rank == dims + 2:
+        return pool(*xs)
+    ys = pool(*(cv.reshape(x, (1,) + x.type.shape) for x in xs))
+    if isinstance(ys, tuple):
+        return tuple(cv.reshape(y, y.type.shape[1:]) for y in ys)
+    return cv.reshape(ys, ys.type.shape[1:])
 
 
 def _spatial(v, dims):
