@@ -9,7 +9,7 @@
 #  sanitizer: compute-sanitizer's memcheck, leak check included, on every reliability case;
 #  calls:     the transformer block dispatch by dispatch (calls.py);
 #  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py);
-#  importers: the torch importer's composed-op tests (3-D convolutions, grid_sample, scatters, gather, ...) on
+#  importers: the torch importer's composed-op tests (3-D convolutions, grid_sample, scatters, gather, unpool, ...) on
 #             cuda, vulkan and webgpu (RETARGET_IMPORTER_TARGETS), and benchmarks/new_ops.py beside torch's CUDA;
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
 #             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run, and
@@ -67,7 +67,7 @@ fi
 if step importers; then
   RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 360 python3 -m pytest -q -p no:cacheprovider \
     core/tests/importers/test_torch_more_ops.py core/tests/importers/test_torch_conv3d.py \
-    core/tests/importers/test_torch_gather.py 2>&1 | tail -3 | tee "$OUT/importers-gpu.txt"
+    core/tests/importers/test_torch_gather.py core/tests/importers/test_torch_unpool.py 2>&1 | tail -3 | tee "$OUT/importers-gpu.txt"
   timeout 200 python3 benchmarks/new_ops.py --pairs cuda:host=cuda vulkan-spirv:host=vulkan webgpu-spirv:host=webgpu \
     --repeats 30 --json "$OUT/new_ops.json" 2>&1 | tail -23 | tee "$OUT/new_ops.txt"
 fi
