@@ -253,7 +253,7 @@ def _scatter(attrs, data, index, updates):
     """Row by row, updates[..., j] for j in order into position index[..., j] of the last axis, where it is in
     range: the last one wins ("none"), or each is combined into what is there (ufunc.at applies them in order,
     one at a time, rounding each as a kernel that stores each does; np.maximum keeps NaN)."""
-    out = np.array(data)
+    out = np.array(data, order="C")  # a copy in which `reshape(-1)` is a view
     size, count = data.shape[-1], index.shape[-1]
     flat_index = index.reshape(-1, count).astype(np.int64)
     rows = np.broadcast_to(np.arange(flat_index.shape[0])[:, None] * size, flat_index.shape)
