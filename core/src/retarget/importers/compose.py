@@ -1101,8 +1101,8 @@ def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool
     comparison (`_unpool_in_own_windows`), linear in the output. Otherwise the composed scatter along the flattened
     plane (`_scatter_along_last`): deterministic, the last of x's values winning where indices repeat (a max
     pool's repeat with equal values); quadratic (plane size x x's plane size comparisons per plane) while small,
-    past SCATTER_KERNEL_PAIRS the `rt.scatter` kernel, linear in x. Either way an index outside its own plane writes nothing: torch raises on one,
-    which would need a check at run time; ONNX leaves it undefined."""
+    past SCATTER_KERNEL_PAIRS the `rt.scatter` kernel, linear in x. Either way an index outside its own plane
+    writes nothing: torch raises on one, which would need a check at run time; ONNX leaves it undefined."""
     size = tuple(size)
     if windows is not None and _in_own_windows(windows, x, indices, size, plane_offset):
         return _unpool_in_own_windows(b, x, indices, size, windows)
