@@ -52,6 +52,9 @@ def layers():
             lambda x, rows, v: torch.index_put(x, (rows,), v, accumulate=True)),
          (torch.randn(4096, 64, generator=g), torch.randint(0, 4096, (256,), generator=g),
           torch.randn(256, 64, generator=g))),
+        ("x[rows] = v, 50000 distinct rows of 16 into 100000", module_of(_row_assignment),
+         (torch.randn(100000, 16, generator=g), torch.randperm(100000, generator=g)[:50000],
+          torch.randn(50000, 16, generator=g))),
         ("x[:, 1:64:2] = v (slice_scatter), 256x128", module_of(_strided_assignment),
          (torch.randn(256, 128, generator=g), torch.randn(256, 32, generator=g))),
         ("embedding_bag mean, 512 of 10000x64 in 32 bags", module_of(
@@ -59,6 +62,12 @@ def layers():
          (torch.randint(0, 10000, (512,), generator=g), torch.arange(0, 512, 16),
           torch.randn(10000, 64, generator=g))),
     ]
+
+
+def _row_assignment(x, rows, v):
+    y = x.clone()
+    y[rows] = v
+    return y
 
 
 def _strided_assignment(x, v):

@@ -889,7 +889,9 @@ def _keys_cubic(b: Builder, t: Value, k: int, const) -> Value:
 
 
 SCATTER_REDUCTIONS = ("none", "sum", "prod", "max", "min", "mean")
-SCATTER_LIMIT = 1 << 31  # comparisons (outputs x updates along the axis); past this a scatter is refused
+# Comparisons (outputs x updates along the axis) past which a scatter is the `rt.scatter` kernel, linear in the
+# updates, rather than the gather-shaped reduction (fast on GPUs while small, but quadratic).
+SCATTER_KERNEL_PAIRS = 1 << 22
 
 
 def scatter_elements(b: Builder, data: Value, axis: int, index: Value, updates: Value, reduction: str = "none",
@@ -932,18 +934,19 @@ def scatter_elements(b: Builder, data: Value, axis: int, index: Value, updates: 
 def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, reduction: str,
                         include_self: bool) -> Value:
     """data [..., P] with updates [..., K] at index [..., K] (the leading dims data's, or 1 to broadcast) along
-    the last axis. Gather-shaped, so deterministic and free of atomics: each output position compares every
-    index of its row, in one reduction whose compare and select fuse into it."""
+    the last axis; an index outside [0, P) writes nothing. Deterministic and free of atomics either way. Up to
+    SCATTER_KERNEL_PAIRS comparisons (P x K a row), gather-shaped: each output position compares every index of
+    its row, in one reduction whose compare and select fuse into it. Past that (or with sizes known only at run
+    time) `rt.scatter`, whose cost is linear in the updates (`_scatter_kernel`)."""
     size, count = data.type.shape[-1], index.type.shape[-1]
-    _, pairs = bounds(math.prod(data.type.shape) * count, b.fn.symbols)
-    if pairs is None or pairs > SCATTER_LIMIT:
-        raise UnsupportedOpError(f"a scatter of {count} updates into {data.type} along its last axis compares "
-                                 f"{'an unbounded number of' if pairs is None else pairs} pairs, past the "
-                                 f"{SCATTER_LIMIT} supported", hint="scatter fewer updates at once, or into a smaller "
-                                 "tensor (or bound the symbol's range)")
     if reduction not in SCATTER_REDUCTIONS:
         raise UnsupportedOpError(f"scatter reduction '{reduction}' is not supported ({', '.join(SCATTER_REDUCTIONS)} "
                                  "are)")
+    if reduction == "mean" and data.type.dtype.kind != "float":
+        raise UnsupportedOpError("a scatter's mean of integers is not supported (of floats it is)")
+    _, pairs = bounds(math.prod(data.type.shape) * count, b.fn.symbols)
+    if pairs is None or pairs > SCATTER_KERNEL_PAIRS:
+        return _scatter_kernel(b, data, index, updates, reduction, include_self)
     dtype = index.type.dtype.name
     rank = data.type.rank
     columns = index.type.shape[:-1] + (1, count)
@@ -970,8 +973,6 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     combined = b.op("rt.reduce", [b.op("rt.select", [hit, spread_updates, scalar(b, identity, updates)])],
                     {"kind": kind, "axes": along})
     if reduction == "mean":
-        if data.type.dtype.kind != "float":
-            raise UnsupportedOpError("a scatter's mean of integers is not supported (of floats it is)")
         hits = b.op("rt.reduce", [b.op("rt.select", [hit, scalar(b, 1, data), scalar(b, 0, data)])],
                     {"kind": "sum", "axes": along})
         if include_self:
@@ -983,6 +984,43 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     if include_self:
         return b.op({"sum": "rt.add", "prod": "rt.mul", "max": "rt.max", "min": "rt.min"}[kind], [data, combined])
     some = b.op("rt.reduce", [hit], {"kind": "or", "axes": along})
+    return b.op("rt.select", [some, combined, data])
+
+
+def _scatter_kernel(b: Builder, data: Value, index: Value, updates: Value, reduction: str,
+                    include_self: bool) -> Value:
+    """`_scatter_along_last` as `rt.scatter`: index and updates broadcast to data's leading dims. A mean is a sum
+    divided by a second scatter's counts; without `include_self` the updates combine into the reduction's
+    identity, and positions that a scatter of ones marks untouched keep data."""
+    lead = data.type.shape[:-1]
+    index, updates = (v if v.type.shape[:-1] == lead else
+                      b.op("rt.broadcast", [v], {"shape": lead + v.type.shape[-1:]}) for v in (index, updates))
+
+    def scatter(into: Value, values: Value, kind: str) -> Value:
+        return b.op("rt.scatter", [into, index, values], {"reduction": kind})
+
+    def filled(value, like: Value, shape) -> Value:
+        return b.op("rt.broadcast", [scalar(b, value, like)], {"shape": shape})
+
+    kind = "sum" if reduction == "mean" else reduction
+    if reduction == "mean":
+        ones = filled(1, data, index.type.shape)
+        if include_self:  # each position's count starts at 1, for data's own value
+            return b.op("rt.div", [scatter(data, updates, "sum"), scatter(filled(1, data, data.type.shape), ones,
+                                                                               "sum")])
+        hits = scatter(filled(0, data, data.type.shape), ones, "sum")
+        total = scatter(filled(0, data, data.type.shape), updates, "sum")
+        some = b.op("rt.cmp", [hits, scalar(b, 0, hits)], {"predicate": "gt"})
+        return b.op("rt.select", [some, b.op("rt.div", [total, b.op("rt.max", [hits, scalar(b, 1, hits)])]), data])
+    if include_self or reduction == "none":
+        return scatter(data, updates, kind)
+    identity = {"sum": 0, "prod": 1, "max": extreme(data.type.dtype, low=True),
+                "min": extreme(data.type.dtype, low=False)}[kind]
+    combined = scatter(filled(identity, data, data.type.shape), updates, kind)
+    flag = b.constant(np.array(0, np.int32))
+    touched = b.op("rt.scatter", [b.op("rt.broadcast", [flag], {"shape": data.type.shape}), index,
+                                  filled(1, flag, index.type.shape)], {"reduction": "max"})
+    some = b.op("rt.cmp", [touched, scalar(b, 0, touched)], {"predicate": "gt"})
     return b.op("rt.select", [some, combined, data])
 
 
@@ -1062,9 +1100,9 @@ def max_unpool(b: Builder, x: Value, indices: Value, size, *, plane_offset: bool
     each output position can only receive x at its own window: one read of x and of indices there, and a
     comparison (`_unpool_in_own_windows`), linear in the output. Otherwise the composed scatter along the flattened
     plane (`_scatter_along_last`): deterministic, the last of x's values winning where indices repeat (a max
-    pool's repeat with equal values); its cost, plane size x x's plane size comparisons per plane, is quadratic,
-    and SCATTER_LIMIT bounds it. Either way an index outside its own plane writes nothing: torch raises on one,
-    which would need a check at run time; ONNX leaves it undefined."""
+    pool's repeat with equal values); quadratic (plane size x x's plane size comparisons per plane) while small,
+    past SCATTER_KERNEL_PAIRS the `rt.scatter` kernel, linear in x. Either way an index outside its own plane
+    writes nothing: torch raises on one, which would need a check at run time; ONNX leaves it undefined."""
     size = tuple(size)
     if windows is not None and _in_own_windows(windows, x, indices, size, plane_offset):
         return _unpool_in_own_windows(b, x, indices, size, windows)
@@ -1121,6 +1159,9 @@ def _unpool_in_own_windows(b: Builder, x: Value, indices: Value, size: tuple, wi
     return b.op("rt.select", [hit, x, scalar(b, 0, x)])
 
 
+EMBEDDING_BAG_LIMIT = 1 << 31  # comparisons (bag x row elements) past which an embedding bag is refused
+
+
 def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mode: str,
                   per_sample_weights: Value | None = None, include_last_offset: bool = False,
                   padding_idx: int | None = None) -> Value:
@@ -1135,9 +1176,9 @@ def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mod
     rows = b.op("rt.gather", [weight, indices], {"axis": 0})  # [L, D]
     if per_sample_weights is not None:
         rows = b.op("rt.mul", [rows, b.op("rt.reshape", [per_sample_weights], {"shape": (count, 1)})])
-    if math.prod(rows.type.shape) * bags > SCATTER_LIMIT:
+    if math.prod(rows.type.shape) * bags > EMBEDDING_BAG_LIMIT:
         raise UnsupportedOpError(f"an embedding bag of {count} rows into {bags} bags compares too many pairs "
-                                 f"({math.prod(rows.type.shape) * bags}, past {SCATTER_LIMIT})")
+                                 f"({math.prod(rows.type.shape) * bags}, past {EMBEDDING_BAG_LIMIT})")
     starts = b.op("rt.cast", [offsets], {"dtype": "i32"}) if offsets.type.dtype.name != "i32" else offsets
     position = b.op("rt.iota", [], {"shape": (1, count), "axis": 1, "dtype": "i32"})
     begin = b.op("rt.reshape", [b.op("rt.slice", [starts], {"start": (0,), "limit": (bags,), "stride": (1,)})],

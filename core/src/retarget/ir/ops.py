@@ -18,6 +18,10 @@ dim the rows and the rest one row. `rt.quantized_matmul(xq, x_scale, q, w_scale[
 is x @ W^T for int8 activations xq (integers in an i32 tensor) with per-row
 scales and W packed as above: the products of each group are summed exactly, as
 integers, then scaled.
+`rt.scatter(data [..., P], index [..., K], updates [..., K])` is data with, row by row and for j = 0..K-1 in
+order, q = index[..., j] and, where 0 <= q < P, out[..., q] = updates[..., j] (`reduction` "none": the last
+write wins) or combined with it ("sum", "prod", "max", "min"; max and min propagate NaN as `rt.max` does);
+an index out of range writes nothing. The leading dims of the three are equal (importers broadcast first).
 The numpy reference for each op is in `vmvx/kernels.py`.
 
 Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
@@ -47,6 +51,7 @@ UNARY = (
 BINARY = "add sub mul div rem pow max min and or xor atan2 shr".split()
 COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_KINDS = ("sum", "max", "min", "prod", "and", "or")
+SCATTER_KINDS = ("none", "sum", "prod", "max", "min")
 SHAPE_ATTRS = SHAPE_ATTR_KEYS  # attributes whose entries are dimensions, and may be symbolic
 
 # The ops that only move or convert elements: the only ones that take storage-only types (f8, f4, ui4, i2).
@@ -320,6 +325,18 @@ def _argmax(name, types, attrs):
     return [TensorType(shape, DTYPES["i64"])]
 
 
+def _scatter(name, types, attrs):
+    data, index, updates = types
+    _check(attrs["reduction"] in SCATTER_KINDS, f"reduction must be one of {', '.join(SCATTER_KINDS)}")
+    _check(index.dtype.is_integer and index.dtype != i1, f"indices must be integers, got {index}")
+    _check(data.rank >= 1 and index.rank == data.rank and updates.shape == index.shape,
+           f"data {data}, index {index} and updates {updates} need one rank, index and updates one shape")
+    for d, i in zip(data.shape[:-1], index.shape[:-1]):
+        _same(d, i, f"index {index} and data {data} differ before the last axis")
+    _check(updates.dtype == data.dtype, f"updates {updates} and data {data} differ in element type")
+    return [data]
+
+
 def _iota(name, types, attrs):
     shape = tuple(attrs["shape"])
     _check(0 <= attrs["axis"] < len(shape), f"axis {attrs['axis']} invalid for shape {list(shape)}")
@@ -391,6 +408,7 @@ _define("max_pool2d", 1, 1, ("kernel",), _pool2d)
 _define("avg_pool2d", 1, 1, ("kernel",), _pool2d)
 _define("reduce", 1, 1, ("kind", "axes"), _reduce)
 _define("argmax", 1, 1, ("axis",), _argmax)
+_define("scatter", 3, 3, ("reduction",), _scatter)
 _define("dequantize", 2, 3, ("bits", "group_size", "shape"), _dequantize)
 _define("quantized_matmul", 4, 5, ("bits", "group_size"), _quantized_matmul)
 

@@ -1,7 +1,7 @@
 """Lower a dispatch (a small graph function, see passes/dispatch.py) to kernel IR.
 
 Each dispatch has at most one *root*, an op that needs loops of its own (matmul,
-conv, pool, reduce, argmax). The root picks the loop nest; every other op of the
+conv, pool, reduce, argmax, scatter). The root picks the loop nest; every other op of the
 dispatch is inlined as an expression of the output index: prologue ops where the
 root reads its operands, epilogue ops (bias, activation) where the result is
 stored. Broadcasts, transposes, slices, pads and reshapes become index
@@ -66,7 +66,8 @@ from .ir import (
     VectorCopy,
 )
 
-ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul")
+ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul",
+         "rt.scatter")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
 # Below this many multiply-adds (~5 us of work) one workgroup is faster. The drivers' native programs (llvm-cpu's)
 # start a workgroup in tens of nanoseconds and hand a stage to a running helper in about a microsecond, but a
@@ -505,6 +506,55 @@ class _Lowering:
             return element(out_idx) + [self.store(out_idx)]
 
         return self._over_output(out_shape, with_store, work=src.type.num_elements)
+
+    def _scatter(self, op) -> list:
+        """One invocation per (row, chunk of `span` positions): it copies data's chunk into the output, then walks
+        the row's indices in order and writes (or combines into) the positions of its own chunk. Each position is
+        written by one invocation only, in index order: deterministic, without atomics. The chunks make enough
+        invocations for the target (`scatter_invocations`), each re-reading the row's indices."""
+        data, index, updates = op.operands
+        lead, size, count = data.type.shape[:-1], data.type.shape[-1], index.type.shape[-1]
+        rows, dt = _count(lead), data.type.dtype
+        wanted = self.scatter_invocations(self.hint(rows) * (size + count))
+        chunks = max(1, min(size, -(-wanted // max(1, self.hint(rows)))))
+        span = -(-size // chunks)
+        chunks = -(-size // span)
+        ragged = size % span != 0
+        reduction = op.attrs["reduction"]
+        self.schedule["scatter"] = f"{reduction}, {chunks} chunks of {span} a row"
+
+        def element(i: Expr) -> list:
+            row, base = (i // chunks, (i % chunks) * span) if chunks > 1 else (i, k.const(0))
+            at = _delinearize(row, lead)
+            p, j, q = self.fresh("p"), self.fresh("j"), self.fresh("q")
+            position = base + Var(p)
+            copy = [Store("out0", row * size + position, self.value(data, at + [position]))]
+            if ragged:
+                copy = [If(Compare("lt", position, k.const(size)), copy)]
+            where = self.value(index, at + [Var(j)])
+            mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
+            if chunks > 1:
+                mine += [Compare("ge", Var(q), base), Compare("lt", Var(q), base + span)]
+            target = row * size + Var(q)
+            value = self.value(updates, at + [Var(j)])
+            if reduction != "none":
+                value = k.Binary({"sum": "add", "prod": "mul", "max": "max", "min": "min"}[reduction],
+                                 Load("out0", target, dt), value)
+            walk = [Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),
+                    If(_all(mine), [Store("out0", target, value)])]
+            return [Loop(p, span, copy, "serial" if ragged else self.SCATTER_COPY), Loop(j, count, walk)]
+
+        return self.over_invocations(rows * chunks, element, work=rows * (size + chunks * count))
+
+    SCATTER_COPY = "vector"  # how a scatter invocation copies its chunk
+
+    def scatter_invocations(self, work) -> int:
+        """Invocations a scatter of `work` (elements copied and indices read) wants: one per core, once worth it."""
+        return self.max_groups if work >= MIN_PARALLEL_WORK else 1
+
+    def over_invocations(self, count, element, work) -> list:
+        """`element(i)` for each of `count` invocations, spread over the workgroups."""
+        return self.parallel(count, work, element)
 
     def _over_output(self, shape, element, work: int) -> list:
         """A loop nest over `shape` (the first non-unit dim in parallel), `element(idx)` inside."""
@@ -1581,6 +1631,15 @@ class _GpuLowering(_Lowering):
 
     def _elementwise(self) -> list:
         return self._over_output(self.out.type.shape, lambda idx: [self.store(idx)], self.out.type.num_elements)
+
+    SCATTER_COPY = "serial"
+
+    def scatter_invocations(self, work) -> int:
+        """A thread per (row, chunk), enough to fill every multiprocessor's threads once."""
+        return self.multiprocessors * self.threads
+
+    def over_invocations(self, count, element, work) -> list:
+        return self._over_output((count,), lambda idx: element(idx[0]), work)
 
     def _split_reduction(self, op, tile_axis: int | None, tile: int, length: int, steps, *,
                          max_slices: int | None = None, busy: int | None = None, combine: str = "add",

@@ -15,7 +15,9 @@ that needs loops of its own (`LOOP_OPS`):
   element is read once, so inlining them costs nothing); a conv, matmul or pool
   does not, since it reads each input element many times, except for weight
   dequantization (`rt.dequantize` and data movement of its result): that is the
-  point of packed weights, which stay packed in memory and unpack as kernels read them.
+  point of packed weights, which stay packed in memory and unpack as kernels read them;
+- a scatter takes single-use root-less producers as its prologue too (data is read once, the indices and
+  updates once per chunk), and nothing joins it as an epilogue: it writes its output out of order.
 Every group has exactly one output, so a kernel writes one buffer. A group binds at most
 `MAX_KERNEL_BUFFERS` buffers (what it reads, and the one it writes): past that, producers stay
 kernels of their own (a sum of 40 tensors is two kernels, not one of 41 buffers).
@@ -32,8 +34,9 @@ from ..ir.core import Function, Operation, Value
 
 HOST_SIDE = ("rt.constant", "rt.reshape")
 LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
-            "rt.quantized_matmul")
-PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax")
+            "rt.quantized_matmul", "rt.scatter")
+PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax", "rt.scatter")
+NO_EPILOGUE_ROOTS = ("rt.scatter",)  # write their output out of order: nothing can read it inside the kernel
 DEQUANTIZE_ROOTS = ("rt.matmul", "rt.conv2d")  # take a dequantization as their prologue
 DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")
 # Every backend passes a kernel's buffers somewhere bounded: Vulkan an element base each in 128 bytes of push
@@ -98,6 +101,7 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
             if group is not None and single_use and group[-1] is v.owner and group not in producers \
                     and placement.get(v.owner) == placement.get(op):
                 producers.append(group)
+        producers = [g for g in producers if root(g) is None or root(g).name not in NO_EPILOGUE_ROOTS]
         rooted = [g for g in producers if root(g) is not None]
         rootless = [g for g in producers if root(g) is None]
         if op.name in LOOP_OPS:
