@@ -6,8 +6,9 @@ device, each layer compiled once, checked, then run interleaved with torch's own
 
 torch runs on the CPU beside a CPU device, and on CUDA (when it has it) beside a GPU one. Reported: medians in ms
 of a call with its copies in and out (ours: numpy in, numpy out; torch's: the same tensors, synchronized), and the
-ratio torch / ours (above 1: ours is faster). The scatters compare every output position with every update
-(`compose.scatter_elements`), so their cost grows with positions x updates where torch's grows with the updates.
+ratio torch / ours (above 1: ours is faster). A small scatter compares every output position with every update
+(`compose.scatter_elements`, gather-shaped); past `compose.SCATTER_KERNEL_PAIRS` comparisons it is the `rt.scatter`
+kernel, whose cost grows with the updates, as torch's does.
 """
 
 from __future__ import annotations

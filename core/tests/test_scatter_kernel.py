@@ -212,3 +212,24 @@ def test_a_large_scatter_add_matches_torch():
     x = randn(20000, 8)
     index = torch.randint(0, 20000, (200000, 8), generator=torch.Generator().manual_seed(2))
     compile_and_compare(lambda x, i, s: x.scatter_add(0, i, s), (x, index, randn(200000, 8, seed=3)), "llvm-cpu")
+
+
+def test_a_scatter_whose_sizes_have_no_bound_is_refused_with_what_to_do():
+    """rt.scatter is lowered for static sizes; with sizes known only at run time the gather-shaped form is bounded
+    at the symbols' bounds, and with no bound it is refused, saying what to do."""
+    import torch
+
+    from retarget.errors import UnsupportedOpError
+    from retarget.importers.torch_export import TorchImporter
+
+    class ScatterAdd(torch.nn.Module):
+        def forward(self, x, i, s):
+            return x.scatter_add(1, i, s)
+
+    x, index = randn(4, 8), torch.tensor([[0, 1], [2, 2], [7, 0], [3, 3]])
+    rows = torch.export.Dim("rows")
+    program = torch.export.export(ScatterAdd(), (x, index, randn(4, 2)), dynamic_shapes=({0: rows},) * 3)
+    with pytest.raises(UnsupportedOpError, match="known only at run time, compares an unbounded number of pairs") \
+            as info:
+        TorchImporter().load(program)
+    assert "bound the symbol" in info.value.hint

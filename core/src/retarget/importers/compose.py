@@ -892,6 +892,7 @@ SCATTER_REDUCTIONS = ("none", "sum", "prod", "max", "min", "mean")
 # Comparisons (outputs x updates along the axis) past which a scatter is the `rt.scatter` kernel, linear in the
 # updates, rather than the gather-shaped reduction (fast on GPUs while small, but quadratic).
 SCATTER_KERNEL_PAIRS = 1 << 22
+SCATTER_LIMIT = 1 << 31  # comparisons past which a gather-shaped scatter of sizes known only at run time is refused
 
 
 def scatter_elements(b: Builder, data: Value, axis: int, index: Value, updates: Value, reduction: str = "none",
@@ -936,8 +937,9 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     """data [..., P] with updates [..., K] at index [..., K] (the leading dims data's, or 1 to broadcast) along
     the last axis; an index outside [0, P) writes nothing. Deterministic and free of atomics either way. Up to
     SCATTER_KERNEL_PAIRS comparisons (P x K a row), gather-shaped: each output position compares every index of
-    its row, in one reduction whose compare and select fuse into it. Past that (or with sizes known only at run
-    time) `rt.scatter`, whose cost is linear in the updates (`_scatter_kernel`)."""
+    its row, in one reduction whose compare and select fuse into it. Past that `rt.scatter`, whose cost is
+    linear in the updates (`_scatter_kernel`), where the sizes are static; with sizes known only at run time the
+    gather-shaped form, up to SCATTER_LIMIT comparisons at the symbols' bounds."""
     size, count = data.type.shape[-1], index.type.shape[-1]
     if reduction not in SCATTER_REDUCTIONS:
         raise UnsupportedOpError(f"scatter reduction '{reduction}' is not supported ({', '.join(SCATTER_REDUCTIONS)} "
@@ -945,8 +947,14 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
     if reduction == "mean" and data.type.dtype.kind != "float":
         raise UnsupportedOpError("a scatter's mean of integers is not supported (of floats it is)")
     _, pairs = bounds(math.prod(data.type.shape) * count, b.fn.symbols)
-    if pairs is None or pairs > SCATTER_KERNEL_PAIRS:
+    static = all(isinstance(d, int) for d in (*data.type.shape, *index.type.shape, *updates.type.shape))
+    if static and pairs > SCATTER_KERNEL_PAIRS:
         return _scatter_kernel(b, data, index, updates, reduction, include_self)
+    if pairs is None or pairs > SCATTER_LIMIT:  # rt.scatter is lowered for static sizes only, so far
+        many = "an unbounded number of" if pairs is None else pairs
+        raise UnsupportedOpError(f"a scatter of {count} updates into {data.type} along its last axis, with sizes "
+                                 f"known only at run time, compares {many} pairs, past the {SCATTER_LIMIT} supported",
+                                 hint="bound the symbol's range, or scatter into a tensor of static shape")
     dtype = index.type.dtype.name
     rank = data.type.rank
     columns = index.type.shape[:-1] + (1, count)
