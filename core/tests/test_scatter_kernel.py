@@ -16,7 +16,7 @@ from retarget.kernel import ir as k
 from retarget.kernel import lower
 from retarget.kernel.bounds import check_kernel
 from retarget.passes.dispatch import form_dispatches
-from retarget.testing.torch_cases import compile_and_compare, importer_targets, randn, run_compiled
+from retarget.testing.torch_cases import compile_and_compare, importer_targets, randn, run_compiled, scatter_cases
 from retarget.vmvx.kernels import KERNELS
 
 torch = pytest.importorskip("torch")
@@ -105,22 +105,7 @@ def kernel_scatters(monkeypatch):
 
 
 SCATTERS = {  # name: (function, inputs); indices repeat, and reach only part of x
-    "scatter, scatter_add and multiply along each dim": (
-        lambda x, i, rows, src: (x.scatter(1, i, src), x.scatter(0, rows, src), x.scatter(1, i, 2.5),
-                                 x.scatter_add(1, i, src), x.scatter_add(0, rows, src), x.scatter(-1, i, src),
-                                 x.scatter(1, i, src, reduce="multiply")),
-        (randn(3, 5), torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]]), torch.tensor([[0, 2, 2], [1, 2, 0]]),
-         randn(3, 4, seed=1))),
-    "scatter_reduce with and without self": (
-        lambda x, i, src: tuple(x.scatter_reduce(1, i, src, r, include_self=s)
-                                for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)),
-        (randn(3, 5), torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]]), randn(3, 3, seed=1))),
-    "scatter_reduce of integers": (
-        lambda x, i, src: tuple(x.scatter_reduce(0, i, src, r, include_self=s)
-                                for r in ("sum", "prod", "amax", "amin") for s in (True, False)),
-        (torch.randint(-9, 9, (4, 3), generator=torch.Generator().manual_seed(0), dtype=torch.int32),
-         torch.tensor([[0, 3, 3], [0, 1, 2]]),
-         torch.randint(-9, 9, (2, 3), generator=torch.Generator().manual_seed(1), dtype=torch.int32))),
+    **scatter_cases(),
     "index_put, index_add and index_copy": (
         lambda x, r, c, v: (torch.index_put(x, (r,), v), torch.index_put(x, (r, c), v[:, 0]),
                             torch.index_put(x, (r,), v, accumulate=True), torch.index_put(x, (r - 3, c), v[0, 0]),
@@ -147,7 +132,7 @@ def test_both_forms_import_and_agree_on_the_reference():
     from retarget.testing.torch_cases import module_of
     from retarget.vmvx.interpreter import run_function
 
-    fn, inputs = SCATTERS["scatter_reduce with and without self"]
+    fn, inputs = SCATTERS["scatter_reduce: sum, prod, mean, amax, amin, with and without self"]
     program = torch.export.export(module_of(fn), inputs)
     gathered = TorchImporter().load(program)
     with pytest.MonkeyPatch.context() as patch:

@@ -21,6 +21,7 @@ from retarget.testing.torch_cases import (  # noqa: E402
     importer_targets,
     module_of,
     randn,
+    scatter_cases,
 )
 from retarget.vmvx.interpreter import run_function  # noqa: E402
 
@@ -139,21 +140,7 @@ CASES = {  # name: (function, inputs)
     "grid_sample of a volume (3-D)": (
         lambda x, grid: every_grid_sample(x, grid, ("bilinear", "nearest")),
         (randn(1, 2, 3, 4, 5), sample_grid(1, 2, 3, 4))),
-    # index rows repeat a position (the last write wins, as torch's CPU kernel), and reach only part of x
-    "scatter of a tensor and of a number, and scatter_add, along each dim": (
-        lambda x, i, rows, src: (x.scatter(1, i, src), x.scatter(0, rows, src), x.scatter(1, i, 2.5),
-                                 x.scatter_add(1, i, src), x.scatter_add(0, rows, src), x.scatter(-1, i, src),
-                                 x.scatter(1, i, src, reduce="multiply")),
-        (randn(3, 5), torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]]), torch.tensor([[0, 2, 2], [1, 2, 0]]),
-         randn(3, 4, seed=1))),
-    "scatter_reduce: sum, prod, mean, amax, amin, with and without self": (
-        lambda x, i, src: tuple(x.scatter_reduce(1, i, src, r, include_self=s)
-                                for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)),
-        (randn(3, 5), torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]]), randn(3, 3, seed=1))),
-    "scatter_reduce of integers": (
-        lambda x, i, src: tuple(x.scatter_reduce(0, i, src, r, include_self=s)
-                                for r in ("sum", "prod", "amax", "amin") for s in (True, False)),
-        (ints(-9, 9, (4, 3), torch.int32), torch.tensor([[0, 3, 3], [0, 1, 2]]), ints(-9, 9, (2, 3), torch.int32))),
+    **scatter_cases(),
     "index_put: rows, elements, accumulate, negative indices, values broadcast": (
         lambda x, r, c, v: (torch.index_put(x, (r,), v), torch.index_put(x, (r, c), v[:, 0]),
                             torch.index_put(x, (r,), v, accumulate=True),

@@ -23,6 +23,33 @@ def randn(*shape, seed: int = 0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def scatter_cases() -> dict:
+    """The scatters' shared cases, {name: (function, inputs)}: indices repeat a position (the last write wins, as
+    torch's CPU kernel) and reach only part of x. The importer's tests run them as composed; the scatter kernel's
+    tests run them with every scatter forced through `rt.scatter`."""
+    import torch
+
+    def ints(shape, seed):
+        return torch.randint(-9, 9, shape, generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
+
+    rows_of_three = torch.tensor([[0, 1, 1], [2, 2, 4], [4, 0, 3]])
+    return {
+        "scatter of a tensor and of a number, and scatter_add, along each dim": (
+            lambda x, i, rows, src: (x.scatter(1, i, src), x.scatter(0, rows, src), x.scatter(1, i, 2.5),
+                                     x.scatter_add(1, i, src), x.scatter_add(0, rows, src), x.scatter(-1, i, src),
+                                     x.scatter(1, i, src, reduce="multiply")),
+            (randn(3, 5), rows_of_three, torch.tensor([[0, 2, 2], [1, 2, 0]]), randn(3, 4, seed=1))),
+        "scatter_reduce: sum, prod, mean, amax, amin, with and without self": (
+            lambda x, i, src: tuple(x.scatter_reduce(1, i, src, r, include_self=s)
+                                    for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)),
+            (randn(3, 5), rows_of_three, randn(3, 3, seed=1))),
+        "scatter_reduce of integers": (
+            lambda x, i, src: tuple(x.scatter_reduce(0, i, src, r, include_self=s)
+                                    for r in ("sum", "prod", "amax", "amin") for s in (True, False)),
+            (ints((4, 3), 0), torch.tensor([[0, 3, 3], [0, 1, 2]]), ints((2, 3), 1))),
+    }
+
+
 # The importer tests compile for these targets; RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" runs the
 # same cases on a GPU machine (benchmarks/gpu/confirm.sh's `importers` step).
 DEFAULT_TARGETS = ("vmvx", "llvm-cpu")
