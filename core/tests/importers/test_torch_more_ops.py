@@ -152,16 +152,6 @@ CASES = {  # name: (function, inputs)
     "assignment into slices and rows, index_add and index_copy": (
         lambda x, r, v: _assigned(x, r, v),
         (randn(4, 6), torch.tensor([3, 0]), randn(2, 6, seed=1))),
-    # bag 1 is empty (zeros in every mode); index 2 is the padding index of the fourth result
-    "embedding_bag: sum, mean, max, padding_idx, include_last_offset, per_sample_weights, 2-D bags": (
-        lambda i, o, w, ps, b2: (F.embedding_bag(i, w, o, mode="sum"), F.embedding_bag(i, w, o, mode="mean"),
-                                 F.embedding_bag(i, w, o, mode="max"), F.embedding_bag(i, w, o, padding_idx=2),
-                                 F.embedding_bag(i, w, torch.cat([o, torch.tensor([8])]), mode="mean",
-                                                 include_last_offset=True),
-                                 F.embedding_bag(i, w, o, mode="sum", per_sample_weights=ps),
-                                 F.embedding_bag(b2, w, mode="max")),
-        (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 2, 2, 5]), randn(10, 4), randn(8, seed=1),
-         torch.tensor([[1, 2, 3], [3, 4, 0]]))),
     "a spatial transformer: affine_grid then grid_sample": (
         lambda x, theta: F.grid_sample(x, F.affine_grid(theta, (2, 3, 6, 4), align_corners=False),
                                        align_corners=False),

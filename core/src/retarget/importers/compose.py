@@ -1184,7 +1184,10 @@ def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mod
     rows = b.op("rt.gather", [weight, indices], {"axis": 0})  # [L, D]
     if per_sample_weights is not None:
         rows = b.op("rt.mul", [rows, b.op("rt.reshape", [per_sample_weights], {"shape": (count, 1)})])
-    if math.prod(rows.type.shape) * bags > EMBEDDING_BAG_LIMIT:
+    pairs = math.prod(rows.type.shape) * bags
+    if pairs > SCATTER_KERNEL_PAIRS and all(isinstance(d, int) for d in (*rows.type.shape, bags)):
+        return _embedding_bag_scattered(b, rows, indices, offsets, mode, bags, padding_idx)
+    if pairs > EMBEDDING_BAG_LIMIT:
         raise UnsupportedOpError(f"an embedding bag of {count} rows into {bags} bags compares too many pairs "
                                  f"({math.prod(rows.type.shape) * bags}, past {EMBEDDING_BAG_LIMIT})")
     starts = b.op("rt.cast", [offsets], {"dtype": "i32"}) if offsets.type.dtype.name != "i32" else offsets
@@ -1213,6 +1216,39 @@ def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mod
         return total
     sizes = b.op("rt.reduce", [b.op("rt.select", [member, scalar(b, 1, rows), scalar(b, 0, rows)])],
                  {"kind": "sum", "axes": (1,), "keepdims": True})
+    return b.op("rt.div", [total, b.op("rt.max", [sizes, scalar(b, 1, sizes)])])
+
+
+def _embedding_bag_scattered(b: Builder, rows: Value, indices: Value, offsets: Value, mode: str, bags: int,
+                             padding_idx: int | None) -> Value:
+    """`embedding_bag` of many rows, linear in them: each position's bag is the running count of the offsets at or
+    before it, less one (a scatter of ones at the offsets, then a cumulative sum: positions at or past an offset
+    that only ends the last bag land in bag `bags`, which is out of range, and so does a padding row's -1); then
+    the rows are scattered into their bags (`_scatter_along_last`: past SCATTER_KERNEL_PAIRS, `rt.scatter`)."""
+    count, width = rows.type.shape
+    starts = _as_index(b, offsets, "i32")
+    marks = _scatter_along_last(b, b.op("rt.broadcast", [b.constant(np.array(0, np.int32))], {"shape": (count,)}),
+                                starts, b.op("rt.broadcast", [b.constant(np.array(1, np.int32))],
+                                             {"shape": starts.type.shape}), "sum", True)
+    bag = b.op("rt.sub", [cumulative(b, marks, 0), scalar(b, 1, marks)])
+    if padding_idx is not None:
+        kept = b.op("rt.cmp", [indices, b.constant(np.array(padding_idx, indices.type.dtype.np_dtype))],
+                    {"predicate": "ne"})
+        bag = b.op("rt.select", [kept, bag, scalar(b, -1, bag)])
+    bag = b.op("rt.reshape", [bag], {"shape": (1, count)})
+    columns = b.op("rt.transpose", [rows], {"perm": (1, 0)})  # [D, L]: each row of D scatters along L
+    zeros = b.op("rt.broadcast", [scalar(b, 0, rows)], {"shape": (width, bags)})
+    if mode == "max":  # an empty bag keeps data's zeros
+        total = _scatter_along_last(b, zeros, bag, columns, "max", False)
+    else:
+        total = _scatter_along_last(b, zeros, bag, columns, "sum", True)
+    total = b.op("rt.transpose", [total], {"perm": (1, 0)})
+    if mode != "mean":
+        return total
+    ones = b.op("rt.broadcast", [scalar(b, 1, rows)], {"shape": (1, count)})
+    sizes = _scatter_along_last(b, b.op("rt.broadcast", [scalar(b, 0, rows)], {"shape": (1, bags)}), bag, ones,
+                                "sum", True)
+    sizes = b.op("rt.reshape", [sizes], {"shape": (bags, 1)})
     return b.op("rt.div", [total, b.op("rt.max", [sizes, scalar(b, 1, sizes)])])
 
 

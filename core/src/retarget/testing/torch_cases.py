@@ -28,6 +28,7 @@ def scatter_cases() -> dict:
     torch's CPU kernel) and reach only part of x. The importer's tests run them as composed; the scatter kernel's
     tests run them with every scatter forced through `rt.scatter`."""
     import torch
+    import torch.nn.functional as F
 
     def ints(shape, seed):
         return torch.randint(-9, 9, shape, generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
@@ -47,6 +48,16 @@ def scatter_cases() -> dict:
             lambda x, i, src: tuple(x.scatter_reduce(0, i, src, r, include_self=s)
                                     for r in ("sum", "prod", "amax", "amin") for s in (True, False)),
             (ints((4, 3), 0), torch.tensor([[0, 3, 3], [0, 1, 2]]), ints((2, 3), 1))),
+        # bag 1 is empty (zeros in every mode); index 2 is the padding index of the fourth result
+        "embedding_bag: sum, mean, max, padding_idx, include_last_offset, per_sample_weights, 2-D bags": (
+            lambda i, o, w, ps, b2: (F.embedding_bag(i, w, o, mode="sum"), F.embedding_bag(i, w, o, mode="mean"),
+                                     F.embedding_bag(i, w, o, mode="max"), F.embedding_bag(i, w, o, padding_idx=2),
+                                     F.embedding_bag(i, w, torch.cat([o, torch.tensor([8])]), mode="mean",
+                                                     include_last_offset=True),
+                                     F.embedding_bag(i, w, o, mode="sum", per_sample_weights=ps),
+                                     F.embedding_bag(b2, w, mode="max")),
+            (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 2, 2, 5]), randn(10, 4), randn(8, seed=1),
+             torch.tensor([[1, 2, 3], [3, 4, 0]]))),
     }
 
 
