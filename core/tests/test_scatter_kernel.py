@@ -28,30 +28,33 @@ COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": lambda 
 
 
 def one_at_a_time(data, index, updates, reduction):
-    """The semantics, written as the loop they describe."""
+    """The semantics, written as the loop they describe (each index moving a row of data's trailing dims past
+    index's rank, where it has some)."""
     out = data.copy()
-    for row in np.ndindex(*data.shape[:-1]):
+    axis = index.ndim - 1
+    for row in np.ndindex(*data.shape[:axis]):
         for j in range(index.shape[-1]):
             q = int(index[row + (j,)])
-            if 0 <= q < data.shape[-1]:
+            if 0 <= q < data.shape[axis]:
                 u = updates[row + (j,)]
                 out[row + (q,)] = u if reduction == "none" else COMBINE[reduction](out[row + (q,)], u)
     return out
 
 
-def scatter_case(dtype, rows=3, size=7, count=12, seed=0):
-    """Indices repeat and reach past both ends of the row."""
+def scatter_case(dtype, rows=3, size=7, count=12, seed=0, tail=()):
+    """Indices repeat and reach past both ends of the row; with `tail`, each moves a row of that shape."""
     rng = np.random.default_rng(seed)
     values = (lambda shape: rng.standard_normal(shape)) if np.dtype(dtype).kind == "f" else \
         (lambda shape: rng.integers(-4, 5, shape))
-    return (values((rows, size)).astype(dtype), rng.integers(-2, size + 2, (rows, count)),
-            values((rows, count)).astype(dtype))
+    return (values((rows, size) + tail).astype(dtype), rng.integers(-2, size + 2, (rows, count)),
+            values((rows, count) + tail).astype(dtype))
 
 
+@pytest.mark.parametrize("tail", [(), (3,), (2, 3)], ids=["elements", "rows", "planes"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int8])
-def test_the_reference_applies_the_updates_in_order_and_skips_indices_out_of_range(reduction, dtype):
-    data, index, updates = scatter_case(dtype)
+def test_the_reference_applies_the_updates_in_order_and_skips_indices_out_of_range(reduction, dtype, tail):
+    data, index, updates = scatter_case(dtype, tail=tail)
     with np.errstate(all="ignore"):
         out = KERNELS["rt.scatter"]({"reduction": reduction}, data, index, updates)
         np.testing.assert_array_equal(out, one_at_a_time(data, index, updates, reduction))
@@ -80,17 +83,20 @@ def test_max_and_min_keep_a_nan_from_data_or_the_updates(reduction):
 
 def scatter_module(data_type: TensorType, index_type: TensorType, reduction: str) -> Module:
     """rt.scatter of data (negated first: a producer fused into its read) at index, of updates."""
-    data, index, updates = Value(data_type), Value(index_type), Value(TensorType(index_type.shape, data_type.dtype))
+    tail = data_type.shape[index_type.rank:]
+    data, index = Value(data_type), Value(index_type)
+    updates = Value(TensorType(index_type.shape + tail, data_type.dtype))
     fn = Function("main", [data, index, updates])
     b = Builder(fn)
     fn.returns = [b.op("rt.scatter", [b.op("rt.neg", [data]), index, updates], {"reduction": reduction})]
     return Module({"main": fn})
 
 
+@pytest.mark.parametrize("tail", [(), (5,), (2, 3)], ids=["elements", "rows", "planes"])
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", ["f32", "i32"])
-def test_the_kernel_matches_the_reference_on_every_target(target, dtype):
-    data, index, updates = scatter_case(dtypes.DTYPES[dtype].np_dtype, rows=5, size=37, count=50)
+def test_the_kernel_matches_the_reference_on_every_target(target, dtype, tail):
+    data, index, updates = scatter_case(dtypes.DTYPES[dtype].np_dtype, rows=5, size=37, count=50, tail=tail)
     for reduction in REDUCTIONS:
         module = scatter_module(TensorType(data.shape, dtypes.DTYPES[dtype]), TensorType(index.shape, dtypes.i64),
                                 reduction)

@@ -997,12 +997,18 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
 
 def _scatter_kernel(b: Builder, data: Value, index: Value, updates: Value, reduction: str,
                     include_self: bool) -> Value:
-    """`_scatter_along_last` as `rt.scatter`: index and updates broadcast to data's leading dims. A mean is a sum
-    divided by a second scatter's counts; without `include_self` the updates combine into the reduction's
-    identity, and positions that a scatter of ones marks untouched keep data."""
-    lead = data.type.shape[:-1]
-    index, updates = (v if v.type.shape[:-1] == lead else
-                      b.op("rt.broadcast", [v], {"shape": lead + v.type.shape[-1:]}) for v in (index, updates))
+    """A scatter as `rt.scatter`: index [..., K] addresses the axis of data [..., P, T...] at index's rank, each
+    index moving a whole row of the trailing dims T (none for `_scatter_along_last`; index_put's rows and
+    embedding_bag's have some); index and updates broadcast to data's leading dims. A mean is a sum divided by
+    the counts of a scatter of ones; without `include_self` the updates combine into the reduction's identity,
+    and positions that a scatter of ones marks untouched keep data."""
+    axis = index.type.rank - 1
+    lead, plane, tail = data.type.shape[:axis], data.type.shape[:axis + 1], data.type.shape[axis + 1:]
+    count = index.type.shape[-1]
+    if index.type.shape[:-1] != lead:
+        index = b.op("rt.broadcast", [index], {"shape": lead + (count,)})
+    if updates.type.shape != lead + (count,) + tail:
+        updates = b.op("rt.broadcast", [updates], {"shape": lead + (count,) + tail})
 
     def scatter(into: Value, values: Value, kind: str) -> Value:
         return b.op("rt.scatter", [into, index, values], {"reduction": kind})
@@ -1010,13 +1016,19 @@ def _scatter_kernel(b: Builder, data: Value, index: Value, updates: Value, reduc
     def filled(value, like: Value, shape) -> Value:
         return b.op("rt.broadcast", [scalar(b, value, like)], {"shape": shape})
 
+    def per_position(counts: Value) -> Value:  # [..., P] -> data's shape, the same over T
+        if not tail:
+            return counts
+        spread = b.op("rt.reshape", [counts], {"shape": plane + (1,) * len(tail)})
+        return b.op("rt.broadcast", [spread], {"shape": data.type.shape})
+
     kind = "sum" if reduction == "mean" else reduction
     if reduction == "mean":
         ones = filled(1, data, index.type.shape)
         if include_self:  # each position's count starts at 1, for data's own value
-            return b.op("rt.div", [scatter(data, updates, "sum"), scatter(filled(1, data, data.type.shape), ones,
-                                                                               "sum")])
-        hits = scatter(filled(0, data, data.type.shape), ones, "sum")
+            sizes = per_position(scatter(filled(1, data, plane), ones, "sum"))
+            return b.op("rt.div", [scatter(data, updates, "sum"), sizes])
+        hits = per_position(scatter(filled(0, data, plane), ones, "sum"))
         total = scatter(filled(0, data, data.type.shape), updates, "sum")
         some = b.op("rt.cmp", [hits, scalar(b, 0, hits)], {"predicate": "gt"})
         return b.op("rt.select", [some, b.op("rt.div", [total, b.op("rt.max", [hits, scalar(b, 1, hits)])]), data])
@@ -1026,8 +1038,8 @@ def _scatter_kernel(b: Builder, data: Value, index: Value, updates: Value, reduc
                 "min": extreme(data.type.dtype, low=False)}[kind]
     combined = scatter(filled(identity, data, data.type.shape), updates, kind)
     flag = b.constant(np.array(0, np.int32))
-    touched = b.op("rt.scatter", [b.op("rt.broadcast", [flag], {"shape": data.type.shape}), index,
-                                  filled(1, flag, index.type.shape)], {"reduction": "max"})
+    touched = per_position(scatter(b.op("rt.broadcast", [flag], {"shape": plane}), filled(1, flag, index.type.shape),
+                                   "max"))
     some = b.op("rt.cmp", [touched, scalar(b, 0, touched)], {"predicate": "gt"})
     return b.op("rt.select", [some, combined, data])
 
@@ -1065,6 +1077,12 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     tuples = math.prod(indices.type.shape[:-1])
     rest = shape[q:]
     flat = b.op("rt.reshape", [data], {"shape": (math.prod(shape[:q]),) + rest})
+    if rest and all(isinstance(d, int) for d in rest) and math.prod(shape) * tuples > SCATTER_KERNEL_PAIRS \
+            and reduction in SCATTER_REDUCTIONS:  # whole rows of `rest` a tuple, contiguous, no transposes
+        values = b.op("rt.reshape", [updates], {"shape": (tuples,) + rest})
+        linear = b.op("rt.reshape", [linear], {"shape": (tuples,)})
+        out = _scatter_kernel(b, flat, linear, values, reduction, True)
+        return b.op("rt.reshape", [out], {"shape": shape})
     linear = b.op("rt.reshape", [linear], {"shape": (1,) * len(rest) + (tuples,)})
     moved = tuple(range(1, len(rest) + 1)) + (0,)
     values = b.op("rt.reshape", [updates], {"shape": (tuples,) + rest})
@@ -1224,7 +1242,7 @@ def _embedding_bag_scattered(b: Builder, rows: Value, indices: Value, offsets: V
     """`embedding_bag` of many rows, linear in them: each position's bag is the running count of the offsets at or
     before it, less one (a scatter of ones at the offsets, then a cumulative sum: positions at or past an offset
     that only ends the last bag land in bag `bags`, which is out of range, and so does a padding row's -1); then
-    the rows are scattered into their bags (`_scatter_along_last`: past SCATTER_KERNEL_PAIRS, `rt.scatter`)."""
+    the rows are scattered, whole, into their bags (`rt.scatter` with rows of the embedding's width)."""
     count, width = rows.type.shape
     starts = _as_index(b, offsets, "i32")
     marks = _scatter_along_last(b, b.op("rt.broadcast", [b.constant(np.array(0, np.int32))], {"shape": (count,)}),
@@ -1235,21 +1253,9 @@ def _embedding_bag_scattered(b: Builder, rows: Value, indices: Value, offsets: V
         kept = b.op("rt.cmp", [indices, b.constant(np.array(padding_idx, indices.type.dtype.np_dtype))],
                     {"predicate": "ne"})
         bag = b.op("rt.select", [kept, bag, scalar(b, -1, bag)])
-    bag = b.op("rt.reshape", [bag], {"shape": (1, count)})
-    columns = b.op("rt.transpose", [rows], {"perm": (1, 0)})  # [D, L]: each row of D scatters along L
-    zeros = b.op("rt.broadcast", [scalar(b, 0, rows)], {"shape": (width, bags)})
-    if mode == "max":  # an empty bag keeps data's zeros
-        total = _scatter_along_last(b, zeros, bag, columns, "max", False)
-    else:
-        total = _scatter_along_last(b, zeros, bag, columns, "sum", True)
-    total = b.op("rt.transpose", [total], {"perm": (1, 0)})
-    if mode != "mean":
-        return total
-    ones = b.op("rt.broadcast", [scalar(b, 1, rows)], {"shape": (1, count)})
-    sizes = _scatter_along_last(b, b.op("rt.broadcast", [scalar(b, 0, rows)], {"shape": (1, bags)}), bag, ones,
-                                "sum", True)
-    sizes = b.op("rt.reshape", [sizes], {"shape": (bags, 1)})
-    return b.op("rt.div", [total, b.op("rt.max", [sizes, scalar(b, 1, sizes)])])
+    zeros = b.op("rt.broadcast", [scalar(b, 0, rows)], {"shape": (bags, width)})
+    # an empty bag keeps the zeros: max and mean combine without them, sum into them
+    return _scatter_kernel(b, zeros, bag, rows, mode, mode == "sum")
 
 
 def slice_scatter(b: Builder, x: Value, src: Value, axis: int, start: int, end: int, step: int = 1) -> Value:

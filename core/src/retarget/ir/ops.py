@@ -18,10 +18,12 @@ dim the rows and the rest one row. `rt.quantized_matmul(xq, x_scale, q, w_scale[
 is x @ W^T for int8 activations xq (integers in an i32 tensor) with per-row
 scales and W packed as above: the products of each group are summed exactly, as
 integers, then scaled.
-`rt.scatter(data [..., P], index [..., K], updates [..., K])` is data with, row by row and for j = 0..K-1 in
-order, q = index[..., j] and, where 0 <= q < P, out[..., q] = updates[..., j] (`reduction` "none": the last
-write wins) or combined with it ("sum", "prod", "max", "min"; max and min propagate NaN as `rt.max` does);
-an index out of range writes nothing. The leading dims of the three are equal (importers broadcast first).
+`rt.scatter(data [..., P, T...], index [..., K], updates [..., K, T...])` is data with, row by row and for
+j = 0..K-1 in order, q = index[..., j] and, where 0 <= q < P, out[..., q, T...] = updates[..., j, T...]
+(`reduction` "none": the last write wins) or combined with it ("sum", "prod", "max", "min"; max and min propagate
+NaN as `rt.max` does); an index out of range writes nothing. The leading dims of the three are equal (importers
+broadcast first); the trailing dims T (none, or a whole row of them: index_put's rows, embedding_bag's) move with
+each index.
 The numpy reference for each op is in `vmvx/kernels.py`.
 
 Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
@@ -329,10 +331,12 @@ def _scatter(name, types, attrs):
     data, index, updates = types
     _check(attrs["reduction"] in SCATTER_KINDS, f"reduction must be one of {', '.join(SCATTER_KINDS)}")
     _check(index.dtype.is_integer and index.dtype != i1, f"indices must be integers, got {index}")
-    _check(data.rank >= 1 and index.rank == data.rank and updates.shape == index.shape,
-           f"data {data}, index {index} and updates {updates} need one rank, index and updates one shape")
-    for d, i in zip(data.shape[:-1], index.shape[:-1]):
-        _same(d, i, f"index {index} and data {data} differ before the last axis")
+    tail = data.shape[index.rank:]
+    _check(index.rank >= 1 and data.rank >= index.rank and updates.shape == index.shape + tail,
+           f"data {data}, index {index} and updates {updates}: updates must be index's shape and data's trailing "
+           "dims past index's rank")
+    for d, i in zip(data.shape[:index.rank - 1], index.shape[:-1]):
+        _same(d, i, f"index {index} and data {data} differ before the scattered axis")
     _check(updates.dtype == data.dtype, f"updates {updates} and data {data} differ in element type")
     return [data]
 

@@ -509,42 +509,59 @@ class _Lowering:
 
     def _scatter(self, op) -> list:
         """One invocation per (row, chunk of `span` positions): it copies data's chunk into the output, then walks
-        the row's indices in order and writes (or combines into) the positions of its own chunk. Each position is
-        written by one invocation only, in index order: deterministic, without atomics. The chunks make enough
-        invocations for the target (`scatter_invocations`), each re-reading the row's indices."""
+        the row's indices in order and writes (or combines into) the positions of its own chunk, each a whole row
+        of the trailing dims (contiguous) where there are some. Each position is written by one invocation only,
+        in index order: deterministic, without atomics. The chunks make enough invocations for the target
+        (`scatter_invocations`), each re-reading the row's indices."""
         data, index, updates = op.operands
-        lead, size, count = data.type.shape[:-1], data.type.shape[-1], index.type.shape[-1]
-        rows, dt = _count(lead), data.type.dtype
-        wanted = self.scatter_invocations(self.hint(rows) * (size + count))
+        axis = index.type.rank - 1
+        lead, size, count = data.type.shape[:axis], data.type.shape[axis], index.type.shape[-1]
+        tail = data.type.shape[axis + 1:]
+        rows, width, dt = _count(lead), _count(tail), data.type.dtype
+        wanted = self.scatter_invocations(self.hint(rows) * (size + count) * width)
         chunks = max(1, min(size, -(-wanted // max(1, self.hint(rows)))))
         span = -(-size // chunks)
         chunks = -(-size // span)
         ragged = size % span != 0
         reduction = op.attrs["reduction"]
-        self.schedule["scatter"] = f"{reduction}, {chunks} chunks of {span} a row"
+        self.schedule["scatter"] = f"{reduction}, {chunks} chunks of {span} a row" + (f", rows of {width}" if tail
+                                                                                        else "")
+
+        def across(flat_position: Expr, fill) -> list:
+            """`fill(flat element, index within the trailing dims)` for each element at `flat_position`."""
+            if not tail:
+                return fill(flat_position, [])
+            w = self.fresh("w")
+            return [Loop(w, width, fill(flat_position * width + Var(w), _delinearize(Var(w), tail)),
+                         self.SCATTER_COPY)]
 
         def element(i: Expr) -> list:
             row, base = (i // chunks, (i % chunks) * span) if chunks > 1 else (i, k.const(0))
             at = _delinearize(row, lead)
             p, j, q = self.fresh("p"), self.fresh("j"), self.fresh("q")
             position = base + Var(p)
-            copy = [Store("out0", row * size + position, self.value(data, at + [position]))]
+            copy = across(row * size + position,
+                          lambda flat, rest: [Store("out0", flat, self.value(data, at + [position] + rest))])
             if ragged:
                 copy = [If(Compare("lt", position, k.const(size)), copy)]
             where = self.value(index, at + [Var(j)])
             mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
             if chunks > 1:
                 mine += [Compare("ge", Var(q), base), Compare("lt", Var(q), base + span)]
-            target = row * size + Var(q)
-            value = self.value(updates, at + [Var(j)])
-            if reduction != "none":
-                value = k.Binary({"sum": "add", "prod": "mul", "max": "max", "min": "min"}[reduction],
-                                 Load("out0", target, dt), value)
-            walk = [Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),
-                    If(_all(mine), [Store("out0", target, value)])]
-            return [Loop(p, span, copy, "serial" if ragged else self.SCATTER_COPY), Loop(j, count, walk)]
 
-        return self.over_invocations(rows * chunks, element, work=rows * (size + chunks * count))
+            def put(flat, rest):
+                value = self.value(updates, at + [Var(j)] + rest)
+                if reduction != "none":
+                    value = k.Binary({"sum": "add", "prod": "mul", "max": "max", "min": "min"}[reduction],
+                                     Load("out0", flat, dt), value)
+                return [Store("out0", flat, value)]
+
+            walk = [Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),
+                    If(_all(mine), across(row * size + Var(q), put))]
+            copy_kind = "serial" if ragged or tail else self.SCATTER_COPY
+            return [Loop(p, span, copy, copy_kind), Loop(j, count, walk)]
+
+        return self.over_invocations(rows * chunks, element, work=rows * (size + chunks * count) * width)
 
     SCATTER_COPY = "vector"  # how a scatter invocation copies its chunk
 

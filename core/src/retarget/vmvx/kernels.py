@@ -250,17 +250,18 @@ _SCATTER_COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min"
 
 @kernel("scatter")
 def _scatter(attrs, data, index, updates):
-    """Row by row, updates[..., j] for j in order into position index[..., j] of the last axis, where it is in
-    range: the last one wins ("none"), or each is combined into what is there (ufunc.at applies them in order,
-    one at a time, rounding each as a kernel that stores each does; np.maximum keeps NaN)."""
-    out = np.array(data, order="C")  # a copy in which `reshape(-1)` is a view
-    size, count = data.shape[-1], index.shape[-1]
+    """Row by row, updates[..., j, T...] for j in order into position index[..., j] of the scattered axis, where it
+    is in range: the last one wins ("none"), or each is combined into what is there (ufunc.at applies them in
+    order, one at a time, rounding each as a kernel that stores each does; np.maximum keeps NaN)."""
+    out = np.array(data, order="C")  # a copy in which `reshape` is a view
+    count, size = index.shape[-1], data.shape[index.ndim - 1]
+    tail = data.shape[index.ndim:]
     flat_index = index.reshape(-1, count).astype(np.int64)
     rows = np.broadcast_to(np.arange(flat_index.shape[0])[:, None] * size, flat_index.shape)
     kept = (flat_index >= 0) & (flat_index < size)
     target = (rows + flat_index)[kept]  # row-major: within each row, in j order
-    values = updates.reshape(-1, count)[kept]
-    flat = out.reshape(-1)
+    values = updates.reshape((-1, count) + tail)[kept]
+    flat = out.reshape((-1,) + tail)
     reduction = attrs["reduction"]
     if reduction == "none":
         last = len(target) - 1 - np.unique(target[::-1], return_index=True)[1]
