@@ -62,6 +62,14 @@ def layers():
             lambda i, o, w: F.embedding_bag(i, w, o, mode="mean")),
          (torch.randint(0, 10000, (512,), generator=g), torch.arange(0, 512, 16),
           torch.randn(10000, 64, generator=g))),
+        ("index_add, 50000 rows of 16 into 100000", module_of(lambda x, rows, v: x.index_add(0, rows, v)),
+         (torch.randn(100000, 16, generator=g), torch.randint(0, 100000, (50000,), generator=g),
+          torch.randn(50000, 16, generator=g))),
+        ("embedding_bag sum, 100000 of 5000x16 in 2048 bags", module_of(
+            lambda i, o, w: F.embedding_bag(i, w, o, mode="sum")),
+         (torch.randint(0, 5000, (100000,), generator=g),
+          torch.cat([torch.zeros(1, dtype=torch.int64), torch.sort(torch.randint(0, 100000, (2047,), generator=g))[0]]),
+          torch.randn(5000, 16, generator=g))),
     ]
 
 
