@@ -319,3 +319,15 @@ def test_help_shows_examples(command):
 
 def test_benchmark_png_goes_with_the_suite(mlp_rtm, tmp_path):
     assert_clean_error(cli("benchmark", mlp_rtm[0], "--png", tmp_path / "b.png"), "--png goes with --suite")
+
+
+def test_a_dynamic_function_compiles_and_lists_on_one_line_each_when_piped(tmp_path):
+    source = tmp_path / "exp.mlir"
+    source.write_text("func.func @exponential_of_each_element(%a: tensor<?x8xf32>) -> tensor<?x8xf32> {\n"
+                      "  %0 = math.exp %a : tensor<?x8xf32>\n  return %0 : tensor<?x8xf32>\n}\n")
+    compiled = cli("compile", source, "--target", "vmvx", "-o", tmp_path / "exp.rtm")
+    assert compiled.returncode == 0, compiled.stderr
+    assert "; 1 dispatch; functions exponential_of_each_element) in " in compiled.stdout
+    listing = cli("run", tmp_path / "exp.rtm", "--list-functions").stdout.splitlines()
+    assert listing == ["exponential_of_each_element(arg0: tensor<arg0_dim0x8xf32>) -> (tensor<arg0_dim0x8xf32>) "
+                       "with arg0_dim0=1.."]

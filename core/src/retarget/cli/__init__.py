@@ -360,9 +360,10 @@ def compile_(
         sys.stdout.write(explain_text(artifact.placement) + "\n")
     where = ", ".join(f"{p}: {' + '.join(t)}" for p, t in summary["placements"].items()) \
         or ", ".join(summary["targets"])
-    split = f"; {summary['transfers']} transfers" if summary["placements"] else ""
+    split = f"; {_count(summary['transfers'], 'transfer')}" if summary["placements"] else ""
+    dispatches = _count(summary["dispatches"], "dispatch", "dispatches")
     out.print(f"wrote {output} ({summary['bytes']:,} bytes; {where}; "
-              f"{summary['dispatches']} dispatches{split}; functions {', '.join(summary['functions'])}"
+              f"{dispatches}{split}; functions {', '.join(summary['functions'])}"
               f"{'; signed' if sign else ''}) in {elapsed:.2f} s", soft_wrap=True)
     if dump_after_all:
         out.print(f"stages dumped to {dump_after_all}/")
@@ -442,7 +443,7 @@ def run(
         if as_json:
             return _print_json({"devices": loaded.describe_devices(), "functions": rows})
         for row in rows:
-            out.print(row["signature"], highlight=False)
+            out.print(row["signature"], highlight=False, soft_wrap=True)
             if len(row["steps"]) > 1:
                 out.print("  runs: " + _steps_text(row["steps"]), highlight=False)
         if len(loaded.placements) > 1:
@@ -479,8 +480,8 @@ def run(
             out.print(str(r), highlight=False)
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _inputs_hint(fn) -> str:
@@ -497,8 +498,7 @@ def _steps_text(steps: list[dict]) -> str:
     parts = []
     for s in steps:
         if s["op"] == "run":
-            n = len(s["dispatches"])
-            parts.append(f"{s['placement']} ({n} dispatch{'es' if n != 1 else ''})")
+            parts.append(f"{s['placement']} ({_count(len(s['dispatches']), 'dispatch', 'dispatches')})")
         else:
             parts.append(f"{s['from']}->{s['to']} {s['bytes']:,} B")
     return " -> ".join(parts)
