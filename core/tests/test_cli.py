@@ -278,3 +278,56 @@ def test_compile_with_an_unknown_precision_is_a_one_line_error(tmp_path):
     source.write_text(ir.print_module(quant_model.linear_layer(1, 8, 8)[0]))
     assert_clean_error(cli("compile", source, "-t", "vmvx", "--precision", "half", "-o", tmp_path / "x.rtm"),
                        "unknown precision 'half'", "f16")
+
+
+def test_version_needs_no_command():
+    from retarget import __version__
+
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"retarget {__version__}", result.stderr
+
+
+def test_an_output_in_a_missing_folder_is_refused_before_the_work(mlp_mlir, mlp_rtm, tmp_path):
+    folder, _ = mlp_mlir
+    missing = tmp_path / "no" / "such"
+    assert_clean_error(cli("compile", folder / "mlp.mlir", "--target", "vmvx", "-o", missing / "m.rtm"),
+                       f"--output {missing / 'm.rtm'}", "does not exist")
+    assert_clean_error(cli("run", mlp_rtm[0], "--input", f"@{tmp_path / 'x.npy'}", "--output", missing / "y.npy"),
+                       f"--output {missing / 'y.npy'}", "does not exist")
+
+
+def test_too_few_or_many_inputs_say_how_to_spell_each(mlp_rtm, tmp_path):
+    hint = "give one --input per argument, e.g. --input 2x8xf32=0"
+    assert_clean_error(cli("run", mlp_rtm[0]), "predict takes 1 input, got 0", hint)
+    x = f"@{tmp_path / 'x.npy'}"
+    assert_clean_error(cli("run", mlp_rtm[0], "--input", x, "--input", x), "got 2 --input", hint)
+
+
+def test_the_compile_summary_is_one_line_when_piped(mlp_mlir):
+    folder, _ = mlp_mlir
+    result = cli("compile", folder / "mlp.mlir", "--target", "vmvx", "-o", folder / "a-long-module-name.rtm")
+    assert result.returncode == 0, result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith("wrote ") and "functions predict) in " in line
+
+
+@pytest.mark.parametrize("command", ["compile", "run"])
+def test_help_shows_examples(command):
+    text = cli(command, "--help").stdout
+    assert "For example:" in text and f"retarget {command} model." in text
+
+
+def test_benchmark_png_goes_with_the_suite(mlp_rtm, tmp_path):
+    assert_clean_error(cli("benchmark", mlp_rtm[0], "--png", tmp_path / "b.png"), "--png goes with --suite")
+
+
+def test_a_dynamic_function_compiles_and_lists_on_one_line_each_when_piped(tmp_path):
+    source = tmp_path / "exp.mlir"
+    source.write_text("func.func @exponential_of_each_element(%a: tensor<?x8xf32>) -> tensor<?x8xf32> {\n"
+                      "  %0 = math.exp %a : tensor<?x8xf32>\n  return %0 : tensor<?x8xf32>\n}\n")
+    compiled = cli("compile", source, "--target", "vmvx", "-o", tmp_path / "exp.rtm")
+    assert compiled.returncode == 0, compiled.stderr
+    assert "; 1 dispatch; functions exponential_of_each_element) in " in compiled.stdout
+    listing = cli("run", tmp_path / "exp.rtm", "--list-functions").stdout.splitlines()
+    assert listing == ["exponential_of_each_element(arg0: tensor<arg0_dim0x8xf32>) -> (tensor<arg0_dim0x8xf32>) "
+                       "with arg0_dim0=1.."]

@@ -41,17 +41,22 @@ _state = {"verbose": False}
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 
 
-@app.callback()
-def _main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
-):
-    _state["verbose"] = verbose
-    if version:
+def _print_version(wanted: bool) -> None:
+    # Eager, so that `retarget --version` needs no command after it.
+    if wanted:
         from .. import __version__
 
         out.print(f"retarget {__version__}")
         raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print the version and exit.", callback=_print_version, is_eager=True)] = False,
+):
+    _state["verbose"] = verbose
 
 
 def _table(*headers: str) -> Table:
@@ -61,6 +66,21 @@ def _table(*headers: str) -> Table:
 
 def _print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Refuse an output path whose folder is missing before any work is done, not after it."""
+    if not path.parent.is_dir():
+        raise InputError(f"{flag} {path}: the folder {path.parent} does not exist",
+                         hint="create it first, or write somewhere else")
+
+
+def _write(path: Path, save) -> None:
+    """save(path), with an OS error (permissions, a full disk) as a one-line error naming the file."""
+    try:
+        save(path)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}", hint="check the path and its permissions") from None
 
 
 # -- listings ---------------------------------------------------------------------------------
@@ -274,6 +294,11 @@ def compile_(
 ):
     """Compile a model into a .rtm module holding code for each target.
 
+    For example:
+
+        retarget compile model.onnx --target llvm-cpu -o model.rtm          # also .mlir and .pt2
+        retarget compile model.pt2 --target vmvx --target vulkan-spirv -o model.rtm   # one module, two targets
+
     Each target declares what it cannot run (its support table). An op a target refuses is an
     error naming it, unless `--fallback` names a target for it:
 
@@ -295,6 +320,7 @@ def compile_(
 
     if output is None:
         output = source.with_suffix(".rtm")
+    _check_writable(output, "--output")
     targets = target or ["vmvx"]
     if not target:
         err.print("note: no --target given; using vmvx, the numpy reference (slow, always works)")
@@ -306,7 +332,7 @@ def compile_(
                                         precision=precision, interface_precision=interface_precision,
                                         quantize=quantize,
                                         dims=dict(parse_dim_option(d) for d in dim or ()))
-            artifact.save(output, signing_key=sign)
+            _write(output, lambda path: artifact.save(path, signing_key=sign))
     except PlacementError as e:
         if explain:
             _print_json({"placement": e.report}) if as_json else sys.stdout.write(explain_text(e.report) + "\n")
@@ -334,10 +360,11 @@ def compile_(
         sys.stdout.write(explain_text(artifact.placement) + "\n")
     where = ", ".join(f"{p}: {' + '.join(t)}" for p, t in summary["placements"].items()) \
         or ", ".join(summary["targets"])
-    split = f"; {summary['transfers']} transfers" if summary["placements"] else ""
+    split = f"; {_count(summary['transfers'], 'transfer')}" if summary["placements"] else ""
+    dispatches = _count(summary["dispatches"], "dispatch", "dispatches")
     out.print(f"wrote {output} ({summary['bytes']:,} bytes; {where}; "
-              f"{summary['dispatches']} dispatches{split}; functions {', '.join(summary['functions'])}"
-              f"{'; signed' if sign else ''}) in {elapsed:.2f} s")
+              f"{dispatches}{split}; functions {', '.join(summary['functions'])}"
+              f"{'; signed' if sign else ''}) in {elapsed:.2f} s", soft_wrap=True)
     if dump_after_all:
         out.print(f"stages dumped to {dump_after_all}/")
 
@@ -399,6 +426,12 @@ def run(
 ):
     """Run one function of a module with the given inputs and print (or save) its results.
 
+    For example:
+
+        retarget run model.rtm --list-functions                  # the functions and their arguments
+        retarget run model.rtm --device local-task --input 1x16xf32=0.5
+        retarget run model.rtm -d vulkan -f predict -i @x.npy --output y.npy --json
+
     `--list-functions` prints each function's signature, and for a module split by `--fallback`
     where it runs: its segments and transfers, and the device of each placement."""
     from ..runtime import load, parse_input
@@ -410,7 +443,7 @@ def run(
         if as_json:
             return _print_json({"devices": loaded.describe_devices(), "functions": rows})
         for row in rows:
-            out.print(row["signature"], highlight=False)
+            out.print(row["signature"], highlight=False, soft_wrap=True)
             if len(row["steps"]) > 1:
                 out.print("  runs: " + _steps_text(row["steps"]), highlight=False)
         if len(loaded.placements) > 1:
@@ -422,15 +455,20 @@ def run(
                              hint="choose one with --function")
         function = next(iter(loaded.functions))
     fn = loaded.function(function)
+    for path in output or ():
+        _check_writable(Path(path), "--output")
     args = [parse_input(text) for text in (input or [])]
+    if len(args) != len(fn.input_types):
+        raise InputError(f"{function} takes {_count(len(fn.input_types), 'input')}, got {len(args)} --input",
+                         hint=_inputs_hint(fn))
     results = fn(*args)
     results = list(results) if isinstance(results, tuple) else [results]
     if output:
         if len(output) != len(results):
-            raise InputError(f"{len(results)} results but {len(output)} --output files",
+            raise InputError(f"{function} returns {_count(len(results), 'result')}, got {len(output)} --output",
                              hint="give one --output per result")
         for path, value in zip(output, results):
-            np.save(path, value)
+            _write(Path(path), lambda p, value=value: np.save(p, value))
     if as_json:
         return _print_json({"device": loaded.describe_devices(), "function": function,
                             "results": [{"shape": list(r.shape), "dtype": str(r.dtype), "values": r.tolist()}
@@ -442,12 +480,25 @@ def run(
             out.print(str(r), highlight=False)
 
 
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def _inputs_hint(fn) -> str:
+    """One --input per argument, each spelled as the argument's type: `--input 1x16xf32=0`."""
+    if not fn.input_types:
+        return "give no --input"
+    if not all(t.is_static for t in fn.input_types):  # a symbolic size has no one spelling
+        return "give one --input per argument (`--list-functions` shows them)"
+    spelled = ("x".join([*map(str, t.shape), t.dtype.name]) for t in fn.input_types)
+    return "give one --input per argument, e.g. " + " ".join(f"--input {s}=0" for s in spelled)
+
+
 def _steps_text(steps: list[dict]) -> str:
     parts = []
     for s in steps:
         if s["op"] == "run":
-            n = len(s["dispatches"])
-            parts.append(f"{s['placement']} ({n} dispatch{'es' if n != 1 else ''})")
+            parts.append(f"{s['placement']} ({_count(len(s['dispatches']), 'dispatch', 'dispatches')})")
         else:
             parts.append(f"{s['from']}->{s['to']} {s['bytes']:,} B")
     return " -> ".join(parts)

@@ -82,7 +82,7 @@ def benchmark(
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of a table.")] = False,
     json_out: Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")] = None,
     png: Annotated[Path | None, typer.Option(
-        "--png", help="Write a bar chart of latency relative to the best peer (needs matplotlib).")] = None,
+        "--png", help="Suite: write a bar chart of latency relative to the best peer (needs matplotlib).")] = None,
     work_dir: Annotated[Path | None, typer.Option(
         "--work-dir", help="Suite: keep compiled modules and ONNX exports here (default: a temporary folder).")] = None,
 ):
@@ -91,7 +91,7 @@ def benchmark(
     if (module is None) == (suite is None):
         raise InputError("give either a module to benchmark or --suite, not " + ("both" if module else "neither"),
                          hint="e.g. `retarget benchmark m.rtm --device local-task` or `retarget benchmark --suite zoo`")
-    suite_only = {"--models": models, "--devices": devices, "--peers": peers, "--work-dir": work_dir}
+    suite_only = {"--models": models, "--devices": devices, "--peers": peers, "--work-dir": work_dir, "--png": png}
     module_only = {"--function": function, "--input": input, "--expected": expected,
                    "--per-dispatch": per_dispatch or None, "--device": device or None}
     wrong = [flag for flag, value in (module_only if suite else suite_only).items() if value is not None]
