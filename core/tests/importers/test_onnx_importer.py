@@ -110,6 +110,10 @@ def test_bad_files_are_input_errors(tmp_path):
     junk.write_bytes(b"\x00\xffnot a model")
     with pytest.raises(RetargetError):
         OnnxImporter().load(junk)
+    empty = tmp_path / "empty.onnx"  # protobuf reads an empty file as an empty model: named as what it is
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match="empty.onnx holds no ONNX model \\(0 bytes\\)"):
+        OnnxImporter().load(empty)
     with pytest.raises(InputError):
         OnnxImporter().load(42)
 

@@ -81,6 +81,9 @@ def _read(source):
             model = onnx.load(str(source))
         except Exception as e:
             raise InputError(f"{source} is not a readable ONNX model: {_first_line(e)}") from e
+        if not model.graph.node and not model.opset_import:  # protobuf reads any empty file as an empty model
+            raise InputError(f"{source} holds no ONNX model ({os.path.getsize(source)} bytes)",
+                             hint="export the model again (torch.onnx.export, or the tool that wrote it)")
     elif isinstance(source, onnx.ModelProto):
         model = source
     else:

@@ -601,7 +601,7 @@ class Parser:
                     f"unsupported op '{name}'",
                     op_pos,
                     hint=f"no reader for the '{dialect}' dialect's op '{name}'; "
-                    "see `retarget import --help` for the supported ops",
+                    "core/README.md's 'What the importers cover' lists the supported ops",
                 )
             handler(self, op)
         self._trailing_location()
