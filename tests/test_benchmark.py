@@ -177,10 +177,17 @@ def test_module_result_is_checked_against_expected_values(mlp_rtm, tmp_path):
     y = retarget.load(mlp_rtm, device="local-sync").predict(x)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y * 2)
-    report = json.loads(invoke(mlp_rtm, "--device", "local-sync", "--input", f"@{tmp_path / 'x.npy'}",
-                               "--expected", f"@{tmp_path / 'y.npy'}", "--repeats", "1", "--json").stdout)
+    wrong = cli(mlp_rtm, "--device", "local-sync", "--input", f"@{tmp_path / 'x.npy'}",
+                "--expected", f"@{tmp_path / 'y.npy'}", "--repeats", "1", "--json")
+    report = json.loads(wrong.stdout)  # the report still comes, for a script to read, and the exit says it failed
     assert report["settings"]["reference"] == "--expected"
     assert report["results"][0]["correct"] is False
+    assert wrong.returncode == 1 and "differ from the reference (--expected)" in wrong.stderr
+
+
+def test_expected_values_of_the_wrong_shape_are_a_clear_error(mlp_rtm):
+    assert_one_line_error(cli(mlp_rtm, "--device", "local-sync", "--expected", "1x3xf32=0", "--repeats", "1"),
+                          "--expected 0 has shape [1, 3]; result 0 of @predict is tensor<1x10xf32>")
 
 
 def test_per_dispatch_times_every_dispatch_of_the_function(mlp_rtm):

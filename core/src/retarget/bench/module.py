@@ -71,6 +71,24 @@ def _reference(artifact: Artifact, loaded, function: str, args) -> tuple[object 
     return ref.function(function)(*args), f"the module's vmvx variant on {REFERENCE_DEVICE}"
 
 
+def _check_expected(fn, expected) -> None:
+    """--expected must be one array per result, each of the result's shape where that is known: a wrong one is a
+    mistake to name, not a result to call WRONG."""
+    from ..errors import InputError
+
+    types = getattr(fn, "output_types", None)
+    if types is None:
+        return
+    if len(expected) != len(types):
+        raise InputError(f"--expected gives {len(expected)} arrays; @{fn.name} returns {len(types)}",
+                         hint="give one --expected per result, in order")
+    for k, (t, e) in enumerate(zip(types, expected)):
+        if t.is_static and tuple(np.shape(e)) != tuple(t.shape):
+            raise InputError(f"--expected {k} has shape {list(np.shape(e))}; result {k} of @{fn.name} is {t}",
+                             hint="spell it as the result's type, e.g. --expected " + "x".join(
+                                 [*map(str, t.shape), t.dtype.name]) + "=@ref.npy")
+
+
 def run_module(path, *, device: str = "auto", devices: dict[str, str] | None = None, function: str | None = None,
                inputs: Sequence[np.ndarray] | None = None,
                expected: Sequence[np.ndarray] | None = None, repeats: int = 30, warmup: int = 3,
@@ -83,6 +101,8 @@ def run_module(path, *, device: str = "auto", devices: dict[str, str] | None = N
     artifact = read(path)
     loaded = load(artifact, device=device, devices=devices)
     fn = pick_function(loaded, function)
+    if expected:
+        _check_expected(fn, expected)
     if inputs:
         args = list(inputs)
     else:

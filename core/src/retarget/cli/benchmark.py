@@ -25,7 +25,8 @@ HELP = """Time a compiled module's function, or run a benchmark suite beside the
 
 **One module**, like `iree-benchmark-module`: warm-ups, then medians and min/max; in every
 command-buffer mode the device has (cuda: `graph` and `direct`); device-side time where the device
-has it; the result checked against `--expected`, or against the module's own vmvx variant:
+has it; the result checked against `--expected`, or against the module's own vmvx variant (a result
+past the tolerance is WRONG in the table, and the command exits 1):
 
     retarget benchmark m.rtm -d local-task -f predict -i 1x16xf32=0
     retarget benchmark m.rtm -d cuda --per-dispatch   # which kernel costs
@@ -128,8 +129,13 @@ def benchmark(
         progress(f"wrote {report_lib.write_png(png, report['results'], title)}")
     if as_json:
         sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
-        return
-    _print(report, report_lib)
+    else:
+        _print(report, report_lib)
+    wrong = [r["runner"] for r in report.get("results", ()) if r.get("correct") is False and not suite]
+    if wrong:  # a script must not take wrong numbers for a pass: the one module's results are checked
+        err.print(f"error: {', '.join(wrong)} computed results that differ from the reference "
+                  f"({report['settings']['reference']}) past the tolerance", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _suite(suite, models, devices, peers, repeats, warmup, tolerance, work_dir, progress, checkpoint) -> dict:
