@@ -220,8 +220,10 @@ def test_devices_naming_no_placement_of_the_module_is_an_error_listing_them():
 
 
 def test_devices_for_a_one_device_module_is_an_error():
-    with pytest.raises(InputError, match="runs on one device"):
+    with pytest.raises(InputError, match="cpu=local-sync names a device per placement, and this module runs on one "
+                                         "device") as info:
         retarget.load(retarget.compile(_chain("rt.exp"), "vmvx"), devices={"cpu": "local-sync"})
+    assert "--device vulkan" in info.value.hint and "device='vulkan'" in info.value.hint  # the CLI's and the API's
 
 
 def test_a_split_module_saves_as_format_2_and_loads_back(tmp_path):

@@ -468,8 +468,11 @@ class LoadedModule:
         variants = self._variants()
         devices = devices or {}
         if devices and names == [SINGLE]:
-            raise InputError("devices= names a device per placement, and this module runs on one device",
-                             hint="pass device= instead (e.g. device='vulkan')")
+            named = ", ".join(f"{p}={d}" for p, d in devices.items())
+            raise InputError(f"{named} names a device per placement, and this module runs on one device (compiling "
+                             "with --fallback split nothing off)",
+                             hint="name one device: `--device vulkan` (retarget run, benchmark) or device='vulkan' "
+                                  "(retarget.load)")
         unknown = [p for p in devices if p not in names]
         if unknown:
             raise UnknownDeviceError(f"the module has no placement '{unknown[0]}'",
