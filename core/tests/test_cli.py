@@ -1,6 +1,7 @@
 """The command line as a user meets it: exit codes, one-line errors, JSON for scripts."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 
 
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "retarget", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+def cli(*args, cwd=None, env_columns=None):
+    env = {**os.environ, "COLUMNS": str(env_columns)} if env_columns else None
+    return subprocess.run([sys.executable, "-m", "retarget", *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env=env)
 
 
 def assert_clean_error(result, *phrases):
@@ -88,7 +91,7 @@ def test_a_bug_is_one_line_that_says_so(monkeypatch, capsys):
     def broken():
         raise OverflowError("cannot convert float infinity to integer")
 
-    monkeypatch.setattr(cli_module, "app", broken)
+    monkeypatch.setattr(cli_module, "run_app", broken)
     with pytest.raises(SystemExit) as exited:
         cli_module.main()
     err = capsys.readouterr().err
@@ -147,6 +150,7 @@ def test_doctor_passes_its_smoke_test():
     report = json.loads(result.stdout)
     assert result.returncode == 0 and report["ok"]
     assert {(s["target"], s["device"]) for s in report["smoke"] if s["pass"]} >= {("vmvx", "local-task:0")}
+    assert report["lines"][0] == "plugins" and not any("[/]" in line for line in report["lines"])  # plain text
 
 
 def test_compile_dumps_every_stage(tmp_path):
@@ -315,6 +319,14 @@ def test_the_compile_summary_is_one_line_when_piped(mlp_mlir):
 def test_help_shows_examples(command):
     text = cli(command, "--help").stdout
     assert "For example:" in text and f"retarget {command} model." in text
+
+
+@pytest.mark.parametrize("command", ["compile", "run", "benchmark"])
+def test_help_names_option_values_for_a_person_not_by_python_type(command):
+    text = cli(command, "--help", env_columns=200).stdout
+    options = [line for line in text.splitlines() if line.startswith("│ --") and "--help" not in line]
+    assert options and not any("<list[" in line or "<bool>" in line for line in options), options
+    assert "DRIVER[:ID]" in text if command != "compile" else "BACKEND[:ARCH]" in text
 
 
 def test_benchmark_png_goes_with_the_suite(mlp_rtm, tmp_path):

@@ -234,8 +234,10 @@ def doctor(as_json: JsonFlag = False):
     from .doctor import diagnose
 
     report = diagnose()
-    if as_json:
-        _print_json(report)
+    if as_json:  # the lines as a terminal shows them, without rich's markup
+        from rich.text import Text
+
+        _print_json({**report, "lines": [Text.from_markup(line).plain for line in report["lines"]]})
     else:
         for line in report["lines"]:
             out.print(line)
@@ -619,9 +621,42 @@ from .new_plugin import new_plugin  # noqa: E402
 app.command(name="new-plugin")(new_plugin)
 
 
+# What `--help` shows for an option's value, in the user's words rather than the annotation's (`<list[str]>`).
+METAVARS = {
+    "--target": "BACKEND[:ARCH]", "--fallback": "BACKEND[:ARCH]", "--device": "DRIVER[:ID]", "--devices": "DRIVER,...",
+    "--input": "TENSOR", "--expected": "TENSOR", "--output": "FILE", "--dim": "NAME=LO..HI", "--function": "NAME",
+    "--models": "NAME,...", "--peers": "NAME,...", "--suite": "NAME", "--refuse": "OP[:TYPE]", "--trusted-key": "PEM",
+    "--sign": "KEY", "--json-out": "FILE", "--png": "FILE", "--work-dir": "DIR", "--dump-after-all": "DIR",
+    "--precision": "DTYPE", "--interface-precision": "DTYPE", "--quantize": "SCHEME", "--mode": "MODE",
+    "--repeats": "N", "--warmup": "N", "--tolerance": "X",
+}
+
+
+def _name_metavars(command) -> None:
+    """Each option's value named for a person: flags take none, the table's options their spelling; arguments in
+    capitals (MODULE)."""
+    for param in command.params:
+        if param.param_type_name == "option":
+            if param.is_flag:
+                param.metavar = ""
+            else:
+                param.metavar = next((METAVARS[o] for o in param.opts if o in METAVARS), param.metavar)
+        elif param.param_type_name == "argument" and param.metavar is None:
+            param.metavar = param.name.upper()
+    for sub in getattr(command, "commands", {}).values():
+        _name_metavars(sub)
+
+
+def run_app() -> None:
+    """The CLI as `retarget` runs it: typer's app, its options' values named for a person."""
+    command = typer.main.get_command(app)
+    _name_metavars(command)
+    command()  # exits itself; usage errors exit with 2, as click does
+
+
 def main() -> None:
     try:
-        app()  # exits itself; usage errors exit with 2, as click does
+        run_app()
     except RetargetError as e:
         if _state["verbose"]:
             traceback.print_exc()
