@@ -603,6 +603,11 @@ def load(source, device: str = "auto", *, devices: dict[str, str] | None = None,
     return LoadedModule(read(source, trusted_keys=trusted_keys), device, devices, mode)
 
 
+def input_spelling(t) -> str:
+    """A static tensor type as `parse_input` reads it, without its values: `1x16xf32`."""
+    return "x".join([*map(str, t.shape), t.dtype.name])
+
+
 def parse_input(text: str) -> np.ndarray:
     """IREE's --input syntax: `2x2xf32=1 2 3 4`, `1x224xf32=0` (splat), `f32=1.5`, `@x.npy`."""
     if text.startswith("@"):

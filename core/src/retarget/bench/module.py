@@ -74,7 +74,7 @@ def _reference(artifact: Artifact, loaded, function: str, args) -> tuple[object 
 def _check_expected(fn, expected) -> None:
     """--expected must be one array per result, each of the result's shape where that is known: a wrong one is a
     mistake to name, not a result to call WRONG."""
-    from ..errors import InputError
+    from ..runtime import input_spelling
 
     types = getattr(fn, "output_types", None)
     if types is None:
@@ -85,8 +85,7 @@ def _check_expected(fn, expected) -> None:
     for k, (t, e) in enumerate(zip(types, expected)):
         if t.is_static and tuple(np.shape(e)) != tuple(t.shape):
             raise InputError(f"--expected {k} has shape {list(np.shape(e))}; result {k} of @{fn.name} is {t}",
-                             hint="spell it as the result's type, e.g. --expected " + "x".join(
-                                 [*map(str, t.shape), t.dtype.name]) + "=@ref.npy")
+                             hint=f"spell it as the result's type, e.g. --expected {input_spelling(t)}=@ref.npy")
 
 
 def run_module(path, *, device: str = "auto", devices: dict[str, str] | None = None, function: str | None = None,

@@ -492,8 +492,9 @@ def _inputs_hint(fn) -> str:
         return "give no --input"
     if not all(t.is_static for t in fn.input_types):  # a symbolic size has no one spelling
         return "give one --input per argument (`--list-functions` shows them)"
-    spelled = ("x".join([*map(str, t.shape), t.dtype.name]) for t in fn.input_types)
-    return "give one --input per argument, e.g. " + " ".join(f"--input {s}=0" for s in spelled)
+    from ..runtime import input_spelling
+
+    return "give one --input per argument, e.g. " + " ".join(f"--input {input_spelling(t)}=0" for t in fn.input_types)
 
 
 def _steps_text(steps: list[dict]) -> str:

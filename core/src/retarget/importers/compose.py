@@ -975,8 +975,7 @@ def _scatter_along_last(b: Builder, data: Value, index: Value, updates: Value, r
         written = take_along_axis(b, updates, slot, rank - 1)
         return b.op("rt.select", [found, written, data])
     kind = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[reduction]
-    identity = {"sum": 0, "prod": 1, "max": extreme(data.type.dtype, low=True),
-                "min": extreme(data.type.dtype, low=False)}[kind]
+    identity = _identity(kind, data.type.dtype)
     spread_updates = b.op("rt.reshape", [updates], {"shape": updates.type.shape[:-1] + (1, count)})
     combined = b.op("rt.reduce", [b.op("rt.select", [hit, spread_updates, scalar(b, identity, updates)])],
                     {"kind": kind, "axes": along})
@@ -1034,14 +1033,17 @@ def _scatter_kernel(b: Builder, data: Value, index: Value, updates: Value, reduc
         return b.op("rt.select", [some, b.op("rt.div", [total, b.op("rt.max", [hits, scalar(b, 1, hits)])]), data])
     if include_self or reduction == "none":
         return scatter(data, updates, kind)
-    identity = {"sum": 0, "prod": 1, "max": extreme(data.type.dtype, low=True),
-                "min": extreme(data.type.dtype, low=False)}[kind]
-    combined = scatter(filled(identity, data, data.type.shape), updates, kind)
+    combined = scatter(filled(_identity(kind, data.type.dtype), data, data.type.shape), updates, kind)
     flag = b.constant(np.array(0, np.int32))
     touched = per_position(scatter(b.op("rt.broadcast", [flag], {"shape": plane}), filled(1, flag, index.type.shape),
                                    "max"))
     some = b.op("rt.cmp", [touched, scalar(b, 0, touched)], {"predicate": "gt"})
     return b.op("rt.select", [some, combined, data])
+
+
+def _identity(kind: str, dtype):
+    """What a sum, product, max or min starts from."""
+    return {"sum": 0, "prod": 1, "max": extreme(dtype, low=True), "min": extreme(dtype, low=False)}[kind]
 
 
 def extreme(dtype, low: bool):
@@ -1207,7 +1209,7 @@ def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mod
         return _embedding_bag_scattered(b, rows, indices, offsets, mode, bags, padding_idx)
     if pairs > EMBEDDING_BAG_LIMIT:
         raise UnsupportedOpError(f"an embedding bag of {count} rows into {bags} bags compares too many pairs "
-                                 f"({math.prod(rows.type.shape) * bags}, past {EMBEDDING_BAG_LIMIT})")
+                                 f"({pairs}, past {EMBEDDING_BAG_LIMIT})")
     starts = b.op("rt.cast", [offsets], {"dtype": "i32"}) if offsets.type.dtype.name != "i32" else offsets
     position = b.op("rt.iota", [], {"shape": (1, count), "axis": 1, "dtype": "i32"})
     begin = b.op("rt.reshape", [b.op("rt.slice", [starts], {"start": (0,), "limit": (bags,), "stride": (1,)})],

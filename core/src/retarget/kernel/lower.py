@@ -552,8 +552,7 @@ class _Lowering:
             def put(flat, rest):
                 value = self.value(updates, at + [Var(j)] + rest)
                 if reduction != "none":
-                    value = k.Binary({"sum": "add", "prod": "mul", "max": "max", "min": "min"}[reduction],
-                                     Load("out0", flat, dt), value)
+                    value = k.Binary(SPLIT_REDUCTIONS[reduction], Load("out0", flat, dt), value)
                 return [Store("out0", flat, value)]
 
             walk = [Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),

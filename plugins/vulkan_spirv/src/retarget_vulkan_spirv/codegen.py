@@ -237,12 +237,9 @@ class _Codegen:
         self.m.capability(capability)
 
     # -- types ------------------------------------------------------------------------------------
-    def compute_dtype(self, dt: DType) -> DType:
-        return compute_dtype(dt)
-
     def type_of(self, dt: DType) -> int:
         """The SPIR-V type of a value computed in `compute_dtype(dt)`."""
-        c = self.compute_dtype(dt)
+        c = compute_dtype(dt)
         if c.kind == "bool":
             return self.t_bool
         if c.name == "f64":
@@ -257,7 +254,7 @@ class _Codegen:
 
     def unsigned_type(self, dt: DType) -> int:
         """The unsigned integer type of `dt`'s compute width (UDiv, UMod and ConvertFToU take it)."""
-        return self.m.type_int(64, signed=False) if self.compute_dtype(dt).bits == 64 else self.t_u32
+        return self.m.type_int(64, signed=False) if compute_dtype(dt).bits == 64 else self.t_u32
 
     def storage_type(self, dt: DType) -> int:
         """The SPIR-V type of one buffer element of `dt`."""
@@ -276,7 +273,7 @@ class _Codegen:
         return self.m.type_int(bits)
 
     def const(self, value, dt: DType) -> int:
-        c = self.compute_dtype(dt)
+        c = compute_dtype(dt)
         if c.kind == "bool":
             return self.m.constant(self.t_bool, bool(value), 1, "bool")
         if c.kind == "float":
@@ -461,7 +458,7 @@ class _Codegen:
         if s.shared:
             var = m.op("global", "Variable", m.pointer("Workgroup", array), spirv.STORAGE["Workgroup"])
             self.global_variable(var)
-            self.shared_bytes += s.size * (2 if half else max(4, self.compute_dtype(s.dtype).itemsize))
+            self.shared_bytes += s.size * (2 if half else max(4, compute_dtype(s.dtype).itemsize))
             self.buffers[s.name] = (s.dtype, var, "Workgroup")
         else:
             var = self.variable(s.name, array)
@@ -631,7 +628,7 @@ class _Codegen:
         """An element index as an i32: index arithmetic is i32 already; an index read from i64 data (a gather's,
         clamped by the lowering to the buffer) is 64-bit here and truncated, which keeps it."""
         i = self.expr(index)
-        return self.op("SConvert", self.t_i32, i) if self.compute_dtype(index.dtype).bits == 64 else i
+        return self.op("SConvert", self.t_i32, i) if compute_dtype(index.dtype).bits == 64 else i
 
     def element(self, name: str, index: k.Expr) -> int:
         """A pointer to element `index` of buffer or local array `name`."""
@@ -727,7 +724,7 @@ class _Codegen:
         return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
 
     def expr_compare(self, e: k.Compare) -> int:
-        dt = self.compute_dtype(e.a.dtype)
+        dt = compute_dtype(e.a.dtype)
         a, b = self.expr(e.a), self.expr(e.b)
         if dt.kind == "bool":
             if e.op in ("eq", "ne"):
@@ -776,7 +773,7 @@ class _Codegen:
     # -- unary ops --------------------------------------------------------------------------------
     def expr_unary(self, e: k.Unary) -> int:
         dt = e.dtype
-        c = self.compute_dtype(dt)
+        c = compute_dtype(dt)
         x = self.expr(e.a)
         t = self.type_of(dt)
         kind = c.kind
@@ -974,7 +971,7 @@ class _Codegen:
     # -- binary ops -------------------------------------------------------------------------------
     def expr_binary(self, e: k.Binary) -> int:
         dt = e.dtype
-        c = self.compute_dtype(dt)
+        c = compute_dtype(dt)
         if c.kind == "float" and e.op == "pow" and isinstance(e.b, k.Const):
             special = self.pow_const(e.a, float(e.b.value), c)
             if special is not None:
@@ -1070,7 +1067,7 @@ class _Codegen:
         """C's truncating division and remainder, x / 0 = x, x % 0 = 0, MIN / -1 = MIN. Vulkan leaves OpSRem
         undefined for negative operands, so a remainder is a - b * (a / b), or |a| mod |b| with a's sign."""
         t = self.type_of(dt)
-        known = self.m.constant_values.get(b) if self.compute_dtype(dt).bits == 32 else None
+        known = self.m.constant_values.get(b) if compute_dtype(dt).bits == 32 else None
         if dt.kind == "uint":
             if known is not None and known != 0:
                 return self.unsigned("UDiv" if op == "div" else "UMod", a, b, dt)
@@ -1101,7 +1098,7 @@ class _Codegen:
         """Square and multiply over the exponent's bits, straight-line; wraps as numpy's power."""
         t, one, zero = self.type_of(dt), self.const(1, dt), self.const(0, dt)
         result, base, exponent = one, a, b
-        for _ in range(dt.bits - (dt.kind == "int") if dt.bits == 64 else min(dt.bits, 32) - (dt.kind == "int")):
+        for _ in range(dt.bits - (dt.kind == "int")):
             odd = self.op("INotEqual", self.t_bool, self.op("BitwiseAnd", t, exponent, one), zero)
             result = self.select(odd, self.wrap(self.op("IMul", t, result, base), dt), result, t)
             base = self.wrap(self.op("IMul", t, base, base), dt)
@@ -1121,7 +1118,7 @@ class _Codegen:
         """`value` (computed in `src`'s compute type) as a value of `dst`."""
         if src == dst:
             return value
-        cs, cd = self.compute_dtype(src), self.compute_dtype(dst)
+        cs, cd = compute_dtype(src), compute_dtype(dst)
         if dst.name in ("f16", "bf16"):  # round to the half type once, then compute in f32 again
             wide = self.convert(value, src, F32)
             if dst.name == "bf16":
@@ -1151,7 +1148,7 @@ class _Codegen:
 
     def float_to_int(self, x: int, src: DType, dst: DType) -> int:
         """Saturating, NaN -> 0, as llvm's fptosi.sat; bounds are powers of two, exact in floats."""
-        bits = min(dst.bits, self.compute_dtype(dst).bits)
+        bits = dst.bits
         t, tf = self.type_of(dst), self.type_of(src)
         if dst.kind == "uint":
             lo, hi = 0, 2**bits
