@@ -2,7 +2,7 @@
 device, each layer compiled once, checked, then run interleaved with torch's own call so that noise hits both alike.
 
     .venv/bin/python benchmarks/new_ops.py [--pairs llvm-cpu=local-task vulkan-spirv:host=vulkan] [--repeats 30]
-        [--json out.json]
+        [--json out.json] [--only TEXT]
 
 torch runs on the CPU beside a CPU device, and on CUDA (when it has it) beside a GPU one. Reported: medians in ms
 of a call with its copies in and out (ours: numpy in, numpy out; torch's: the same tensors, synchronized), and the
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--pairs", nargs="+", default=["llvm-cpu=local-task"], metavar="TARGET=DEVICE")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--only", metavar="TEXT", help="only the layers whose name contains TEXT")
     args = parser.parse_args()
 
     import numpy as np
@@ -104,6 +105,8 @@ def main() -> None:
     rows = []
     print("| layer | target | ours ms | torch ms (device) | torch / ours |\n|---|---|---|---|---|")
     for name, module, inputs in layers():
+        if args.only and args.only not in name:
+            continue
         with torch.no_grad():
             expected = module(*inputs).numpy()
         program = torch.export.export(module, inputs)

@@ -111,6 +111,20 @@ def test_dims_bound_a_symbol_and_a_single_value_makes_it_static():
     assert static.functions["main"]["inputs"][0]["type"] == "tensor<3x8xf32>"
 
 
+def test_dims_reaching_past_the_models_range_are_cut_to_it_and_say_so():
+    from retarget.passes.dynamic_plan import apply_dims
+
+    module = apply_dims(_graph(), {"x_dim0": "2..8"})  # the model's own range, as torch.export's Dim(min=2, max=8)
+    said = []
+    apply_dims(module, {"x_dim0": "1..64"}, said.append)
+    assert str(module.functions["main"].symbols["x_dim0"]) == "2..8"
+    assert said == ["--dim x_dim0=1..64 reaches past the model's range 2..8: compiling for x_dim0=2..8; "
+                    "calls outside it are refused"]
+    said.clear()
+    apply_dims(module, {"x_dim0": "2..4"}, said.append)  # inside: nothing to say
+    assert said == [] and str(module.functions["main"].symbols["x_dim0"]) == "2..4"
+
+
 def test_dims_naming_an_unknown_symbol_lists_the_known_ones():
     with pytest.raises(InputError, match="no symbolic dimension 'batch'") as info:
         retarget.compile(_graph(), "vmvx", dims={"batch": (1, 4)})

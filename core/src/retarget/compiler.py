@@ -132,7 +132,7 @@ def compile(  # noqa: A001 - the public verb
     module = import_model(source, dims=dims, **import_options)  # an importer that can, ranges its symbols at once
     if module is source:  # the passes rewrite the module in place: the caller's stays as it was
         module = copy.deepcopy(module)
-    module = apply_dims(module, dims)
+    module = apply_dims(module, dims, notes)
     ir.verify(module)
     dump("import", lambda: ir.print_module(module, elide_constants=True))
     for name, graph_pass in GRAPH_PASSES:

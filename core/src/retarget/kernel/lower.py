@@ -508,61 +508,85 @@ class _Lowering:
         return self._over_output(out_shape, with_store, work=src.type.num_elements)
 
     def _scatter(self, op) -> list:
-        """One invocation per (row, chunk of `span` positions): it copies data's chunk into the output, then walks
-        the row's indices in order and writes (or combines into) the positions of its own chunk, each a whole row
-        of the trailing dims (contiguous) where there are some. Each position is written by one invocation only,
-        in index order: deterministic, without atomics. The chunks make enough invocations for the target
-        (`scatter_invocations`), each re-reading the row's indices."""
+        """One invocation per (row, chunk of `span` positions, column): it copies data's chunk into the output,
+        then walks the row's indices in order and writes (or combines into) the positions of its own chunk, each
+        a whole row of the trailing dims (contiguous) where there are some. Each position is written by one
+        invocation only, in index order: deterministic, without atomics. The chunks make enough invocations for
+        the target (`scatter_invocations`), each re-reading the row's indices. A GPU gives each column of the
+        trailing dims its own invocation (`SCATTER_COLUMNS`; a warp's threads then read the same indices and write
+        one row together), and every target reads `SCATTER_WALK` indices at once, so that their loads overlap
+        instead of each waiting on the last (a serial walk from L2 is latency-bound)."""
         data, index, updates = op.operands
         axis = index.type.rank - 1
         lead, size, count = data.type.shape[:axis], data.type.shape[axis], index.type.shape[-1]
         tail = data.type.shape[axis + 1:]
         rows, width, dt = _count(lead), _count(tail), data.type.dtype
+        columns = width if self.SCATTER_COLUMNS and tail else 1
         wanted = self.scatter_invocations(self.hint(rows) * (size + count) * width)
-        chunks = max(1, min(size, -(-wanted // max(1, self.hint(rows)))))
+        chunks = max(1, min(size, -(-wanted // max(1, self.hint(rows) * columns))))
         span = -(-size // chunks)
         chunks = -(-size // span)
         ragged = size % span != 0
         reduction = op.attrs["reduction"]
-        self.schedule["scatter"] = f"{reduction}, {chunks} chunks of {span} a row" + (f", rows of {width}" if tail
-                                                                                        else "")
-
-        def across(flat_position: Expr, fill) -> list:
-            """`fill(flat element, index within the trailing dims)` for each element at `flat_position`."""
-            if not tail:
-                return fill(flat_position, [])
-            w = self.fresh("w")
-            return [Loop(w, width, fill(flat_position * width + Var(w), _delinearize(Var(w), tail)),
-                         self.SCATTER_COPY)]
+        self.schedule["scatter"] = (f"{reduction}, {chunks} chunks of {span} a row"
+                                    + (f", rows of {width}" if tail else "")
+                                    + (", a column an invocation" if columns > 1 else ""))
 
         def element(i: Expr) -> list:
+            column, i = (i % columns, i // columns) if columns > 1 else (None, i)
             row, base = (i // chunks, (i % chunks) * span) if chunks > 1 else (i, k.const(0))
             at = _delinearize(row, lead)
-            p, j, q = self.fresh("p"), self.fresh("j"), self.fresh("q")
+
+            def across(flat_position: Expr, fill) -> list:
+                """`fill(flat element, index within the trailing dims)` for this invocation's elements at
+                `flat_position`: its column, or every one."""
+                if not tail:
+                    return fill(flat_position, [])
+                if column is not None:
+                    return fill(flat_position * width + column, _delinearize(column, tail))
+                w = self.fresh("w")
+                return [Loop(w, width, fill(flat_position * width + Var(w), _delinearize(Var(w), tail)),
+                             self.SCATTER_COPY)]
+
+            p = self.fresh("p")
             position = base + Var(p)
             copy = across(row * size + position,
                           lambda flat, rest: [Store("out0", flat, self.value(data, at + [position] + rest))])
             if ragged:
                 copy = [If(Compare("lt", position, k.const(size)), copy)]
-            where = self.value(index, at + [Var(j)])
-            mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
-            if chunks > 1:
-                mine += [Compare("ge", Var(q), base), Compare("lt", Var(q), base + span)]
 
-            def put(flat, rest):
-                value = self.value(updates, at + [Var(j)] + rest)
-                if reduction != "none":
-                    value = k.Binary(SPLIT_REDUCTIONS[reduction], Load("out0", flat, dt), value)
-                return [Store("out0", flat, value)]
+            def visit(j: Expr, q: str) -> tuple[Assign, If]:
+                """Read index `j` into `q`; write update `j` where it lands in this chunk."""
+                where = self.value(index, at + [j])
+                mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
+                if chunks > 1:
+                    mine += [Compare("ge", Var(q), base), Compare("lt", Var(q), base + span)]
 
-            walk = [Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),
-                    If(_all(mine), across(row * size + Var(q), put))]
+                def put(flat, rest):
+                    value = self.value(updates, at + [j] + rest)
+                    if reduction != "none":
+                        value = k.Binary(SPLIT_REDUCTIONS[reduction], Load("out0", flat, dt), value)
+                    return [Store("out0", flat, value)]
+
+                return (Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),
+                        If(_all(mine), across(row * size + Var(q), put)))
+
+            step = max(1, min(self.SCATTER_WALK, count))
+            blocks, left = divmod(count, step)
+            jb, j = self.fresh("jb"), self.fresh("j")
+            visits = [visit(Var(jb) * step + u, self.fresh("q")) for u in range(step)]
+            walk = [Loop(jb, blocks, [read for read, _ in visits] + [put for _, put in visits])]
+            if left:
+                walk.append(Loop(j, left, list(visit(k.const(blocks * step) + Var(j), self.fresh("q")))))
             copy_kind = "serial" if ragged or tail else self.SCATTER_COPY
-            return [Loop(p, span, copy, copy_kind), Loop(j, count, walk)]
+            return [Loop(p, span, copy, copy_kind)] + walk
 
-        return self.over_invocations(rows * chunks, element, work=rows * (size + chunks * count) * width)
+        return self.over_invocations(rows * chunks * columns, element,
+                                     work=rows * (size + chunks * count) * width)
 
     SCATTER_COPY = "vector"  # how a scatter invocation copies its chunk
+    SCATTER_COLUMNS = False  # an invocation per column of a scatter's trailing dims
+    SCATTER_WALK = 8  # indices a scatter invocation reads at once
 
     def scatter_invocations(self, work) -> int:
         """Invocations a scatter of `work` (elements copied and indices read) wants: one per core, once worth it."""
@@ -1649,6 +1673,7 @@ class _GpuLowering(_Lowering):
         return self._over_output(self.out.type.shape, lambda idx: [self.store(idx)], self.out.type.num_elements)
 
     SCATTER_COPY = "serial"
+    SCATTER_COLUMNS = True
 
     def scatter_invocations(self, work) -> int:
         """A thread per (row, chunk), enough to fill every multiprocessor's threads once."""

@@ -47,13 +47,15 @@ def is_dynamic(fn: Function) -> bool:
 # -- the user's bounds ----------------------------------------------------------------------------------
 
 
-def apply_dims(module: Module, dims: dict | None) -> Module:
+def apply_dims(module: Module, dims: dict | None, notes=None) -> Module:
     """Narrow the symbols' ranges to `dims` ({name: (lo, hi) | "lo..hi" | SymbolRange | n}); a single
     value (n, or "8") specializes the symbol: the function becomes static in it. An unknown name
-    or an empty range is an InputError."""
+    or an empty range is an InputError; a range reaching past the model's own is cut to it, and `notes`
+    (a callable) hears which sizes will be refused."""
     if not dims:
         return module
     known = {name for fn in module.functions.values() for name in fn.symbols}
+    cut = set()  # names noted as cut to the model's range
     for name, value in dims.items():
         if name not in known:
             raise InputError(f"--dim {name}: the model has no symbolic dimension '{name}'",
@@ -66,6 +68,10 @@ def apply_dims(module: Module, dims: dict | None) -> Module:
             if merged.empty:
                 raise InputError(f"--dim {name}={rng} does not meet the model's range {fn.symbols[name]}",
                                  hint="give a range inside the model's")
+            if merged != rng and notes and name not in cut:
+                cut.add(name)
+                notes(f"--dim {name}={rng} reaches past the model's range {fn.symbols[name]}: compiling for "
+                      f"{name}={merged}; calls outside it are refused")
             if merged.lo == merged.hi:
                 from ..ir.core import Builder
 
