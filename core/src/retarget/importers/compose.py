@@ -1187,77 +1187,48 @@ def _unpool_in_own_windows(b: Builder, x: Value, indices: Value, size: tuple, wi
     return b.op("rt.select", [hit, x, scalar(b, 0, x)])
 
 
-EMBEDDING_BAG_LIMIT = 1 << 31  # comparisons (bag x row elements) past which an embedding bag is refused
-
-
 def embedding_bag(b: Builder, weight: Value, indices: Value, offsets: Value, mode: str,
                   per_sample_weights: Value | None = None, include_last_offset: bool = False,
                   padding_idx: int | None = None) -> Value:
     """torch's EmbeddingBag: weight's rows at the 1-D `indices`, summed (`mode` "sum", each scaled by its
     per-sample weight), averaged ("mean") or their max taken ("max") within each bag; bag k holds positions
     offsets[k] up to the next offset (with `include_last_offset` the last offset ends the last bag). Rows at
-    `padding_idx` count in no bag; an empty bag gives zeros. Each bag compares every position, in one fused
-    reduction, so offsets may be inputs."""
+    `padding_idx` count in no bag; an empty bag gives zeros. One `rt.segment_reduce` a result: each bag reads
+    only its own rows, whose bounds are the offsets themselves, so offsets may be inputs and the cost is linear
+    in the rows."""
     (count,), (bags,) = indices.type.shape, offsets.type.shape
     if include_last_offset:
         bags -= 1
     rows = b.op("rt.gather", [weight, indices], {"axis": 0})  # [L, D]
     if per_sample_weights is not None:
         rows = b.op("rt.mul", [rows, b.op("rt.reshape", [per_sample_weights], {"shape": (count, 1)})])
-    pairs = math.prod(rows.type.shape) * bags
-    if pairs > SCATTER_KERNEL_PAIRS and all(isinstance(d, int) for d in (*rows.type.shape, bags)):
-        return _embedding_bag_scattered(b, rows, indices, offsets, mode, bags, padding_idx)
-    if pairs > EMBEDDING_BAG_LIMIT:
-        raise UnsupportedOpError(f"an embedding bag of {count} rows into {bags} bags compares too many pairs "
-                                 f"({pairs}, past {EMBEDDING_BAG_LIMIT})")
-    starts = b.op("rt.cast", [offsets], {"dtype": "i32"}) if offsets.type.dtype.name != "i32" else offsets
-    position = b.op("rt.iota", [], {"shape": (1, count), "axis": 1, "dtype": "i32"})
-    begin = b.op("rt.reshape", [b.op("rt.slice", [starts], {"start": (0,), "limit": (bags,), "stride": (1,)})],
-                 {"shape": (bags, 1)})
+    starts = _as_index(b, offsets, "i32")
+    begin = b.op("rt.slice", [starts], {"start": (0,), "limit": (bags,), "stride": (1,)})
     end = b.op("rt.slice", [starts], {"start": (1,), "limit": (bags + 1 if include_last_offset else bags,),
                                       "stride": (1,)})
-    end = b.op("rt.concat", [end, b.constant(np.array([count], np.int32))], {"axis": 0}) \
-        if not include_last_offset else end
-    end = b.op("rt.reshape", [end], {"shape": (bags, 1)})
-    member = b.op("rt.and", [b.op("rt.cmp", [position, begin], {"predicate": "ge"}),
-                             b.op("rt.cmp", [position, end], {"predicate": "lt"})])  # [B, L]
+    if not include_last_offset:  # the last bag runs to the end
+        end = b.op("rt.concat", [end, b.op("rt.reshape", [size_value(b, count, "i32")], {"shape": (1,)})],
+                   {"axis": 0})
+
+    def per_bag(values: Value, kind: str) -> Value:
+        return b.op("rt.segment_reduce", [values, begin, end], {"kind": kind})
+
+    kept = None
     if padding_idx is not None:
-        kept = b.op("rt.cmp", [indices, b.constant(np.array(padding_idx, indices.type.dtype.np_dtype))],
-                    {"predicate": "ne"})
-        member = b.op("rt.and", [member, b.op("rt.reshape", [kept], {"shape": (1, count)})])
-    hit = b.op("rt.reshape", [member], {"shape": (bags, count, 1)})
+        kept = b.op("rt.reshape", [b.op("rt.cmp", [indices, b.constant(np.array(padding_idx,
+                                                                                  indices.type.dtype.np_dtype))],
+                                        {"predicate": "ne"})], {"shape": (count, 1)})
+    if mode == "sum":
+        return per_bag(rows if kept is None else b.op("rt.select", [kept, rows, scalar(b, 0, rows)]), "sum")
+    one = b.op("rt.broadcast", [scalar(b, 1, rows)], {"shape": (count, 1)})
+    sizes = per_bag(one if kept is None else b.op("rt.select", [kept, one, scalar(b, 0, rows)]), "sum")  # [B, 1]
     if mode == "max":
         lowest = scalar(b, extreme(rows.type.dtype, low=True), rows)
-        best = b.op("rt.reduce", [b.op("rt.select", [hit, rows, lowest])], {"kind": "max", "axes": (1,)})
-        some = b.op("rt.reduce", [member], {"kind": "or", "axes": (1,), "keepdims": True})
+        best = per_bag(rows if kept is None else b.op("rt.select", [kept, rows, lowest]), "max")
+        some = b.op("rt.cmp", [sizes, scalar(b, 0, sizes)], {"predicate": "gt"})
         return b.op("rt.select", [some, best, scalar(b, 0, best)])
-    total = b.op("rt.reduce", [b.op("rt.select", [hit, rows, scalar(b, 0, rows)])], {"kind": "sum", "axes": (1,)})
-    if mode == "sum":
-        return total
-    sizes = b.op("rt.reduce", [b.op("rt.select", [member, scalar(b, 1, rows), scalar(b, 0, rows)])],
-                 {"kind": "sum", "axes": (1,), "keepdims": True})
+    total = per_bag(rows if kept is None else b.op("rt.select", [kept, rows, scalar(b, 0, rows)]), "sum")
     return b.op("rt.div", [total, b.op("rt.max", [sizes, scalar(b, 1, sizes)])])
-
-
-def _embedding_bag_scattered(b: Builder, rows: Value, indices: Value, offsets: Value, mode: str, bags: int,
-                             padding_idx: int | None) -> Value:
-    """`embedding_bag` of many rows, linear in them: each position's bag is the running count of the offsets at or
-    before it, less one (a scatter of ones at the offsets, then a cumulative sum: positions at or past an offset
-    that only ends the last bag land in bag `bags`, which is out of range, and so does a padding row's -1); then
-    the rows are scattered, whole, into their bags (`rt.scatter` with rows of the embedding's width)."""
-    count, width = rows.type.shape
-    starts = _as_index(b, offsets, "i32")
-    marks = _scatter_along_last(b, b.op("rt.broadcast", [b.constant(np.array(0, np.int32))], {"shape": (count,)}),
-                                starts, b.op("rt.broadcast", [b.constant(np.array(1, np.int32))],
-                                             {"shape": starts.type.shape}), "sum", True)
-    bag = b.op("rt.sub", [cumulative(b, marks, 0), scalar(b, 1, marks)])
-    if padding_idx is not None:
-        kept = b.op("rt.cmp", [indices, b.constant(np.array(padding_idx, indices.type.dtype.np_dtype))],
-                    {"predicate": "ne"})
-        bag = b.op("rt.select", [kept, bag, scalar(b, -1, bag)])
-    zeros = b.op("rt.broadcast", [scalar(b, 0, rows)], {"shape": (bags, width)})
-    # an empty bag keeps the zeros: max and mean combine without them, sum into them
-    return _scatter_kernel(b, zeros, bag, rows, mode, mode == "sum")
 
 
 def slice_scatter(b: Builder, x: Value, src: Value, axis: int, start: int, end: int, step: int = 1) -> Value:

@@ -1004,9 +1004,9 @@ def _embedding(cv, node, weight, indices, *args):
 def _embedding_bag(cv, node, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                    per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     """Only the bags (result 0); torch numbers the modes sum 0, mean 1, max 2, and -1 means no padding index."""
-    if indices.type.rank != 1 or isinstance(indices.type.shape[0], Sym) or isinstance(offsets.type.shape[0], Sym):
+    if indices.type.rank != 1:
         raise UnsupportedOpError(f"'{node.target}' (node '{node.name}') of {indices.type} indices: 1-D indices and "
-                                 "offsets of sizes known when compiling are supported", hint="export with static sizes")
+                                 "offsets are supported", hint="pass 2-D bags as 1-D indices with offsets")
     bags = C.embedding_bag(cv.b, weight, indices, offsets, ("sum", "mean", "max")[mode], per_sample_weights,
                            bool(include_last_offset), None if padding_idx is None or padding_idx < 0 else padding_idx)
     return _Multi((bags, None, None, None))

@@ -24,6 +24,10 @@ j = 0..K-1 in order, q = index[..., j] and, where 0 <= q < P, out[..., q, T...] 
 NaN as `rt.max` does); an index out of range writes nothing. The leading dims of the three are equal (importers
 broadcast first); the trailing dims T (none, or a whole row of them: index_put's rows, embedding_bag's) move with
 each index.
+`rt.segment_reduce(values [L, T...], starts [B], ends [B])` combines, for each segment b, the rows
+values[i, T...] for i from starts[b] up to ends[b] (clipped to [0, L)) in order, by `kind` ("sum", "prod", "max",
+"min"); an empty segment gives the kind's identity. Rows of values in order of their segments, as embedding_bag's
+offsets give them: the cost is linear in the rows, whatever the segments, and their bounds may be data.
 The numpy reference for each op is in `vmvx/kernels.py`.
 
 Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
@@ -54,6 +58,7 @@ BINARY = "add sub mul div rem pow max min and or xor atan2 shr".split()
 COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_KINDS = ("sum", "max", "min", "prod", "and", "or")
 SCATTER_KINDS = ("none", "sum", "prod", "max", "min")
+SEGMENT_KINDS = ("sum", "prod", "max", "min")
 SHAPE_ATTRS = SHAPE_ATTR_KEYS  # attributes whose entries are dimensions, and may be symbolic
 
 # The ops that only move or convert elements: the only ones that take storage-only types (f8, f4, ui4, i2).
@@ -341,6 +346,17 @@ def _scatter(name, types, attrs):
     return [data]
 
 
+def _segment_reduce(name, types, attrs):
+    values, starts, ends = types
+    _check(attrs["kind"] in SEGMENT_KINDS, f"kind must be one of {', '.join(SEGMENT_KINDS)}")
+    _check(values.rank >= 1, f"values {values} need a leading axis of rows")
+    for bound in (starts, ends):
+        _check(bound.rank == 1 and bound.dtype.is_integer and bound.dtype != i1,
+               f"segment bounds must be 1-D integers, got {bound}")
+    _same(starts.shape[0], ends.shape[0], f"starts {starts} and ends {ends} differ in length")
+    return [TensorType((starts.shape[0], *values.shape[1:]), values.dtype)]
+
+
 def _iota(name, types, attrs):
     shape = tuple(attrs["shape"])
     _check(0 <= attrs["axis"] < len(shape), f"axis {attrs['axis']} invalid for shape {list(shape)}")
@@ -413,6 +429,7 @@ _define("avg_pool2d", 1, 1, ("kernel",), _pool2d)
 _define("reduce", 1, 1, ("kind", "axes"), _reduce)
 _define("argmax", 1, 1, ("axis",), _argmax)
 _define("scatter", 3, 3, ("reduction",), _scatter)
+_define("segment_reduce", 3, 3, ("kind",), _segment_reduce)
 _define("dequantize", 2, 3, ("bits", "group_size", "shape"), _dequantize)
 _define("quantized_matmul", 4, 5, ("bits", "group_size"), _quantized_matmul)
 

@@ -111,7 +111,17 @@ def _reads(e: k.Expr) -> set[str]:
                          if isinstance(c, k.Expr)))
 
 
+def _is_clamp(e: k.Expr, index: set[str]) -> bool:
+    """`min(max(x, c), bound)`: a 64-bit value (data, such as a segment's bound read from a buffer) clamped
+    between an index constant and index arithmetic, so that it lands in 32 bits once clamped in 64."""
+    return (isinstance(e, k.Binary) and e.op == "min" and e.dtype == k.INDEX and isinstance(e.a, k.Binary)
+            and e.a.op == "max" and e.a.dtype == k.INDEX and isinstance(e.a.b, k.Const) and _is_index(e.a.b, index)
+            and _is_index(e.b, index) and not _is_index(e.a.a, index))  # index arithmetic clamps in 32 bits
+
+
 def _is_index(e: k.Expr, index: set[str]) -> bool:
+    if _is_clamp(e, index):
+        return True
     if isinstance(e, k.Const):  # i64 data has constants past i32 (INT64_MAX starts a min): not index arithmetic
         return e.dtype == k.INDEX and -LIMIT - 1 <= int(e.value) <= LIMIT
     if isinstance(e, k.Var):
@@ -157,6 +167,9 @@ class _Narrow:
         return out if out.dtype == dtype else k.Cast(out, dtype)
 
     def narrow(self, e: k.Expr) -> k.Expr:
+        if _is_clamp(e, self.index):  # clamped in 64 bits, then narrowed
+            clamped = k.Binary("min", k.Binary("max", self.wide(e.a.a, k.INDEX), e.a.b), self.wide(e.b, k.INDEX))
+            return k.Cast(clamped, I32)
         if isinstance(e, k.Const):
             return k.Const(int(e.value), I32)
         if isinstance(e, k.Var):

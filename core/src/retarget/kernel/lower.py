@@ -67,7 +67,7 @@ from .ir import (
 )
 
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul",
-         "rt.scatter")
+         "rt.scatter", "rt.segment_reduce")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
 # Below this many multiply-adds (~5 us of work) one workgroup is faster. The drivers' native programs (llvm-cpu's)
 # start a workgroup in tens of nanoseconds and hand a stage to a running helper in about a microsecond, but a
@@ -507,13 +507,72 @@ class _Lowering:
 
         return self._over_output(out_shape, with_store, work=src.type.num_elements)
 
+    def _segment_reduce(self, op) -> list:
+        """Each segment's rows combined in order, from the segment's start to its end, both read from their buffers
+        and clipped to the rows: a loop whose extent is data, so each invocation reads only its own rows. A GPU
+        takes an invocation per output element (`SPLIT_COLUMNS`: a warp's threads read a row together); a CPU one
+        per segment, combining whole rows into a private row of accumulators (vector loops)."""
+        values, starts, ends = op.operands
+        kind, rows = op.attrs["kind"], values.type.shape[0]
+        tail = values.type.shape[1:]
+        width = _count(tail)
+        acc_dt = _accumulator(values.type.dtype) if kind in ("sum", "prod") else values.type.dtype
+        out_dt = op.result.type.dtype
+        self.schedule["segments"] = kind
+
+        def clipped(segment: Expr) -> tuple[list, Expr, Expr]:
+            """(assignments, first row, extent) of `segment`; a row past the last one is never read (`inside`)."""
+            lo, hi = self.fresh("lo"), self.fresh("hi")
+
+            def bound(v):
+                x = self.value(v, [segment])
+                return k.minimum(k.maximum(x if x.dtype == INDEX else Cast(x, INDEX), 0), k.const(rows))
+
+            return [Assign(lo, bound(starts)), Assign(hi, bound(ends))], Var(lo), Var(hi) - Var(lo)
+
+        def combined(acc: Expr, row: Expr, rest: list) -> Expr:
+            x = self.value(values, [row] + rest)
+            return k.Binary(SPLIT_REDUCTIONS[kind], acc, Cast(x, acc_dt) if x.dtype != acc_dt else x)
+
+        def result(acc: Expr) -> Expr:
+            return Cast(acc, out_dt) if acc_dt != out_dt else acc
+
+        identity = k.const(_identity(kind, acc_dt), acc_dt)
+        if self.SPLIT_COLUMNS or not tail or not isinstance(width, int):
+            def element(out_idx):
+                bounds, first, extent = clipped(out_idx[0])
+                acc, t = self.fresh("acc"), self.fresh("t")
+                row = first + Var(t)
+                self.override[op.result] = result(Var(acc, acc_dt))
+                return [Assign(acc, identity), *bounds,
+                        Loop(t, extent, [If(Compare("lt", row, k.const(rows)),
+                                            [Assign(acc, combined(Var(acc, acc_dt), row, out_idx[1:]))])]),
+                        self.store(out_idx)]
+
+            return self._over_output(op.result.type.shape, element, work=values.type.num_elements)
+
+        def per_segment(segment: Expr) -> list:
+            bounds, first, extent = clipped(segment)
+            acc, t, w = self.fresh("acc"), self.fresh("t"), self.fresh("w")
+            row = first + Var(t)
+            rest = _delinearize(Var(w), tail)
+            self.override[op.result] = result(Load(acc, Var(w), acc_dt))
+            return [*bounds, Local(acc, width, acc_dt),
+                    Loop(w, width, [Store(acc, Var(w), identity)], "vector"),
+                    Loop(t, extent, [If(Compare("lt", row, k.const(rows)), [
+                        Loop(w, width, [Store(acc, Var(w), combined(Load(acc, Var(w), acc_dt), row, rest))],
+                             "vector")])]),
+                    Loop(w, width, [self.store([segment] + rest)], "vector")]
+
+        return self.over_invocations(starts.type.shape[0], per_segment, work=values.type.num_elements)
+
     def _scatter(self, op) -> list:
         """One invocation per (row, chunk of `span` positions, column): it copies data's chunk into the output,
         then walks the row's indices in order and writes (or combines into) the positions of its own chunk, each
         a whole row of the trailing dims (contiguous) where there are some. Each position is written by one
         invocation only, in index order: deterministic, without atomics. The chunks make enough invocations for
         the target (`scatter_invocations`), each re-reading the row's indices. A GPU gives each column of the
-        trailing dims its own invocation (`SCATTER_COLUMNS`; a warp's threads then read the same indices and write
+        trailing dims its own invocation (`SPLIT_COLUMNS`; a warp's threads then read the same indices and write
         one row together), and every target reads `SCATTER_WALK` indices at once, so that their loads overlap
         instead of each waiting on the last (a serial walk from L2 is latency-bound)."""
         data, index, updates = op.operands
@@ -521,7 +580,7 @@ class _Lowering:
         lead, size, count = data.type.shape[:axis], data.type.shape[axis], index.type.shape[-1]
         tail = data.type.shape[axis + 1:]
         rows, width, dt = _count(lead), _count(tail), data.type.dtype
-        columns = width if self.SCATTER_COLUMNS and tail else 1
+        columns = width if self.SPLIT_COLUMNS and tail else 1
         wanted = self.scatter_invocations(self.hint(rows) * (size + count) * width)
         chunks = max(1, min(size, -(-wanted // max(1, self.hint(rows) * columns))))
         span = -(-size // chunks)
@@ -585,7 +644,7 @@ class _Lowering:
                                      work=rows * (size + chunks * count) * width)
 
     SCATTER_COPY = "vector"  # how a scatter invocation copies its chunk
-    SCATTER_COLUMNS = False  # an invocation per column of a scatter's trailing dims
+    SPLIT_COLUMNS = False  # an invocation per column of the rows a scatter or a segment reduction moves
     SCATTER_WALK = 8  # indices a scatter invocation reads at once
 
     def scatter_invocations(self, work) -> int:
@@ -1673,7 +1732,7 @@ class _GpuLowering(_Lowering):
         return self._over_output(self.out.type.shape, lambda idx: [self.store(idx)], self.out.type.num_elements)
 
     SCATTER_COPY = "serial"
-    SCATTER_COLUMNS = True
+    SPLIT_COLUMNS = True
 
     def scatter_invocations(self, work) -> int:
         """A thread per (row, chunk), enough to fill every multiprocessor's threads once."""

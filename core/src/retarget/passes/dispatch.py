@@ -34,8 +34,8 @@ from ..ir.core import Function, Operation, Value
 
 HOST_SIDE = ("rt.constant", "rt.reshape")
 LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
-            "rt.quantized_matmul", "rt.scatter")
-PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax", "rt.scatter")
+            "rt.quantized_matmul", "rt.scatter", "rt.segment_reduce")
+PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax", "rt.scatter", "rt.segment_reduce")
 NO_EPILOGUE_ROOTS = ("rt.scatter",)  # write their output out of order: nothing can read it inside the kernel
 DEQUANTIZE_ROOTS = ("rt.matmul", "rt.conv2d")  # take a dequantization as their prologue
 DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")

@@ -271,6 +271,28 @@ def _scatter(attrs, data, index, updates):
     return out
 
 
+@kernel("segment_reduce")
+def _segment_reduce(attrs, values, starts, ends):
+    """Segment b combines values[starts[b]:ends[b]] (clipped to the rows) in order, a row at a time as a kernel's
+    running value does (`accumulate` is sequential; halves combine in f32); an empty segment is the identity."""
+    combine, wide = _SCATTER_COMBINE[attrs["kind"]], _wide(values)
+    rows = values.shape[0]
+    out = np.full((len(starts), *values.shape[1:]), _segment_identity(attrs["kind"], wide.dtype), wide.dtype)
+    for b, (lo, hi) in enumerate(zip(np.clip(starts, 0, rows), np.clip(ends, 0, rows))):
+        if hi > lo:
+            out[b] = combine(out[b], combine.accumulate(wide[lo:hi], axis=0)[-1])
+    return out.astype(values.dtype)
+
+
+def _segment_identity(kind: str, dtype):
+    if kind in ("sum", "prod"):
+        return 0 if kind == "sum" else 1
+    low = kind == "max"
+    if np.issubdtype(dtype, np.floating):
+        return -np.inf if low else np.inf
+    return np.iinfo(dtype).min if low else np.iinfo(dtype).max
+
+
 def _unpack(q: np.ndarray, bits: int, columns: int) -> np.ndarray:
     """Packed 32-bit words -> their unsigned `bits`-bit values, `columns` a row (value c of a row is
     bits [bits * (c % per_word), ...) of word c // per_word)."""
