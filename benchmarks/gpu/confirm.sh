@@ -9,8 +9,10 @@
 #  sanitizer: compute-sanitizer's memcheck, leak check included, on every reliability case;
 #  calls:     the transformer block dispatch by dispatch (calls.py);
 #  small:     small convolutions, the lowering's choice beside the schedule before it (small_convs.py);
-#  importers: the torch importer's composed-op tests (3-D convolutions, grid_sample, scatters, gather, unpool, ...) on
-#             cuda, vulkan and webgpu (RETARGET_IMPORTER_TARGETS), and benchmarks/new_ops.py beside torch's CUDA;
+#  importers: the torch importer's composed-op tests (3-D convolutions, grid_sample, scatters, gather, unpool, ...) and
+#             the scatter and segment kernels' tests on cuda, vulkan and webgpu (RETARGET_IMPORTER_TARGETS): a call
+#             of its own;
+#  new_ops:   benchmarks/new_ops.py on cuda, vulkan and webgpu beside torch's CUDA;
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
 #             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run, and
 #             integer graphs against torch (DIFF_PAIRS="TARGET=DEVICE ..." picks the pairs, one call each if the
@@ -65,9 +67,12 @@ if step differential; then
   done | tee "$OUT/differential.txt"
 fi
 if step importers; then
-  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 360 python3 -m pytest -q -p no:cacheprovider \
+  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 560 python3 -m pytest -q -p no:cacheprovider \
     core/tests/importers/test_torch_more_ops.py core/tests/importers/test_torch_conv3d.py \
-    core/tests/importers/test_torch_gather.py core/tests/importers/test_torch_unpool.py 2>&1 | tail -3 | tee "$OUT/importers-gpu.txt"
+    core/tests/importers/test_torch_gather.py core/tests/importers/test_torch_unpool.py core/tests/test_scatter_kernel.py \
+    core/tests/test_segment_reduce.py 2>&1 | tail -3 | tee "$OUT/importers-gpu.txt"
+fi
+if step new_ops; then
   timeout 200 python3 benchmarks/new_ops.py --pairs cuda:host=cuda vulkan-spirv:host=vulkan webgpu-spirv:host=webgpu \
     --repeats 30 --json "$OUT/new_ops.json" 2>&1 | tail -23 | tee "$OUT/new_ops.txt"
 fi
