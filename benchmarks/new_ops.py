@@ -6,7 +6,8 @@ device, each layer compiled once, checked, then run interleaved with torch's own
 
 torch runs on the CPU beside a CPU device, and on CUDA (when it has it) beside a GPU one. Reported: medians in ms
 of a call with its copies in and out (ours: numpy in, numpy out; torch's: the same tensors, synchronized), and the
-ratio torch / ours (above 1: ours is faster). A small scatter compares every output position with every update
+ratio torch / ours (above 1: ours is faster). Beside cuda, the same calls with the tensors already on the GPU
+(DLPack in and out, no copies): what the kernels cost. A small scatter compares every output position with every update
 (`compose.scatter_elements`, gather-shaped); past `compose.SCATTER_KERNEL_PAIRS` comparisons it is the `rt.scatter`
 kernel, whose cost grows with the updates, as torch's does.
 """
@@ -103,7 +104,8 @@ def main() -> None:
     from retarget.testing.numerics import relative_error
 
     rows = []
-    print("| layer | target | ours ms | torch ms (device) | torch / ours |\n|---|---|---|---|---|")
+    print("| layer | target | ours ms | torch ms (device) | torch / ours | on the GPU: ours vs torch ms |\n"
+          "|---|---|---|---|---|---|")
     for name, module, inputs in layers():
         if args.only and args.only not in name:
             continue
@@ -128,22 +130,37 @@ def main() -> None:
                     torch.cuda.synchronize()
                 return out
 
-            ours, theirs = [], []
-            for _ in range(3):  # warm both
-                fn(*arrays), peer()
+            runners = {"ours_ms": lambda fn=fn, arrays=arrays: fn(*arrays), "torch_ms": peer}
+            if device.startswith("cuda") and gpu:  # the same calls with the tensors already on the GPU (DLPack)
+                on_gpu = [x.to("cuda") for x in inputs]
+
+                def ours_on_device(fn=fn, on_gpu=on_gpu):
+                    fn(*on_gpu, output="device")
+                    torch.cuda.synchronize()
+
+                def torch_on_device(module=peer_module, on_gpu=on_gpu):
+                    with torch.no_grad():
+                        module(*on_gpu)
+                    torch.cuda.synchronize()
+
+                runners.update(ours_on_device_ms=ours_on_device, torch_on_device_ms=torch_on_device)
+            samples = {key: [] for key in runners}
+            for _ in range(3):  # warm all
+                for run in runners.values():
+                    run()
             for _ in range(args.repeats):
-                start = time.perf_counter()
-                fn(*arrays)
-                ours.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                peer()
-                theirs.append(time.perf_counter() - start)
+                for key, run in runners.items():
+                    start = time.perf_counter()
+                    run()
+                    samples[key].append(time.perf_counter() - start)
             module.to("cpu")
-            row = {"layer": name, "pair": pair, "ours_ms": _median_ms(ours), "torch_ms": _median_ms(theirs),
+            row = {"layer": name, "pair": pair, **{key: _median_ms(v) for key, v in samples.items()},
                    "torch_device": peer_device, "relative_error": error}
             rows.append(row)
+            on_device = (f" {row['ours_on_device_ms']:.3f} vs {row['torch_on_device_ms']:.3f} |"
+                         if "ours_on_device_ms" in row else " |")
             print(f"| {name} | {target} | {row['ours_ms']:.3f} | {row['torch_ms']:.3f} ({peer_device}) | "
-                  f"{row['torch_ms'] / row['ours_ms']:.2f} |", flush=True)
+                  f"{row['torch_ms'] / row['ours_ms']:.2f} |{on_device}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
