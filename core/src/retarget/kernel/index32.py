@@ -111,6 +111,11 @@ def _reads(e: k.Expr) -> set[str]:
                          if isinstance(c, k.Expr)))
 
 
+def _fits_i32(dt) -> bool:
+    """Whether every value of integer type `dt` is an i32."""
+    return dt.is_integer and dt.bits <= 32 and (dt.kind == "int" or dt.bits < 32)
+
+
 def _is_clamp(e: k.Expr, index: set[str]) -> bool:
     """`min(max(x, c), bound)`: a 64-bit value (data, such as a segment's bound read from a buffer) clamped
     between an index constant and index arithmetic, so that it lands in 32 bits once clamped in 64."""
@@ -167,9 +172,14 @@ class _Narrow:
         return out if out.dtype == dtype else k.Cast(out, dtype)
 
     def narrow(self, e: k.Expr) -> k.Expr:
-        if _is_clamp(e, self.index):  # clamped in 64 bits, then narrowed
-            clamped = k.Binary("min", k.Binary("max", self.wide(e.a.a, k.INDEX), e.a.b), self.wide(e.b, k.INDEX))
-            return k.Cast(clamped, I32)
+        if _is_clamp(e, self.index):
+            x = e.a.a
+            if isinstance(x, k.Cast) and _fits_i32(x.a.dtype):  # a narrower integer widened: clamped in 32 bits
+                x = self.expr(x.a)
+                return k.Binary("min", k.Binary("max", x if x.dtype == I32 else k.Cast(x, I32), self.narrow(e.a.b)),
+                                self.narrow(e.b))
+            clamped = k.Binary("min", k.Binary("max", self.wide(x, k.INDEX), e.a.b), self.wide(e.b, k.INDEX))
+            return k.Cast(clamped, I32)  # clamped in 64 bits, then narrowed
         if isinstance(e, k.Const):
             return k.Const(int(e.value), I32)
         if isinstance(e, k.Var):

@@ -615,11 +615,16 @@ class _Lowering:
                 copy = [If(Compare("lt", position, k.const(size)), copy)]
 
             def visit(j: Expr, q: str) -> tuple[Assign, If]:
-                """Read index `j` into `q`; write update `j` where it lands in this chunk."""
+                """Read index `j` into `q`, clamped to [-1, size] (either end: out of range) so that it is index
+                arithmetic, 32-bit where the kernel's indices are (`index32`); write update `j` where it lands in this
+                chunk."""
                 where = self.value(index, at + [j])
-                mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
-                if chunks > 1:
-                    mine += [Compare("ge", Var(q), base), Compare("lt", Var(q), base + span)]
+                if chunks == 1:
+                    mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
+                else:
+                    mine = [Compare("ge", Var(q), base), Compare("lt", Var(q), base + span)]
+                    if ragged:
+                        mine.append(Compare("lt", Var(q), k.const(size)))
 
                 def put(flat, rest):
                     value = self.value(updates, at + [j] + rest)
@@ -627,7 +632,8 @@ class _Lowering:
                         value = k.Binary(SPLIT_REDUCTIONS[reduction], Load("out0", flat, dt), value)
                     return [Store("out0", flat, value)]
 
-                return (Assign(q, where if where.dtype == INDEX else Cast(where, INDEX)),
+                wide = where if where.dtype == INDEX else Cast(where, INDEX)
+                return (Assign(q, k.minimum(k.maximum(wide, -1), k.const(size))),
                         If(_all(mine), across(row * size + Var(q), put)))
 
             step = max(1, min(self.SCATTER_WALK, count))
