@@ -107,25 +107,20 @@ def test_argmax_and_argmin_take_nan_as_the_largest_on_every_pair(target, device)
         np.testing.assert_array_equal(g, want.numpy())
 
 
-I64_IN_32_BITS = {"webgpu-spirv": "WGSL has no 64-bit integers: webgpu-spirv computes i64 in 32 bits (its I64_RANGE)"}
-
-
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "unbounded-batch"])
 @pytest.mark.parametrize("target, device", PAIRS, ids=[t for t, _ in PAIRS])
-def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, dynamic, request):
+def test_i64_sums_and_products_past_32_bits_on_every_pair(target, device, dynamic):
     """torch sums integers in int64: a cumsum or sum of int32 values past 2^31 must not wrap at 32 bits. Vulkan
     computed every i64 in 32 bits (exact for indices, wrong for such sums) until its kernels told index arithmetic
     from data (`kernel.index32`), and then still where a size known only at run time had no bound (the
-    `unbounded-batch` case: its modules were not even valid SPIR-V); WebGPU still does, as it documents (a strict
-    xfail, so a fix shows)."""
+    `unbounded-batch` case: its modules were not even valid SPIR-V); WebGPU did too (WGSL has no 64-bit integers)
+    until its i64 data was computed in pairs of 32-bit words."""
     import numpy as np
     import torch
     from retarget.compiler import import_model
 
     if why := _missing(target, device):
         pytest.skip(why)
-    if target in I64_IN_32_BITS:
-        request.applymarker(pytest.mark.xfail(reason=I64_IN_32_BITS[target], strict=True))
 
     class Wide(torch.nn.Module):
         def forward(self, x):

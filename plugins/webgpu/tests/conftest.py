@@ -16,7 +16,8 @@ def webgpu_device():
 @pytest.fixture(scope="session")
 def tokens_and_masks():
     """(model, token ids): token ids (i64) in; argmax (i64) and a mask (bool) out, and a mask that crosses kernels:
-    what WGSL cannot store, kept in 32-bit words (`word_parts`, `word_pairs` in the shared renderer)."""
+    what WGSL has no type for: kept in 32-bit words (`word_parts` in the shared renderer) and computed in a pair of
+    them (`emulated`)."""
     torch = pytest.importorskip("torch")
 
     class Model(torch.nn.Module):
@@ -48,3 +49,20 @@ def image_bytes():
 
     torch.manual_seed(0)
     return Model().eval(), torch.randint(0, 256, (5, 7, 4), dtype=torch.uint8)
+
+
+@pytest.fixture(scope="session")
+def wide_integers():
+    """(model, x): int64 in and out past 32 bits, which WGSL computes in pairs of u32 words: a constant past 2^32,
+    sums that carry between the words, floor division and modulo of negatives, a shift, max and argmax, abs of the
+    smallest int64, and a cast to float."""
+    torch = pytest.importorskip("torch")
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return (x * 3 - 2**40, x.cumsum(0), x.sum(0), x // 7, x % 1000003, x >> 9, x.max(0).values, x.argmax(0),
+                    x.abs(), x.float())
+
+    x = torch.tensor([[2**40 + 12345, -1, 2**32, -(2**63)], [-(2**50) + 7, 2**31, 123456789012, 5],
+                      [2**62, -(2**32) - 1, 0, -98765432109876], [7, 2**33 - 1, -(2**62), 2**63 - 1]])
+    return Model().eval(), x

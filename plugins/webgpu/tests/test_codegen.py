@@ -87,12 +87,13 @@ def test_buffers_wgsl_cannot_hold_are_refused_by_name(dt, match):
         render(sum_kernel("bad", 2, 8, dtypes.DTYPES[dt]), DEFAULT)
 
 
-def test_i64_buffers_are_pairs_of_i32_words_and_bool_buffers_bytes_of_u32_words(webgpu_device):
+def test_i64_buffers_are_arrays_of_word_pairs_and_bool_buffers_bytes_of_u32_words(webgpu_device):
     from retarget.testing.op_cases import op_cases
 
     kernels = [sum_kernel("k", 2, 8, dtypes.DTYPES["i64"]), op_cases()["i1_xor"][0]]
     i64, i1 = (render(kn, DEFAULT)["wgsl"] for kn in kernels)
-    assert "array<i32>" in i64 and "* 2 + 1)] = ((rt_pair) >> 31u);" in i64  # the high word: the sign
+    assert "var<storage, read_write> out0: array<vec2<u32>>;" in i64  # low word, high word: numpy's bytes
+    assert "= rt_add_i64(in0[in0_base + gid], in1[in1_base + gid]);" in i64  # with the carry
     assert "array<atomic<u32>>" in i1 and "atomicOr(" in i1  # a bool written beside other threads' bytes
     _validate(webgpu_device, compile_kernels(kernels, DEFAULT))
 

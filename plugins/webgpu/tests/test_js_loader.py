@@ -221,7 +221,8 @@ def mlp_folder(tmp_path) -> Path:
 
 
 def test_token_ids_argmax_and_masks_in_the_js_loader_match_torch(dawn, tmp_path, tokens_and_masks):
-    """i64 and bool tensors (BigInt64Array and Uint8Array in JS), held by the kernels in 32-bit words."""
+    """i64 and bool tensors (BigInt64Array and Uint8Array in JS), held by the kernels in 32-bit words (an i64 in
+    two)."""
     model, ids = tokens_and_masks
     with torch.no_grad():
         expected = [t.numpy() for t in model(ids)]
@@ -231,9 +232,33 @@ def test_token_ids_argmax_and_masks_in_the_js_loader_match_torch(dawn, tmp_path,
     np.testing.assert_allclose(got[0], expected[0].ravel(), rtol=1e-5, atol=1e-6)
     for g, e in zip(got[1:], expected[1:]):
         np.testing.assert_array_equal(g, e.ravel())
-    refused = _run(tmp_path / "model", [np.full(ids.shape, -2**40)])
+
+
+def test_int64_past_32_bits_in_the_js_loader_matches_torch(dawn, tmp_path, wide_integers):
+    """BigInt64Arrays in and out hold whole 64-bit values, which the kernels compute in pairs of u32 words."""
+    model, x = wide_integers
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x)]
+    export(retarget.compile(import_model(model, example_inputs=(x,)), "webgpu-spirv"), tmp_path / "model")
+    result = _run(tmp_path / "model", [x.numpy()], dtypes=[e.dtype for e in expected])
+    assert "error" not in result, result
+    for g, e in zip(result["outputs"][0], expected, strict=True):
+        np.testing.assert_array_equal(g, e.ravel())
+
+
+def test_an_input_outside_a_range_the_manifest_records_is_refused(dawn, tmp_path, wide_integers):
+    """A target may hold a type only within a range (`SupportTable.ranges`; webgpu-spirv holds all of i64 now): the
+    module records it on the inputs, and the loader checks a call against it, BigInts included."""
+    model, x = wide_integers
+    export(retarget.compile(import_model(model, example_inputs=(x,)), "webgpu-spirv"), tmp_path / "model")
+    manifest = json.loads((tmp_path / "model" / "manifest.json").read_text())
+    manifest["functions"]["main"]["inputs"][0]["range"] = [-2**31, 2**31 - 1, "a test target holds i64 in 32 bits"]
+    (tmp_path / "model" / "manifest.json").write_text(json.dumps(manifest))
+    refused = _run(tmp_path / "model", [np.full(x.shape, -2**40)])
     assert refused["name"] == "RetargetError"
-    assert "input 0 ('ids') of main holds -1099511627776, outside [-2147483648, 2147483647]" in refused["error"]
+    assert ("input 0 ('x') of main holds -1099511627776, outside [-2147483648, 2147483647]: a test target holds i64 "
+            "in 32 bits") in refused["error"]
+    assert "error" not in _run(tmp_path / "model", [np.full(x.shape, -2**31)])
 
 
 def test_a_uint8_image_and_8_and_16_bit_integers_in_the_js_loader_match_torch(dawn, tmp_path, image_bytes):

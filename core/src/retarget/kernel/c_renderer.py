@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
-from .index32 import I32, fits, narrow_indices
+from .index32 import I32, as_i32, fits, narrow_indices
 from .portable import expand_fragments, expand_vector_copies, serialize_threads, vector_copy_elements
 
 F32 = DTYPES["f32"]
@@ -146,6 +146,21 @@ class FragmentSpelling:
 
 
 @dataclass(frozen=True)
+class Emulated:
+    """A type a language lacks, computed in one it has by helper functions (WGSL's i64: a vec2<u32> of its low
+    and high words); data only. The dialect's `types` spells it, and everything it computes is here: nothing
+    falls back to the templates of its kind, so what is missing is unsupported. Templates take {0} and {1}, {T}
+    (the type's spelling) and {s} (its dtype name); helper bodies `$T` and `$s`."""
+
+    ops: dict  # unary and binary op -> template
+    compare: dict  # predicate -> template
+    const: str  # a value, from {lo} and {hi}: its low and high 32-bit words, as unsigned numbers
+    cast_from: dict  # the language's type of a value {0} -> template making it a value of this type
+    cast_to: dict  # the language's type -> template making a value {0} of this type one of that (else: unsupported)
+    helpers: tuple = ()  # (name, body), a helper after those it calls; emitted where a kernel calls them
+
+
+@dataclass(frozen=True)
 class Dialect:
     """Everything that differs between C-like languages; data only."""
 
@@ -198,6 +213,9 @@ class Dialect:
     is_nan: str = ""
     fragments: FragmentSpelling | None = None  # None: the portable expansion
     index32: bool = False  # index arithmetic in 32 bits where the kernel's buffers allow (see index32.py)
+    # ... in every kernel, whatever its sizes: the target's runtime refuses a buffer of 2^31 elements or more at each
+    # call (WebGPU's does), so a kernel whose sizes have no bound narrows too. Needed where i64 is `emulated`.
+    index32_assume_fits: bool = False
     # A kernel's scalars (sizes known at run time, `Kernel.scalars`): a parameter each, after the buffers,
     # and/or a statement each at the top of the body; fields {T} (the index type), {name} (`dim_<symbol>`),
     # {j} (the scalar's number), {n} (the number of buffers), {i} (n + j).
@@ -209,10 +227,9 @@ class Dialect:
     # (0 to per_word - 1) into the compute type; `bits` is the element's bits, low in a word, from a value {0}
     # of the compute type; `store` writes bits {value} into part {part} of the word at {pointer}.
     word_parts: dict = field(default_factory=dict)
-    # Types a language cannot store, kept as two 32-bit words, low first: dtype -> {"word", "high"}. The
-    # language computes them in one word (its `types`), so values must fit one; `high` is the high word of
-    # value {0} (its sign, extended).
-    word_pairs: dict = field(default_factory=dict)
+    # Types a language lacks, computed in one it has by helpers: dtype -> `Emulated` (WGSL's i64). Stored as the type
+    # that computes them (an i64 buffer of WGSL is an array of vec2<u32>).
+    emulated: dict = field(default_factory=dict)
     # Narrow integer types a language computes in a wider one (WGSL: i8 and i16 in i32): dtype -> how a value {0}
     # of the wide type wraps to the narrow one, as C's cast to the narrow type does. Absent: `cast`.
     wrap: dict = field(default_factory=dict)
@@ -357,9 +374,11 @@ MSL = Dialect(
 
 # WGSL (WebGPU): the same statements with Rust-like declarations, builtins instead of libm, `select`
 # instead of `?:`, and helpers written in WGSL. Buffers are module-scope bindings, workgroup arrays
-# module-scope `var<workgroup>`. WGSL has no 64-bit types by default: i64 (the index type) computes
-# as i32, so index arithmetic must stay below 2^31 (a target refuses i64 buffers itself), and there
-# is no f64. f16 needs `enable f16;` (the shader-f16 feature), which the target adds when it has it.
+# module-scope `var<workgroup>`. WGSL has no 64-bit types: index arithmetic (the kernel IR's i64) is narrowed to
+# i32 in every kernel (`index32_assume_fits`: the target's runtime refuses a buffer of 2^31 elements or more), and
+# i64 data is a vec2<u32> (low word, high word), computed exactly by helpers (`WGSL_I64`) and stored so: an i64
+# buffer is an array of them, numpy's bytes. There is no f64. f16 needs `enable f16;` (the shader-f16 feature),
+# which the target adds when it has it.
 # WGSL lets a compiler assume that no float is NaN or infinite, and naga and the drivers under it do fold `x != x`
 # and return numbers from atan, sign, pow and max of NaN: so NaN and infinity are told apart on the bits.
 _WGSL_NAN = "((bitcast<u32>({0}) & 0x7fffffffu) > 0x7f800000u)"
@@ -483,22 +502,104 @@ def _wgsl_narrow_ints() -> tuple[dict, dict]:
 
 _WGSL_NARROW_PARTS, _WGSL_WRAP = _wgsl_narrow_ints()
 
+# i64 as two's complement in a vec2<u32>: x the low word, y the high. Semantics as the C helpers' (and vmvx's):
+# wrapping add, sub, mul and neg; truncated div and rem, x / 0 is x, x % 0 is 0, MIN / -1 is MIN; shr arithmetic,
+# by 63 where the amount is 64 or more or negative (numpy's); f32 -> i64 saturating, NaN -> 0; i64 -> f32 rounded
+# to nearest even (as C's cast), from the top 32 bits of the magnitude and a sticky bit for the rest.
+_I64_HELPERS = (
+    ("rt_add_$s", "fn rt_add_$s(a: $T, b: $T) -> $T { let lo = a.x + b.x; return $T(lo, a.y + b.y + "
+                  "select(0u, 1u, lo < a.x)); }"),
+    ("rt_sub_$s", "fn rt_sub_$s(a: $T, b: $T) -> $T { return $T(a.x - b.x, a.y - b.y - select(0u, 1u, a.x < b.x)); }"),
+    ("rt_neg_$s", "fn rt_neg_$s(a: $T) -> $T { return rt_sub_$s($T(0u), a); }"),
+    ("rt_mul32_$s",  # the whole product of two u32, from four 16-bit partial products
+     "fn rt_mul32_$s(a: u32, b: u32) -> $T {\n  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; "
+     "let b1 = b >> 16u;\n  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0;\n"
+     "  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);\n"
+     "  return $T((p00 & 0xffffu) | (mid << 16u), a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));\n}"),
+    ("rt_mul_$s", "fn rt_mul_$s(a: $T, b: $T) -> $T { let p = rt_mul32_$s(a.x, b.x); "
+                  "return $T(p.x, p.y + a.x * b.y + a.y * b.x); }"),
+    ("rt_lt_$s", "fn rt_lt_$s(a: $T, b: $T) -> bool { let ah = bitcast<i32>(a.y); let bh = bitcast<i32>(b.y); "
+                 "return ah < bh || (ah == bh && a.x < b.x); }"),
+    ("rt_max_$s", "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, rt_lt_$s(b, a)); }"),
+    ("rt_min_$s", "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, rt_lt_$s(a, b)); }"),
+    ("rt_abs_$s", "fn rt_abs_$s(a: $T) -> $T { return select(a, rt_neg_$s(a), bitcast<i32>(a.y) < 0); }"),
+    ("rt_sign_$s", "fn rt_sign_$s(a: $T) -> $T { if (bitcast<i32>(a.y) < 0) { return $T(0xffffffffu); } "
+                   "return $T(select(0u, 1u, any(a != $T(0u))), 0u); }"),
+    ("rt_shr_$s",
+     "fn rt_shr_$s(a: $T, b: $T) -> $T {\n  let n = select(63u, b.x, b.y == 0u && b.x < 63u);\n"
+     "  let hi = bitcast<i32>(a.y);\n  if (n == 0u) { return a; }\n"
+     "  if (n < 32u) { return $T((a.x >> n) | (a.y << (32u - n)), bitcast<u32>(hi >> n)); }\n"
+     "  return $T(bitcast<u32>(hi >> (n - 32u)), bitcast<u32>(hi >> 31u));\n}"),
+    ("rt_udivrem_$s",  # magnitudes (at most 2^63, d not 0): the quotient in xy, the remainder in zw
+     "fn rt_udivrem_$s(n: $T, d: $T) -> vec4<u32> {\n"
+     "  if (n.y == 0u && d.y == 0u) { return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }\n"
+     "  var q = n;\n  var r = $T(0u);\n  for (var i = 0u; i < 64u; i++) {  // restoring division, a bit a step\n"
+     "    r = $T((r.x << 1u) | (q.y >> 31u), (r.y << 1u) | (r.x >> 31u));\n"
+     "    q = $T(q.x << 1u, (q.y << 1u) | (q.x >> 31u));\n"
+     "    if (r.y > d.y || (r.y == d.y && r.x >= d.x)) { r = rt_sub_$s(r, d); q.x = q.x | 1u; }\n  }\n"
+     "  return vec4<u32>(q, r);\n}"),
+    ("rt_div_$s",
+     "fn rt_div_$s(a: $T, b: $T) -> $T {\n  if (all(b == $T(0u))) { return a; }\n"
+     "  let q = rt_udivrem_$s(rt_abs_$s(a), rt_abs_$s(b)).xy;\n"
+     "  return select(q, rt_neg_$s(q), ((a.y ^ b.y) >> 31u) != 0u);\n}"),
+    ("rt_rem_$s",
+     "fn rt_rem_$s(a: $T, b: $T) -> $T {\n  if (all(b == $T(0u))) { return $T(0u); }\n"
+     "  let r = rt_udivrem_$s(rt_abs_$s(a), rt_abs_$s(b)).zw;\n"
+     "  return select(r, rt_neg_$s(r), bitcast<i32>(a.y) < 0);\n}"),
+    ("rt_pow_$s",
+     "fn rt_pow_$s(a0: $T, b0: $T) -> $T {\n  if (bitcast<i32>(b0.y) < 0) {\n"
+     "    if (all(a0 == $T(1u, 0u))) { return a0; }\n"
+     "    if (all(a0 == $T(0xffffffffu))) { return select($T(1u, 0u), a0, (b0.x & 1u) != 0u); }\n"
+     "    return $T(0u);\n  }\n  var a = a0;\n  var b = b0;\n  var r = $T(1u, 0u);\n"
+     "  while (any(b != $T(0u))) {\n    if ((b.x & 1u) != 0u) { r = rt_mul_$s(r, a); }\n    a = rt_mul_$s(a, a);\n"
+     "    b = $T((b.x >> 1u) | (b.y << 31u), b.y >> 1u);\n  }\n  return r;\n}"),
+    ("rt_${s}_from_i32", "fn rt_${s}_from_i32(x: i32) -> $T { return $T(bitcast<u32>(x), select(0u, 0xffffffffu, "
+                         "x < 0)); }"),
+    ("rt_f32_from_$s",
+     "fn rt_f32_from_$s(a: $T) -> f32 {\n  let negative = bitcast<i32>(a.y) < 0;\n"
+     "  let m = select(a, rt_neg_$s(a), negative);\n  var f = f32(m.x);\n  if (m.y != 0u) {\n"
+     "    let s = countLeadingZeros(m.y);\n    let top = select((m.y << s) | (m.x >> (32u - s)), m.y, s == 0u);\n"
+     "    f = ldexp(f32(top | select(0u, 1u, (m.x << s) != 0u)), i32(32u - s));\n  }\n"
+     "  return select(f, -f, negative);\n}"),
+    ("rt_cast_f32_$s",
+     f"fn rt_cast_f32_$s(x: f32) -> $T {{\n  if ({_WGSL_NAN.format('x')}) {{ return $T(0u); }}\n"
+     "  if (x <= -9223372036854775808.0f) { return $T(0u, 0x80000000u); }\n"
+     "  if (x >= 9223372036854775808.0f) { return $T(0xffffffffu, 0x7fffffffu); }\n"
+     "  let t = trunc(abs(x));\n  let hi = floor(t / 4294967296.0f);  // exact: t is a whole number below 2^63\n"
+     "  let m = $T(u32(t - hi * 4294967296.0f), u32(hi));\n  return select(m, rt_neg_$s(m), x < 0.0f);\n}"),
+)
+WGSL_I64 = Emulated(
+    ops={"neg": "rt_neg_{s}({0})", "abs": "rt_abs_{s}({0})", "sign": "rt_sign_{s}({0})", "not": "(~{0})",
+         **{op: f"rt_{op}_{{s}}({{0}}, {{1}})" for op in ("add", "sub", "mul", "div", "rem", "pow", "max", "min",
+                                                          "shr")},
+         "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})"},
+    compare={"eq": "all({0} == {1})", "ne": "any({0} != {1})", "lt": "rt_lt_{s}({0}, {1})",
+             "gt": "rt_lt_{s}({1}, {0})", "le": "(!rt_lt_{s}({1}, {0}))", "ge": "(!rt_lt_{s}({0}, {1}))"},
+    const="{T}({lo}u, {hi}u)",
+    cast_from={"i32": "rt_{s}_from_i32({0})", "u32": "{T}({0}, 0u)", "bool": "{T}(select(0u, 1u, {0}), 0u)",
+               "f32": "rt_cast_f32_{s}({0})"},
+    cast_to={"i32": "bitcast<i32>(({0}).x)", "u32": "({0}).x", "bool": "any(({0}) != {T}(0u))",
+             "f32": "rt_f32_from_{s}({0})"},
+    helpers=_I64_HELPERS,
+)
+
 WGSL = Dialect(
     name="wgsl",
-    # i64: in i32 (index arithmetic, and data within i32); i8 and i16 in i32, wrapped after each op (`wrap`)
-    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "i32", "i16": "i32", "i8": "i32",
+    # i64 in two u32 words (`emulated`); i8 and i16 in i32, wrapped after each op (`wrap`)
+    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "vec2<u32>", "i16": "i32", "i8": "i32",
            "ui16": "u32", "ui8": "u32"},
     storage={"f16": "f16"},
     from_storage={"f16": "f32({0})", "bf16": "bitcast<f32>(({0}) << 16u)"},
     to_storage={"f16": "f16({0})", "bf16": "rt_f32_to_bf16({0})"},  # bf16: its bits, in the low half of a u32
     # WGSL has no 8- or 16-bit types in buffers and no shareable bool: bf16, i16 and ui16 buffers are u32 words of
-    # two elements, bool, i8 and ui8 buffers of four (numpy's bytes), low part first; i64 buffers are pairs of i32
-    # words (values within i32)
+    # two elements, bool, i8 and ui8 buffers of four (numpy's bytes), low part first
     word_parts={"bf16": _wgsl_word_parts(16, load="rt_bf16_half({0}, {1})", bits="rt_f32_to_bf16({0})"),
                 "i1": _wgsl_word_parts(8, load="(((({0}) >> (u32({1}) * 8u)) & 0xffu) != 0u)",
                                        bits="select(0u, 1u, {0})"),
                 **_WGSL_NARROW_PARTS},
-    word_pairs={"i64": {"word": "i32", "high": "(({0}) >> 31u)"}},
+    emulated={"i64": WGSL_I64},
+    index32=True,
+    index32_assume_fits=True,
     wrap=_WGSL_WRAP,
     kernel="@compute @workgroup_size({wx}, {wy}, {wz})\nfn {name}({params})",
     param="",
@@ -561,6 +662,10 @@ def support_table(dialect: Dialect):
                 ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {op} of {kind} values"
             elif helper and not any(name == f"{helper.group(1)}_$s" and kind in kinds for name, kinds, _ in helpers):
                 ops[f"rt.{op}:{kind}"] = f"{dialect.name} renderer: no {helper.group(1)} helper for {kind} values"
+    for name, table in dialect.emulated.items():  # an emulated type computes only what its table lists
+        ops.update({f"rt.{op}:{name}": f"{dialect.name} renderer: no {op} of {name} values"
+                    for op in (*k.UNARY_OPS, *k.BINARY_OPS)
+                    if op not in table.ops and f"rt.{op}:{DTYPES[name].kind}" not in ops})
     dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES
               if (F32.name if name in HALVES else name) not in dialect.types
               or (name in HALVES and name not in dialect.storage and name not in dialect.word_parts)}
@@ -575,7 +680,11 @@ def render_module(kernels, dialect: Dialect) -> str:
     kernels call, and every kernel."""
     renderers = [_Renderer(kn, dialect) for kn in kernels]
     text = "\n\n".join(r.render() for r in renderers)
-    helpers = [code for name, code in _helpers(dialect) if re.search(rf"\b{name}\(", text)]
+    helpers, calls = [], text
+    for name, code in reversed(_helpers(dialect)):  # callers before callees: a chosen helper's calls count too
+        if re.search(rf"\b{name}\(", calls):
+            helpers.insert(0, code)
+            calls += code
     preamble = dialect.preamble
     if any(r.native_fragments for r in renderers):
         preamble = "\n".join(p for p in (preamble, dialect.fragments.include) if p)
@@ -593,22 +702,24 @@ def _helpers(d: Dialect) -> list[tuple[str, str]]:
                       bits_to_float=d.as_float.format(f"({d.types['ui32']})x << 16"),
                       float_to_bits=d.as_uint.format("f"))
         out += [(name, Template(code).substitute(fields)) for name, code in BF16_HELPERS]
+    native = {name: ctype for name, ctype in d.types.items() if name not in d.emulated}
     for name, kinds, body in d.helpers or HELPERS:
-        for dt_name, ctype in d.types.items():
+        for dt_name, ctype in native.items():
             dt = DTYPES[dt_name]
             if dt.kind in kinds:
-                held = DTYPES["i32"] if dt.bits > 32 and ctype == d.types.get("i32") else dt  # WGSL's i64 is i32
-                fields = dict(Q=d.qualifier, T=ctype, s=dt_name, f=_suffix(dt, d), min=_int_min(held, d))
+                fields = dict(Q=d.qualifier, T=ctype, s=dt_name, f=_suffix(dt, d), min=_int_min(dt, d))
                 out.append((Template(name).substitute(fields), Template(body).substitute(fields)))
     for src in ("f32", "f64"):
-        for dst, dctype in d.types.items():
+        for dst, dctype in native.items():
             dt = DTYPES[dst]
             if src in d.types and dt.kind in ("int", "uint"):
-                held = DTYPES["i32"] if dt.bits > 32 and dctype == d.types.get("i32") else dt  # WGSL's i64: as i32
-                lo, hi = (-(2 ** (held.bits - 1)), 2 ** (held.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
+                lo, hi = (-(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1)) if dt.kind == "int" else (0, 2 ** dt.bits)
                 fields = dict(Q=d.qualifier, T=d.types[src], D=dctype, s=src, d=dst, lo=f"{float(lo)!r}",
-                              hi=f"{float(hi)!r}", dmin=_int_literal(lo, held, d), dmax=_int_literal(hi - 1, held, d))
+                              hi=f"{float(hi)!r}", dmin=_int_literal(lo, dt, d), dmax=_int_literal(hi - 1, dt, d))
                 out.append((f"rt_cast_{src}_{dst}", Template(d.cast_helper or CAST_HELPER).substitute(fields)))
+    for dt_name, table in d.emulated.items():
+        fields = dict(T=d.types[dt_name], s=dt_name)
+        out += [(Template(name).substitute(fields), Template(body).substitute(fields)) for name, body in table.helpers]
     return out
 
 
@@ -684,8 +795,10 @@ class _Renderer:
         if d.thread_id is None and kn.thread_vars and _has(kn.body, (k.Barrier,), shared=True):
             kn = serialize_threads(kn)  # a workgroup is one call here: its threads become loops, cut at barriers
         index_dt = k.INDEX
-        if d.index32 and fits(kn):
-            kn, index_dt = narrow_indices(kn), I32
+        if d.index32 and (d.index32_assume_fits or fits(kn)):
+            kn, index_dt = narrow_indices(kn, assume_fits=d.index32_assume_fits), I32
+        elif k.INDEX.name in d.emulated:
+            raise self.fail(f"{k.INDEX} is emulated, so every kernel's indices must be narrowed (index32_assume_fits)")
         self.index_ctype = self.ctype(index_dt)
         self.k = kn
         # Half arrays that only move elements (a matmul's staging registers) keep them as stored: no conversions.
@@ -695,9 +808,9 @@ class _Renderer:
         threads = list(zip(kn.thread_vars, kn.workgroup_size))
         params = []
         for i, p in enumerate(kn.params):
-            parts, pairs = d.word_parts.get(p.dtype.name), d.word_pairs.get(p.dtype.name)
+            parts = d.word_parts.get(p.dtype.name)
             storage = (parts["atomic_word"] if p.access == "write" else parts["word"]) if parts else \
-                pairs["word"] if pairs else self.storage_type(p.dtype)
+                self.storage_type(p.dtype)
             self.param_storage[p.name] = storage
             fields = dict(const="const " if p.access == "read" else "", T=storage, name=p.name, i=i, D=p.dtype.name)
             if d.param:
@@ -718,7 +831,7 @@ class _Renderer:
                 self.emit(d.scalar_prologue.format(**fields))
             if narrowed:
                 self.emit(d.declare_const.format(T=self.index_ctype, name=name,
-                                                 value=d.cast.format(fields["name"], T=self.index_ctype)))
+                                                 value=self.convert(fields["name"], k.INDEX, index_dt)))
         index = self.index_ctype
         for n, var in enumerate(kn.workgroup_vars):
             self.emit(d.declare_const.format(T=index, name=var, value=d.group_id.format(n=n, x=XYZ[n])))
@@ -770,7 +883,7 @@ class _Renderer:
         if s.kind == "unroll" and self.d.unroll and isinstance(s.extent, int):
             self.emit(self.d.unroll.format(n=min(s.extent, 65534)))
         index = self.index_ctype
-        end = s.start + s.extent if isinstance(s.extent, int) else self.expr(s.extent + s.start)
+        end = s.start + s.extent if isinstance(s.extent, int) else self.expr(self.extent(s.extent + s.start))
         self.block(self.d.loop.format(T=index, var=s.var, start=s.start, end=end), s.body)
 
     def stmt_if(self, s: k.If) -> None:
@@ -792,30 +905,21 @@ class _Renderer:
         dt, is_param = self.buffer(s.buffer)
         v = s.value
         parts = self.d.word_parts.get(dt.name) if is_param else None
-        pairs = self.d.word_pairs.get(dt.name) if is_param else None
         if parts:
-            index, n = self.expr(s.index), parts["per_word"]
+            index, n = self.subscript(s.index), parts["per_word"]
             bits = parts["bits"].format(self.convert(self.expr(v), v.dtype, self.compute(dt)))
             self.emit(parts["store"].format(pointer=self.element(s.buffer, f"(({index}) / {n})"),
                                             part=f"(({index}) % {n})", value=bits))
             return
-        if pairs:
-            index = self.expr(s.index)
-            self.emit("{")
-            self.emit("  " + self.d.declare_const.format(T=self.ctype(dt), name="rt_pair",
-                                                         value=self.convert(self.expr(v), v.dtype, dt)))
-            self.emit(f"  {self.element(s.buffer, f'(({index}) * 2)')} = rt_pair;")
-            self.emit(f"  {self.element(s.buffer, f'(({index}) * 2 + 1)')} = {pairs['high'].format('rt_pair')};")
-            self.emit("}")
-            return
         if isinstance(v, k.Load) and dt.name in HALVES and self.stored_as_is(s.buffer) and \
                 self.stored_as_is(v.buffer) and self.buffer(v.buffer)[0] == v.dtype == dt:
-            self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {self.element(v.buffer, self.expr(v.index))};")
+            self.emit(f"{self.element(s.buffer, self.subscript(s.index))} = "
+                      f"{self.element(v.buffer, self.subscript(v.index))};")
             return
         value = self.convert(self.expr(s.value), s.value.dtype, dt)
         if (is_param or s.buffer in self.stored) and dt.name in self.d.to_storage:
             value = self.d.to_storage[dt.name].format(value)
-        self.emit(f"{self.element(s.buffer, self.expr(s.index))} = {value};")
+        self.emit(f"{self.element(s.buffer, self.subscript(s.index))} = {value};")
 
     def stmt_local(self, s: k.Local) -> None:
         stored = s.name in self.stored
@@ -866,7 +970,7 @@ class _Renderer:
             self.emit(spelling.fill.format(name=s.name, value=self.expr(k.const(s.fill, s.element)), **fields))
 
     def pointer(self, buffer: str, index: k.Expr) -> str:
-        return "&" + self.element(buffer, self.expr(index))
+        return "&" + self.element(buffer, self.subscript(index))
 
     def stmt_fragmentload(self, s: k.FragmentLoad) -> None:
         role = self.fragment_decls[s.name].role
@@ -897,8 +1001,8 @@ class _Renderer:
         if dt.itemsize * s.lanes == 16 and self.buffer(s.dst)[0] == dt and \
                 all(self.stored_as_is(n) and not (self.buffer(n)[1] and self.in_words(dt))
                     for n in (s.dst, s.src)):
-            self.emit(self.d.vector_copy.format(dst=self.element(s.dst, self.expr(s.dst_index)),
-                                                src=self.element(s.src, self.expr(s.src_index))))
+            self.emit(self.d.vector_copy.format(dst=self.element(s.dst, self.subscript(s.dst_index)),
+                                                src=self.element(s.src, self.subscript(s.src_index))))
         else:
             self.stmts([vector_copy_elements(s, dt)])
 
@@ -907,8 +1011,8 @@ class _Renderer:
         return self.buffer(name)[1] or name in self.stored
 
     def in_words(self, dt: DType) -> bool:
-        """Whether a parameter of `dt` is kept in 32-bit words (`Dialect.word_parts`, `.word_pairs`)."""
-        return dt.name in self.d.word_parts or dt.name in self.d.word_pairs
+        """Whether a parameter of `dt` is kept several to a 32-bit word (`Dialect.word_parts`)."""
+        return dt.name in self.d.word_parts
 
     def element(self, name: str, index: str) -> str:
         dt, is_param = self.buffer(name)
@@ -929,9 +1033,9 @@ class _Renderer:
         ctype = self.ctype(dt)
         if dt.kind == "bool":
             return "true" if e.value else "false"
-        if dt.name in self.d.word_pairs:  # values fit one word (the compiler refuses constants that do not), so a
-            lo, hi = -(2 ** 31), 2 ** 31 - 1  # kernel's own constant past it (a min's INT64_MAX) is the word's bound
-            return _int_literal(min(max(int(e.value), lo), hi), DTYPES["i32"], self.d)
+        if dt.name in self.d.emulated:
+            bits = int(e.value) & (2 ** 64 - 1)
+            return self.d.emulated[dt.name].const.format(lo=bits & 0xFFFFFFFF, hi=bits >> 32, T=ctype)
         if dt.is_float:
             v = float(np.array(e.value, dtype=e.dtype.np_dtype))  # a half constant is rounded to its type once
             if math.isnan(v):
@@ -949,22 +1053,23 @@ class _Renderer:
         dt, is_param = self.buffer(e.buffer)
         parts = self.d.word_parts.get(dt.name) if is_param else None
         if parts:
-            index, n = self.expr(e.index), parts["per_word"]
+            index, n = self.subscript(e.index), parts["per_word"]
             word = self.element(e.buffer, f"(({index}) / {n})")
             if self.param_storage[e.buffer] == parts["atomic_word"]:
                 word = parts["atomic_load"].format(word)
             return self.convert(parts["load"].format(word, f"(({index}) % {n})"), dt, e.dtype)
-        if is_param and dt.name in self.d.word_pairs:  # the low word: the value, which fits it
-            return self.convert(self.element(e.buffer, f"(({self.expr(e.index)}) * 2)"), dt, e.dtype)
-        text = self.element(e.buffer, self.expr(e.index))
+        text = self.element(e.buffer, self.subscript(e.index))
         if (is_param or e.buffer in self.stored) and dt.name in self.d.from_storage:
             text = self.d.from_storage[dt.name].format(text)
         return self.convert(text, dt, e.dtype)
 
     def template(self, kind: str, op: str, dt: DType) -> str:
         dt = self.compute(dt)
-        keys = [f"{op}.{dt.kind}"] + ([f"{op}.int"] if dt.kind in ("uint", "bool") else []) + [op]
-        template = next((self.d.ops[key] for key in keys if key in self.d.ops), None)
+        if dt.name in self.d.emulated:
+            template = self.d.emulated[dt.name].ops.get(op)
+        else:
+            keys = [f"{op}.{dt.kind}"] + ([f"{op}.int"] if dt.kind in ("uint", "bool") else []) + [op]
+            template = next((self.d.ops[key] for key in keys if key in self.d.ops), None)
         if template is None or op not in (k.UNARY_OPS if kind == "unary" else k.BINARY_OPS):
             raise self.fail(f"{kind} op '{op}' on {dt} is not supported by dialect {self.d.name}")
         return template
@@ -986,7 +1091,7 @@ class _Renderer:
         return self.apply(self.template("unary", e.op, e.dtype), e.dtype, self.expr(e.a))
 
     def expr_binary(self, e: k.Binary) -> str:
-        if e.op in ("div", "rem") and e.dtype.kind == "int" and (
+        if e.op in ("div", "rem") and e.dtype.kind == "int" and e.dtype.name not in self.d.emulated and (
                 (isinstance(e.b, k.Const) and e.b.value not in (0, -1)) or k.is_size(e.b)):
             # index arithmetic: a constant divisor, or a size known at run time, cannot trap, so C's `/` and `%`
             template = "({0} / {1})" if e.op == "div" else self.d.trapless_rem
@@ -997,6 +1102,8 @@ class _Renderer:
         if e.op not in CMP:
             raise self.fail(f"compare predicate '{e.op}' is not supported by dialect {self.d.name}")
         a, b = self.expr(e.a), self.expr(e.b)
+        if (dt := e.a.dtype).name in self.d.emulated:
+            return self.d.emulated[dt.name].compare[e.op].format(a, b, T=self.ctype(dt), s=dt.name)
         if self.d.is_nan and e.a.dtype.kind == "float" and e.op in ("eq", "ne"):
             if e.a == e.b:  # `x != x` is how isnan reaches a kernel
                 return self.d.is_nan.format(a) if e.op == "ne" else f"(!{self.d.is_nan.format(a)})"
@@ -1011,6 +1118,8 @@ class _Renderer:
         return self.d.select.format(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
 
     def expr_cast(self, e: k.Cast) -> str:
+        if e.dtype.name in self.d.emulated and isinstance(e.a, k.Const) and e.a.dtype.kind in ("int", "uint"):
+            return self.expr_const(k.Const(int(e.a.value), e.dtype))  # a narrowed constant, as one of i64 data
         return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
 
     def convert(self, text: str, src: DType, dst: DType) -> str:
@@ -1025,6 +1134,8 @@ class _Renderer:
             return self.d.from_storage[dst.name].format(self.d.to_storage[dst.name].format(inner))
         if cs == cd:
             return text
+        if cs.name in self.d.emulated or cd.name in self.d.emulated:
+            return self.convert_emulated(text, cs, cd)
         if cd.kind == "bool":
             return f"({text} != 0)"
         if cs.is_float and cd.kind in ("int", "uint"):
@@ -1033,6 +1144,29 @@ class _Renderer:
         if cd.name in self.d.wrap and cs.kind != "bool":  # to a narrow type computed in a wide one: wrap
             return self.narrow(self.d.cast.format(text, T=self.ctype(cd)), cd)
         return self.d.cast.format(text, T=self.ctype(cd))
+
+    def convert_emulated(self, text: str, src: DType, dst: DType) -> str:
+        """`text` of compute type `src` as `dst`, one of them emulated (`Dialect.emulated`): the emulated side's
+        template for the other's spelling (i8 is cast as the i32 it is computed in, then wrapped)."""
+        from_emulated = src.name in self.d.emulated
+        emulated, other = (src, dst) if from_emulated else (dst, src)
+        table = self.d.emulated[emulated.name]
+        template = None if other.name in self.d.emulated else \
+            (table.cast_to if from_emulated else table.cast_from).get(self.ctype(other))
+        if template is None:
+            raise self.fail(f"a cast from {src} to {dst} is not supported by dialect {self.d.name}")
+        out = template.format(text, T=self.ctype(emulated), s=emulated.name)
+        return self.narrow(out, dst) if dst.name in self.d.wrap else out
+
+    # Where the IR's index type is emulated (WGSL's i64), every kernel's indices are narrowed to i32 (`render`), and
+    # what the IR still types i64 where an index is wanted is made i32 too: a loop's extent of sizes known at run time
+    # (index arithmetic that `narrow_indices` leaves alone) and data used as a subscript (a gather's index, in bounds).
+    def extent(self, e: k.Expr) -> k.Expr:
+        return as_i32(e) if e.dtype.name in self.d.emulated else e
+
+    def subscript(self, e: k.Expr) -> str:
+        text = self.expr(e)
+        return self.convert(text, e.dtype, I32) if e.dtype.name in self.d.emulated else text
 
 
 def _local_type(kernel: k.Kernel, name: str) -> DType:

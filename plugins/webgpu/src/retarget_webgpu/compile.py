@@ -20,14 +20,15 @@ folds (x, y) back into its 1-D workgroup index and skips the few extra workgroup
 Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. bf16 and bool have no WGSL type
 that a buffer can hold: their buffers are u32 words of two bf16 (unpacked to f32 as they are read) or
 four bools (numpy's bytes); a written one is an array of atomic words, since threads may write the
-other parts of one word (an atomicAnd and an atomicOr per element). i64 computes as i32, the kernel
-IR's index type included (every zoo buffer is far below 2^31 elements; a larger one is refused); an i64
-buffer is pairs of i32 words, low first, so its values must lie within i32: the module records that
-for the inputs, and the runtime refuses a call whose i64 inputs do not fit (the compiler checks
-constants). f64 and 8/16-bit integer *buffers* are refused by name.
+other parts of one word (an atomicAnd and an atomicOr per element). i64 data is a vec2<u32> (low word,
+high word) computed exactly by the shared renderer's helpers, and an i64 buffer an array of them (numpy's
+bytes). Index arithmetic (the kernel IR's i64) is i32 in every kernel: a buffer of 2^31 elements or more is
+refused, by the compiler where its size is static and by the driver at each dispatch where it is known only
+at run time. Buffers of other types (f64, ui64, 4-bit integers, 8-bit floats) are refused by name.
 
 Sizes known at run time. A kernel's scalars (`Kernel.scalars`) follow the element bases in `rt_base`,
-as i32: the driver writes them at each dispatch, and the workgroup count is computed from them.
+as i32 (sizes, never negative): the driver writes them at each dispatch, and the workgroup count is computed
+from them.
 """
 
 from __future__ import annotations
@@ -47,20 +48,20 @@ from . import FORMAT
 MAGIC = "retarget-wgsl"
 VERSION = 1
 # dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 and the 16-bit integers sit two to a
-# u32 word, bool and the 8-bit integers four (the shared renderer's `word_parts`), an i64 in two i32 words
-# (`word_pairs`); their bases count words: tensors start on words.
+# u32 word, bool and the 8-bit integers four (the shared renderer's `word_parts`): their bases count words, and
+# tensors start on words. An i64 is a vec2<u32> (the renderer's `emulated`).
 STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2), "bf16": ("u32", 4),
-                 "i1": ("u32", 4), "i64": ("i32", 4), "i8": ("u32", 4), "ui8": ("u32", 4), "i16": ("u32", 4),
+                 "i1": ("u32", 4), "i64": ("vec2<u32>", 8), "i8": ("u32", 4), "ui8": ("u32", 4), "i16": ("u32", 4),
                  "ui16": ("u32", 4)}
-INDEX_LIMIT = 2**31
-I64_RANGE = (-2**31, 2**31 - 1, "webgpu-spirv computes i64 in 32 bits (WGSL has no 64-bit integers)")
+INDEX_LIMIT = 2**31  # elements a buffer may hold: WGSL kernels index in i32
 
 
 def _dialect(packed: bool):
     from retarget.kernel.c_renderer import WGSL
 
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
-    scalar = "let {name}: {T} = rt_base[{i} / 4][{i} % 4];"  # after the bases
+    # after the bases; {T} is the index type, i64 (two u32 words): a size is not negative, so its high word is 0
+    scalar = "let {name}: {T} = {T}(bitcast<u32>(rt_base[{i} / 4][{i} % 4]), 0u);"
     if packed:  # every bf16 (or bool) parameter shares one array, written by some: atomic words throughout
         parts = {name: {**table, "word": table["atomic_word"]} for name, table in WGSL.word_parts.items()}
         return replace(WGSL, global_param="", element="rt_mem_{D}[{name}_base + {index}]", prologue=prologue,
@@ -71,7 +72,7 @@ def _dialect(packed: bool):
 # Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
 REFUSED_BUFFERS = {"f64": "WGSL has no f64; use f32"}
 BUFFER_TYPES_NOTE = ("WGSL buffers hold f32, i32, u32, (with shader-f16) f16, and here bf16, bool and the 8- and "
-                     "16-bit integers in u32 words and i64 (within i32) in pairs of i32 words")
+                     "16-bit integers in u32 words and i64 in pairs of them")
 SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not assume"
 
 
@@ -86,7 +87,7 @@ def support(desc: TargetDesc):
     buffers = {name: REFUSED_BUFFERS.get(name, BUFFER_TYPES_NOTE) for name in DTYPES if name not in STORAGE_TYPES}
     if "shader-f16" not in desc.features:
         buffers["f16"] = SHADER_F16_NOTE
-    return SupportTable(table.ops, table.dtypes, buffers, {"i64": I64_RANGE})
+    return SupportTable(table.ops, table.dtypes, buffers)
 
 
 def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
@@ -99,17 +100,16 @@ def _check_types(kn: k.Kernel, desc: TargetDesc) -> None:
             raise UnsupportedOpError(
                 f"webgpu-spirv:{desc.arch}: kernel {kn.name} has an f16 buffer, and {SHADER_F16_NOTE}",
                 hint="compile for webgpu-spirv:host on a device with shader-f16, or a profile that has it")
-        words = 2 if p.dtype.name == "i64" else 1  # an i64 is two words
-        if isinstance(p.size, int) and p.size * words >= INDEX_LIMIT:
+        if isinstance(p.size, int) and p.size >= INDEX_LIMIT:
             raise UnsupportedOpError(f"webgpu-spirv: buffer %{p.name} of kernel {kn.name} has {p.size} elements; "
-                                     f"WGSL indices are i32, so at most (2^31 - 1) / {words}")
+                                     f"WGSL kernels index in i32, so at most 2^31 - 1")
 
 
 def _shared_bytes(stmts) -> int:
     total = 0
     for s in stmts:
         if isinstance(s, k.Local) and s.shared:
-            total += s.size * 4  # WGSL's workgroup arrays here are of 32-bit types
+            total += s.size * (8 if s.dtype.name == "i64" else 4)  # 32-bit types, and i64's vec2<u32>
         elif isinstance(s, (k.Loop, k.If)):
             total += _shared_bytes(s.body)
     return total

@@ -205,6 +205,21 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def beyond_32_bit_indices(name: str, dtypes, bases, itemsizes, nbytes) -> str | None:
+    """Why a dispatch cannot run, or None: a binding whose elements reach index 2^31, its element base in the bound
+    range counted (`bases[i]`, in units of `itemsizes[i]` bytes: words for the types kept several to a word). WGSL
+    kernels index in i32 whatever their sizes (the shared renderer narrows them on this promise), so a kernel whose
+    sizes are known only at run time is checked here, at every dispatch; the compiler refuses static sizes itself."""
+    from .compile import INDEX_LIMIT
+
+    for i, (dtype, base, itemsize, size) in enumerate(zip(dtypes, bases, itemsizes, nbytes)):
+        end = max(base + size // itemsize, size // dtype.itemsize)
+        if end > INDEX_LIMIT:
+            return (f"{name}: binding {i} spans {end} elements of {dtype}; WebGPU kernels index in 32 bits, so at "
+                    f"most {INDEX_LIMIT}")
+    return None
+
+
 def plan_dispatch(meta: dict, writes: list[bool], bindings: list[tuple], alignment: int, max_binding_size: int,
                   name: str = "kernel") -> dict:
     """How one dispatch binds its parameters (compile.py's binding model), as plain data. js/retarget.js computes
@@ -291,6 +306,10 @@ class WebGpuCommandBuffer:
         plan = plan_dispatch(meta, [b.access == "write" for b in ep.bindings],
                              [(id(buf), offset, nbytes, buf.size) for buf, offset, nbytes in bindings],
                              dev.offset_alignment, dev.limits["max-storage-buffer-binding-size"], ep.name)
+        if too_large := beyond_32_bit_indices(ep.name, [b.type.dtype for b in ep.bindings], plan["bases"],
+                                              meta["itemsizes"], [nbytes for _, _, nbytes in bindings]):
+            raise WebGpuError(too_large, hint="split the batch, or compile for a target with 64-bit indices "
+                                              "(cuda, llvm-cpu)")
         scratch = [dev.allocate(size) for size in plan["scratch"]]  # gathered packed groups' buffers
         self.scratch.extend(scratch)  # freed with the command buffer
 

@@ -24,8 +24,8 @@ export class RetargetError extends Error {
 }
 
 // retarget's element types -> typed arrays. f16 is a Float16Array where the engine has one, else the raw bits.
-// (WGSL buffers hold f32, i32, u32 and f16; bool, bf16, i64 and the 8- and 16-bit integers sit in 32-bit words,
-// laid out as these arrays' bytes.)
+// (WGSL buffers hold f32, i32, u32 and f16; bool, bf16 and the 8- and 16-bit integers sit in 32-bit words, and an
+// i64 in two of them, low first, laid out as these arrays' bytes: an i64 is the whole 64-bit value.)
 const ARRAYS = {
   f32: Float32Array, i32: Int32Array, ui32: Uint32Array, f16: globalThis.Float16Array ?? Uint16Array,
   i8: Int8Array, ui8: Uint8Array, i16: Int16Array, ui16: Uint16Array, i1: Uint8Array, i64: BigInt64Array,
@@ -418,7 +418,7 @@ function check(name, signature, inputs, args) {
       throw new RetargetError(`${where} must hold ${t.length} elements (shape [${t.shape}], flat in C order), ` +
                               `got ${a.length}`, `the function expects ${t.type}`);
     }
-    if (t.range) {  // a type the model's target holds only within a range (i64 in WGSL: 32 bits)
+    if (t.range) {  // a type the model's target holds only within a range (the manifest's, SupportTable.ranges)
       const [lo, hi, why] = t.range, outside = a.find((v) => v < lo || v > hi);
       if (outside !== undefined) {
         throw new RetargetError(`${where} holds ${outside}, outside [${lo}, ${hi}]: ${why}`,
