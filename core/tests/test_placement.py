@@ -269,7 +269,7 @@ RANGE = (-100, 100, "this target computes i64 in 8 bits")
 
 @pytest.fixture
 def vmvx_with_a_range(monkeypatch):
-    """vmvx whose support table holds i64 only within RANGE, as webgpu-spirv holds it within i32."""
+    """vmvx whose support table holds i64 only within RANGE, as a target computing i64 in 32 bits would."""
     from retarget import compiler
 
     real = compiler.support_table

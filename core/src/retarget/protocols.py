@@ -66,8 +66,8 @@ class SupportTable:
     - `dtypes`: element types the target neither computes in nor stores (`"i4"`).
     - `buffers`: element types a kernel cannot read or write as a buffer (an argument or the
       result of a dispatch), though a fused kernel may compute them inside (WGSL's i1 masks).
-    - `ranges`: element types the target holds only within a range, as `(lo, hi, why)` (WGSL
-      computes i64 in 32 bits). The compiler refuses constants outside it and records it on the
+    - `ranges`: element types the target holds only within a range, as `(lo, hi, why)` (a target
+      that computes i64 in 32 bits). The compiler refuses constants outside it and records it on the
       functions' inputs of that type, and the runtime refuses a call whose inputs leave it.
 
     The compiler places an op on a target only where its table allows it (`--fallback` takes
