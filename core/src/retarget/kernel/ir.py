@@ -358,8 +358,8 @@ def is_size(e: Expr) -> bool:
     """Whether `e` is a size that is at least 1 at run time, so that a division by it never traps: a
     positive constant, a symbol's variable, sums and products of them, and their floor divisions by
     positive constants (the runtime refuses sizes that leave a tensor dimension below 1)."""
-    if isinstance(e, Const):
-        return e.dtype == INDEX and e.value > 0
+    if isinstance(e, Const):  # an index constant, or one narrowed to i32 (`index32`)
+        return e.dtype.kind == "int" and e.value > 0
     if isinstance(e, Var):
         return e.name.startswith(SYMBOL_PREFIX)
     if isinstance(e, Binary) and e.op == "div":
