@@ -305,16 +305,19 @@ def test_causal_attention_and_constant_gather_indices_run_on_webgpu(webgpu_devic
     np.testing.assert_allclose(m.main(x.numpy()), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_token_ids_argmax_and_masks_run_on_webgpu(webgpu_device, tokens_and_masks):
+def torch_and_webgpu(model, x):
+    """(what webgpu computes, what torch does) for `model` of one input `x`, as lists of numpy arrays."""
     torch = pytest.importorskip("torch")
     from retarget.compiler import import_model
 
-    model, ids = tokens_and_masks
     with torch.no_grad():
-        expected = [t.numpy() for t in model(ids)]
-    art = retarget.compile(import_model(model, example_inputs=(ids,)), "webgpu-spirv")
-    m = retarget.load(art, device="webgpu")
-    got = m.main(ids.numpy())
+        expected = [t.numpy() for t in model(x)]
+    m = retarget.load(retarget.compile(import_model(model, example_inputs=(x,)), "webgpu-spirv"), device="webgpu")
+    return m.main(x.numpy()), expected
+
+
+def test_token_ids_argmax_and_masks_run_on_webgpu(webgpu_device, tokens_and_masks):
+    got, expected = torch_and_webgpu(*tokens_and_masks)
     assert [g.dtype for g in got] == [e.dtype for e in expected] == [np.float32, np.bool_, np.int64, np.int64]
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
     for g, e in zip(got[1:], expected[1:]):
@@ -322,28 +325,14 @@ def test_token_ids_argmax_and_masks_run_on_webgpu(webgpu_device, tokens_and_mask
 
 
 def test_int64_past_32_bits_runs_on_webgpu_as_torch_computes_it(webgpu_device, wide_integers):
-    torch = pytest.importorskip("torch")
-    from retarget.compiler import import_model
-
-    model, x = wide_integers
-    with torch.no_grad():
-        expected = [t.numpy() for t in model(x)]
-    m = retarget.load(retarget.compile(import_model(model, example_inputs=(x,)), "webgpu-spirv"), device="webgpu")
-    got = m.main(x.numpy())
+    got, expected = torch_and_webgpu(*wide_integers)
     for g, e in zip(got, expected, strict=True):  # exact, the float cast included (rounded to nearest even)
         assert g.dtype == e.dtype
         np.testing.assert_array_equal(g, e)
 
 
 def test_uint8_images_and_8_and_16_bit_integers_run_on_webgpu(webgpu_device, image_bytes):
-    torch = pytest.importorskip("torch")
-    from retarget.compiler import import_model
-
-    model, image = image_bytes
-    with torch.no_grad():
-        expected = [t.numpy() for t in model(image)]
-    m = retarget.load(retarget.compile(import_model(model, example_inputs=(image,)), "webgpu-spirv"), device="webgpu")
-    got = m.main(image.numpy())
+    got, expected = torch_and_webgpu(*image_bytes)
     assert [g.dtype for g in got] == [e.dtype for e in expected] == [np.float32, np.uint8, np.int8, np.int16, np.uint8]
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
     for g, e in zip(got[1:], expected[1:]):  # exact, wrapped where torch wraps (int8 + 100, int16 * 300)
