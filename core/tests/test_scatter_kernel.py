@@ -223,3 +223,28 @@ def test_a_scatter_whose_sizes_have_no_bound_is_refused_with_what_to_do():
             as info:
         TorchImporter().load(program)
     assert "bound the symbol" in info.value.hint
+
+
+@pytest.mark.parametrize("tail", [(), (4,)], ids=["elements", "rows"])
+@pytest.mark.parametrize("target", ["vulkan-spirv", "webgpu-spirv", "cuda", "opencl"])
+def test_a_gpu_reads_many_indices_through_workgroup_memory_in_order(target, tail):
+    """Past SCATTER_STAGE_FROM indices, a one-row scatter on a GPU stages them a tile at a time (a last tile part
+    full): repeated indices still land in index order across tiles, the last write winning and sums taken in order,
+    and indices out of range on both sides still write nothing."""
+    if target not in retarget.targets():
+        pytest.skip(f"target {target} is not installed")
+    rng = np.random.default_rng(7)
+    size, count = 3000, lower._GpuLowering.SCATTER_STAGE_FROM + 1000
+    data = rng.standard_normal((size, *tail)).astype(np.float32)
+    index = rng.integers(-50, size + 50, count)
+    index[[10, 2100, 4500]] = 5  # one position written from three tiles
+    updates = rng.standard_normal((count, *tail)).astype(np.float32)
+    for reduction in ("none", "sum"):
+        module = scatter_module(TensorType(data.shape, dtypes.f32), TensorType(index.shape, dtypes.i64), reduction)
+        dispatch, = form_dispatches(module.functions["main"])
+        from retarget.compiler import resolve_target
+
+        assert "staged" in lower.lower_dispatch(dispatch.function, resolve_target(target)[1]).schedule["scatter"]
+        out, = run_compiled(module, target, [torch.from_numpy(a) for a in (data, index, updates)])
+        np.testing.assert_allclose(out, one_at_a_time(-data, index, updates, reduction), rtol=1e-5, atol=1e-5,
+                                   err_msg=reduction)

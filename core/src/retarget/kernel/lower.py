@@ -66,6 +66,7 @@ from .ir import (
     VectorCopy,
 )
 
+I32 = DTYPES["i32"]
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul",
          "rt.scatter", "rt.segment_reduce")
 MAX_WORKGROUPS = 8  # a cap: each workgroup is one call from the driver, and calls cost microseconds
@@ -591,7 +592,9 @@ class _Lowering:
                                     + (f", rows of {width}" if tail else "")
                                     + (", a column an invocation" if columns > 1 else ""))
 
-        def element(i: Expr) -> list:
+        def invocation(i: Expr):
+            """(copy, walk) of invocation `i`: its chunk's copy, and `walk(j, read)`, the visit of index `j` (read
+            as `read(j)`, an index) that writes update `j` where it lands in this chunk, as (read, put) statements."""
             column, i = (i % columns, i // columns) if columns > 1 else (None, i)
             row, base = (i // chunks, (i % chunks) * span) if chunks > 1 else (i, k.const(0))
             at = _delinearize(row, lead)
@@ -613,12 +616,14 @@ class _Lowering:
                           lambda flat, rest: [Store("out0", flat, self.value(data, at + [position] + rest))])
             if ragged:
                 copy = [If(Compare("lt", position, k.const(size)), copy)]
+            copy_kind = "serial" if ragged or tail else self.SCATTER_COPY
 
-            def visit(j: Expr, q: str) -> tuple[Assign, If]:
-                """Read index `j` into `q`, clamped to [-1, size] (either end: out of range) so that it is index
-                arithmetic, 32-bit where the kernel's indices are (`index32`); write update `j` where it lands in this
-                chunk."""
-                where = self.value(index, at + [j])
+            def walk(j: Expr, read=None, guard: Expr | None = None) -> tuple[Assign, If]:
+                """Index `j` into a fresh `q`, clamped to [-1, size] (either end: out of range) so that it is index
+                arithmetic, 32-bit where the kernel's indices are (`index32`); update `j` written where it lands in
+                this chunk (and `guard` holds)."""
+                q = self.fresh("q")
+                where = read(j) if read else self.value(index, at + [j])
                 if chunks == 1:
                     mine = [Compare("ge", Var(q), k.const(0)), Compare("lt", Var(q), k.const(size))]
                 else:
@@ -634,20 +639,36 @@ class _Lowering:
 
                 wide = where if where.dtype == INDEX else Cast(where, INDEX)
                 return (Assign(q, k.minimum(k.maximum(wide, -1), k.const(size))),
-                        If(_all(mine), across(row * size + Var(q), put)))
+                        If(_all(mine + ([guard] if guard is not None else [])), across(row * size + Var(q), put)))
 
-            step = max(1, min(self.SCATTER_WALK, count))
-            blocks, left = divmod(count, step)
-            jb, j = self.fresh("jb"), self.fresh("j")
-            visits = [visit(Var(jb) * step + u, self.fresh("q")) for u in range(step)]
-            walk = [Loop(jb, blocks, [read for read, _ in visits] + [put for _, put in visits])]
-            if left:
-                walk.append(Loop(j, left, list(visit(k.const(blocks * step) + Var(j), self.fresh("q")))))
-            copy_kind = "serial" if ragged or tail else self.SCATTER_COPY
-            return [Loop(p, span, copy, copy_kind)] + walk
+            return [Loop(p, span, copy, copy_kind)], walk
 
-        return self.over_invocations(rows * chunks * columns, element,
-                                     work=rows * (size + chunks * count) * width)
+        def element(i: Expr) -> list:
+            copy, walk = invocation(i)
+            return copy + self.walk_in_steps(count, walk)
+
+        total = rows * chunks * columns
+        if self.hint(rows) == 1 and isinstance(count, int) and count >= self.scatter_stage_from:
+            self.schedule["scatter"] += ", indices staged a tile at a time"
+            return self.staged_scatter(total, invocation, index, count, size)
+        return self.over_invocations(total, element, work=rows * (size + chunks * count) * width)
+
+    def walk_in_steps(self, count: int, walk, start: Expr | int = 0) -> list:
+        """Visits of indices start + 0 .. count - 1 in order, `SCATTER_WALK` a step: a step's reads first, so that
+        their loads overlap, then its writes in order."""
+        step = max(1, min(self.SCATTER_WALK, count))
+        blocks, left = divmod(count, step)
+        jb, j = self.fresh("jb"), self.fresh("j")
+        visits = [walk(start + Var(jb) * step + u) for u in range(step)]
+        out = [Loop(jb, blocks, [read for read, _ in visits] + [put for _, put in visits])]
+        if left:
+            out.append(Loop(j, left, list(walk(start + k.const(blocks * step) + Var(j)))))
+        return out
+
+    scatter_stage_from = 1 << 62  # indices from which a one-row scatter reads them through workgroup memory (GPU)
+
+    def staged_scatter(self, total, invocation, index, count: int, size: int) -> list:
+        raise NotImplementedError  # only where scatter_stage_from is reachable
 
     SCATTER_COPY = "vector"  # how a scatter invocation copies its chunk
     SPLIT_COLUMNS = False  # an invocation per column of the rows a scatter or a segment reduction moves
@@ -1717,8 +1738,10 @@ class _GpuLowering(_Lowering):
         self.threads = min(256, desc.max_workgroup_size)
         self.multiprocessors = desc.extra.get("multiprocessors") or DEFAULT_MULTIPROCESSORS
         self.busy = self.multiprocessors * self.BUSY_THREADS_PER_SM
-        # Split reductions combine through shared memory: only where the target has it.
+        # Split reductions combine through shared memory: only where the target has it; so do staged scatters.
         self.max_slices = min(desc.subgroup_size or 32, self.threads) if desc.shared_memory_bytes else 1
+        if desc.shared_memory_bytes >= 4 * self.threads * self.SCATTER_WALK:
+            self.scatter_stage_from = self.SCATTER_STAGE_FROM
 
     def finish(self, params, body) -> Kernel:
         self.schedule["threads"] = self.threads
@@ -1746,6 +1769,38 @@ class _GpuLowering(_Lowering):
 
     def over_invocations(self, count, element, work) -> list:
         return self._over_output((count,), lambda idx: element(idx[0]), work)
+
+    SCATTER_STAGE_FROM = 4096
+
+    def staged_scatter(self, total, invocation, index, count: int, size: int) -> list:
+        """A scatter of one row, whose invocations all walk the same indices: a workgroup reads them together, a
+        tile of `SCATTER_WALK` a thread at a time, into workgroup memory (clamped to [-1, size], so i32), and each
+        thread walks the tile from there. Each index is read from global memory once a workgroup instead of once
+        a thread, and the walk waits on workgroup memory, not on L2. Threads past the last invocation fill the
+        tiles and meet the barriers, and copy and write nothing."""
+        tile = self.threads * self.SCATTER_WALK
+        self.grid = _grid(total, self.threads)
+        gid, stage, tb, e, jj = (self.fresh(p) for p in ("gid", "stage", "tb", "e", "jj"))
+        tid = Var("tid")
+        in_range = Compare("lt", Var(gid), k.const(total))
+        copy, walk = invocation(Var(gid))
+        read = self.value(index, [k.const(0)] * (index.type.rank - 1) + [Var(jj)])
+        wide = read if read.dtype == INDEX else Cast(read, INDEX)
+        slot = Var(e) * self.threads + tid
+        fill = [Assign(jj, Var(tb) * tile + slot),
+                If(Compare("lt", Var(jj), k.const(count)),
+                   [Store(stage, slot, Cast(k.minimum(k.maximum(wide, -1), k.const(size)), I32))]),
+                If(Compare("ge", Var(jj), k.const(count)), [Store(stage, slot, k.const(-1, I32))])]
+        first = Var(tb) * tile
+
+        def visit(offset: Expr):
+            j = first + offset
+            return walk(j, read=lambda _: Load(stage, offset, I32),
+                        guard=Compare("lt", j, k.const(count)) if count % tile else None)
+
+        return [Assign(gid, Var("wg") * self.threads + tid), If(in_range, copy), Local(stage, tile, I32, shared=True),
+                Loop(tb, -(-count // tile), [k.Barrier(), Loop(e, self.SCATTER_WALK, fill, "unroll"), k.Barrier(),
+                                             If(in_range, self.walk_in_steps(tile, visit))])]
 
     def _split_reduction(self, op, tile_axis: int | None, tile: int, length: int, steps, *,
                          max_slices: int | None = None, busy: int | None = None, combine: str = "add",
