@@ -3,23 +3,41 @@ the vector code (odd widths, tails, strides, padding, dilation, groups) and for 
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 import retarget
 from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
+from retarget.kernel.lower import lower_dispatch
+from retarget.passes.dispatch import form_dispatches
 
 rng = np.random.default_rng(7)
 
 
-def _run_both(build, *input_shapes):
+# The host's vectors, and on x86-64 also AVX2's 256 bits (a host with AVX-512 tiles twice as wide).
+TARGETS = ["llvm-cpu"] + (["llvm-cpu:x86-64-v3"] if platform.machine() in ("x86_64", "AMD64") else [])
+
+
+def _module(build, *input_shapes) -> Module:
     args = [Value(TensorType(s, dtypes.f32)) for s in input_shapes]
     fn = Function("f", args)
     fn.returns = [build(Builder(fn), *args)]
-    module = Module({"f": fn})
+    return Module({"f": fn})
+
+
+def _run_both(build, *input_shapes, target="llvm-cpu"):
+    module = _module(build, *input_shapes)
     xs = [rng.standard_normal(s).astype(np.float32) for s in input_shapes]
     ref = retarget.load(retarget.compile(module, "vmvx"), "local-sync").f(*xs)
-    got = retarget.load(retarget.compile(module, "llvm-cpu"), "local-task").f(*xs)
+    got = retarget.load(retarget.compile(module, target), "local-task").f(*xs)
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
+
+
+def _schedule(build, *input_shapes, target="llvm-cpu") -> dict:
+    """The schedule llvm-cpu's lowering picks for the module's one dispatch."""
+    (dispatch,) = form_dispatches(_module(build, *input_shapes).functions["f"])
+    return lower_dispatch(dispatch.function, retarget.compiler.resolve_target(target)[1]).schedule
 
 
 def _const(b, shape):
@@ -77,6 +95,41 @@ def test_grouped_conv_tiles_may_span_two_groups():
               (1, 4, 8, 9))
 
 
+def _conv_add_relu(weights: tuple, **attrs):
+    """A ResNet block's second half: conv, a residual add, relu."""
+    def build(b, x, residual):
+        y = b.op("rt.add", [b.op("rt.conv2d", [x, _const(b, weights)], attrs), residual])
+        return b.op("rt.max", [y, b.constant(np.float32(0))])
+    return build
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("size, weights, attrs", [
+    ((7, 7), (24, 20, 3, 3), {"pad": (1,) * 4}),  # ResNet's last stage: 49 pixels in chunks that span rows
+    ((5, 6), (13, 8, 3, 3), {"pad": (1,) * 4}),
+    ((9, 7), (6, 5, 5, 5), {"pad": (4,) * 4, "dilations": (2, 2)}),  # taps two rows apart, some outside every lane
+    ((7, 7), (12, 4, 3, 3), {"pad": (1,) * 4, "groups": 4}),  # grouped: a tile's channels may span groups
+])
+def test_a_small_image_is_read_as_one_flat_run_of_pixels(target, size, weights, attrs):
+    """Rows narrower than a vector: each chunk covers several rows, its taps masked where they leave the image
+    (a column past either edge, a row above or below), and a batch of two."""
+    build = _conv_add_relu(weights, **attrs)
+    shapes = ((2, weights[1] * attrs.get("groups", 1), *size), (2, weights[0], *size))
+    assert _schedule(build, *shapes, target=target)["pixels"] == "flat"
+    _run_both(build, *shapes, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("width", [7, 5, 3])
+def test_a_strided_conv_s_narrow_rows_take_one_chunk_of_the_next_power_of_two(target, width):
+    """A 7-wide output row (ResNet's 14x14 -> 7x7 downsampling) is one 8-lane chunk, not two overlapping 4-lane
+    ones: its eighth lane is computed and never stored, so the residual past the row is untouched."""
+    build = _conv_add_relu((10, 6, 3, 3), strides=(2, 2), pad=(1,) * 4)
+    shapes = ((1, 6, 2 * width, 2 * width), (1, 10, width, width))
+    assert _schedule(build, *shapes, target=target)["tile_x"] == 1 << width.bit_length()
+    _run_both(build, *shapes, target=target)
+
+
 # 16 x 65 x 65 floats: pixels outside channels; 200 channels: the reduction in blocks of 128 and 72
 @pytest.mark.parametrize("channels, size", [(16, 65), (24, 7), (200, 7)])
 def test_pointwise_conv_with_a_residual_add(channels, size):
@@ -86,7 +139,8 @@ def test_pointwise_conv_with_a_residual_add(channels, size):
     _run_both(build, (1, channels, size, size), (1, 13, size, size))
 
 
-@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (3, 17, 33), (8, 64, 10), (13, 7, 70)])
+# (1, 64, 1000): a batch-1 linear layer, its columns in tiles of four vector registers' width (128 with AVX-512)
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (3, 17, 33), (8, 64, 10), (13, 7, 70), (1, 64, 1000)])
 def test_matmul_with_bias(m, k, n):
     _run_both(lambda b, a: b.op("rt.add", [b.op("rt.matmul", [a, _const(b, (k, n))]), _const(b, (n,))]), (m, k))
 

@@ -82,6 +82,8 @@ CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache 
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
 MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a row of a dense conv's 7x7 ...
 MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
+PADDED_ROWS = True
+FLAT_PIXEL_VECTORS = 16  # an image of at most this many vectors of pixels may be read as one flat run
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -965,7 +967,13 @@ class _Lowering:
         interior, one loop), whose taps on a row outside the image read a clamped row and zero it. The last
         chunk of a row overlaps the one before it (it recomputes a few outputs) rather than leave a short
         tail, and so does the last block of channels. None for a large window (a depthwise 7x7): the general
-        loop nest handles those, and convolutions whose sizes other than the batch are known only at run time."""
+        loop nest handles those, and convolutions whose sizes other than the batch are known only at run time.
+
+        A small image whose rows are narrower than a vector (ResNet's 7x7 and 14x14 layers) is read as one flat
+        run of pixels instead (`_flat_pixel_chunks`): a chunk spans several rows, each tap of a stride-1 window
+        is a run of the flat input at a constant offset, and the lanes whose tap falls outside the image (a
+        column past the edge, a row above or below) are masked; the chunks' positions are constants, so are
+        their masks."""
         x, w = op.operands
         out = op.result.type
         n_, o_, oh, ow = out.shape
@@ -981,26 +989,60 @@ class _Lowering:
         dh, dw = op.attrs.get("dilations", (1, 1))
         pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
         per_group = o_ // op.attrs.get("groups", 1)
-        rows = _inside(oh, h, kh, sh, dh, pt)
-        border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
         acc_dt = _accumulator(out.dtype)
-        # channels of one group share the pixels they read; a depthwise conv's channels share nothing, and
-        # one channel per tile leaves registers for its whole window's weights
-        ob = min(WINDOW_ROWS, per_group, o_)
-        pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
+        flat = self._flat_pixel_chunks(op)
+        if flat:  # one row of oh * ow pixels, every tap unrolled (its masks are constants)
+            window_rows_looped = False
+            rows, border_rows = (0, 1), []
+            pieces = [(p0, flat[0], None) for p0 in flat[1]]
+            # a chunk of one vector (half the tile) takes twice the channels: 12 accumulators either way
+            ob = min(WINDOW_ROWS * self.tile // flat[0], per_group, o_)
+            self.schedule["pixels"] = "flat"
+        else:
+            rows = _inside(oh, h, kh, sh, dh, pt)
+            border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
+            pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
+            if PADDED_ROWS and 1 < ow < self.tile and ow & (ow - 1) and pieces[0][1] < self.tile // 2:
+                # a row whose chunks would be narrower than a vector, in one chunk of the next power of two:
+                # its lanes past the row compute what nobody stores (their reads stay inside the image or are
+                # masked), where two overlapping chunks would each fill part of a vector
+                pieces = [(0, 1 << ow.bit_length(), None)]
+            # channels of one group share the pixels they read; a depthwise conv's channels share nothing, and
+            # one channel per tile leaves registers for its whole window's weights
+            ob = min(WINDOW_ROWS, per_group, o_)
         self.schedule.update(tile_channels=ob, tile_x=max(p[1] for p in pieces), border_rows=len(border_rows))
+        stored = oh * ow if flat else ow  # lanes of a chunk past this are computed, not stored
         nv = self.fresh("n")
 
+        def flat_inside(p0: int, ky: int, kx: int, j: int) -> bool:
+            p = p0 + j
+            return 0 <= p // ow + ky * dh - pt < h and 0 <= p % ow + kx * dw - pl < wd
+
         def taps_at(x0: int | None, width: int) -> list[tuple[int, int, bool]]:
-            """(ky, kx, masked) for the taps of a tile at columns x0.. (None: a chunk of the interior loop)
-            that read the image; `masked` where only some of its lanes do."""
+            """(ky, kx, masked) for the taps of a tile at columns x0.. (None: a chunk of the interior loop;
+            flat pixels: at pixels x0..) that read the image; `masked` where only some of its lanes do."""
             out_taps = []
             for ky in range(kh):
                 for kx in range(kw):
-                    inside = [True] if x0 is None else [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
+                    inside = [True] if x0 is None else [flat_inside(x0, ky, kx, j) for j in range(width)] if flat \
+                        else [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
                     if any(inside):
                         out_taps.append((ky, kx, not all(inside)))
             return out_taps
+
+        def flat_pixel(ci: Expr, x0: Expr, j: Expr, ky: int, kx: int, masked: bool) -> Expr:
+            """The flat input run of tap (ky, kx) for the chunk at pixel x0 (stride 1 and ow == wd, so output
+            pixel p reads input pixel p + a constant), lanes outside the image zero."""
+            plane = h * wd
+            at = x0 + j + ((ky * dh - pt) * wd + kx * dw - pl)
+            base = (Var(nv) * x.type.shape[1] + ci) * plane
+            if not masked:
+                return _widen(Load(self.inputs[x], base + at, x.type.dtype), acc_dt)
+            p = x0 + j
+            inside = _all([_in_range(p // ow + (ky * dh - pt), h), _in_range(p % ow + (kx * dw - pl), wd),
+                           _in_range(at, plane)])
+            return Select(inside, _widen(Load(self.inputs[x], base + _clamp(at, plane), x.type.dtype), acc_dt),
+                          k.const(0, acc_dt))
 
         # rows of the window that some border row finds outside the image: read through a clamped row, then zeroed
         outside = {ky for ky in range(kh) for y in border_rows if not 0 <= y * sh + ky * dh - pt < h}
@@ -1017,14 +1059,17 @@ class _Lowering:
                 taps = list({kx: (Var(kyv), kx, masked) for ky, kx, masked in taps}.values())
             steps = []
             for ky, kx, masked in taps:
-                iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
-                row_masked = border and (window_rows_looped or ky in outside)
-                pixel = _widen(self.value(x, [Var(nv), ci, _clamp(iy, h) if row_masked else iy,
-                                              _clamp(ix, wd) if masked else ix]), acc_dt)
-                if masked:
-                    pixel = Select(_in_range(ix, wd), pixel, k.const(0, acc_dt))
-                if row_masked:  # the same for every lane: a select after a plain load
-                    pixel = Select(_in_range(iy, h), pixel, k.const(0, acc_dt))
+                if flat:
+                    pixel = flat_pixel(ci, x0, Var(j), ky, kx, masked)
+                else:
+                    iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
+                    row_masked = border and (window_rows_looped or ky in outside)
+                    pixel = _widen(self.value(x, [Var(nv), ci, _clamp(iy, h) if row_masked else iy,
+                                                  _clamp(ix, wd) if masked else ix]), acc_dt)
+                    if masked:
+                        pixel = Select(_in_range(ix, wd), pixel, k.const(0, acc_dt))
+                    if row_masked:  # the same for every lane: a select after a plain load
+                        pixel = Select(_in_range(iy, h), pixel, k.const(0, acc_dt))
                 steps.append(Loop(r, nb, [
                     Assign(wv, _widen(self.value(w, [o, Var(cv), _lift_index(ky), k.const(kx)]), acc_dt)),
                     Loop(j, chunk, [Store(acc, cell, k.Binary("add", Load(acc, cell, acc_dt),
@@ -1036,7 +1081,7 @@ class _Lowering:
                 Local(acc, nb * chunk, acc_dt),
                 Loop(r, nb, [Loop(j, chunk, [Store(acc, cell, k.const(0, acc_dt))], REG)], "unroll"),
                 *([Loop(cv, cg, steps)] if steps else []),
-                Loop(r, nb, [Loop(j, chunk, [self.store([Var(nv), o, y, x0 + Var(j)])], REG)], "unroll"),
+                Loop(r, nb, [Loop(j, min(chunk, stored), [self.store([Var(nv), o, y, x0 + Var(j)])], REG)], "unroll"),
             ]
 
         def row(o0: Expr, nb: int, y: Expr, border: bool) -> list:
@@ -1066,6 +1111,25 @@ class _Lowering:
         work = n_ * o_ * oh * ow * cg * kh * kw
         first = (lambda i: i * ob) if o_ % ob == 0 else (lambda i: k.minimum(i * ob, o_ - ob))
         return [Loop(nv, n_, self.parallel(blocks, work, lambda i: block(first(i), ob)))]
+
+    def _flat_pixel_chunks(self, op) -> tuple[int, list[int]] | None:
+        """(width, starts) of the chunks that cover a conv's output pixels as one flat run, where that beats
+        rows: its rows are narrower than a vector (a row chunk would leave lanes idle), the image is a few
+        vectors (each chunk's masks are its own code), the window is stride 1 with ow == wd (so a tap is a
+        run of the input at a constant offset) and the conv reads a dispatch input and writes flat pixels
+        (`_flat_epilogue`). The width is the tile or half of it, whichever wastes fewer lanes; the last chunk
+        overlaps the one before."""
+        x, w = op.operands
+        oh, ow = op.result.type.shape[2:]
+        lanes, pixels = self.tile // 2, oh * ow
+        row_chunk = 1 << (min(self.tile, ow).bit_length() - 1)
+        if (row_chunk >= lanes or not lanes <= pixels <= FLAT_PIXEL_VECTORS * lanes
+                or tuple(op.attrs.get("strides", (1, 1))) != (1, 1) or ow != x.type.shape[3]
+                or x not in self.inputs or not self._flat_epilogue(op)):
+            return None
+        width = min((c for c in (self.tile, lanes) if c <= pixels), key=lambda c: (-(-pixels // c) * c, -c))
+        starts = list(range(0, pixels - width + 1, width))
+        return width, starts + ([pixels - width] if pixels % width else [])
 
     def _pointwise_conv(self, op) -> list:
         """A 1x1 convolution (see `_pointwise`) as the matmul weights (O x C) times image (C x pixels), the
@@ -1146,6 +1210,11 @@ class _Lowering:
             return False
         if tuple(op.attrs.get("strides", (1, 1))) != (1, 1) or any(op.attrs.get("pad", (0, 0, 0, 0))):
             return False
+        return self._flat_epilogue(op)
+
+    def _flat_epilogue(self, op) -> bool:
+        """Whether every other op of the dispatch is elementwise with per-pixel or per-channel operands of
+        conv `op`'s output, so that the index (n, c, 0, p) linearizes to pixel p of each of them."""
         plane = tuple(op.result.type.shape[2:])
         elementwise = set(k.UNARY_OPS) | set(k.BINARY_OPS) | {"cmp", "select", "cast", "constant"}
         for other in self.fn.ops:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from llvmlite import ir
 from retarget.kernel import ir as k
 
-MAX_LANES = 64  # wider tiles stay loops, for LLVM's loop vectorizer
+MAX_LANES = 128  # wider tiles stay loops, for LLVM's loop vectorizer (128: eight AVX-512 registers of f32)
 MAX_STRIDED_SPAN = 256  # elements one strided load may span
 VECTOR_DTYPES = ("f32", "f64", "i32", "i64")
 INT_BINARY = ("add", "sub", "mul", "and", "or", "xor", "max", "min", "shr")
@@ -61,8 +61,14 @@ def loads_from(e: k.Expr) -> frozenset:
     return _facts(e)[1]
 
 
+def _truncated_div(a: int, b: int) -> int:  # the kernel IR's `div` truncates, as C's
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
 _LANE_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "max": max, "min": min,
-             "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+             "and": lambda a, b: a and b, "or": lambda a, b: a or b, "div": _truncated_div,
+             "rem": lambda a, b: a - b * _truncated_div(a, b)}
 _LANE_COMPARES = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
                   "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
@@ -177,8 +183,8 @@ def vectorizable(loop: k.Loop, buffers: dict) -> bool:
         for e in k.walk_exprs([s]):
             if isinstance(e, k.Load) and e.buffer in written and format_key(e.index) != written[e.buffer]:
                 return False  # a lane would read what another lane writes
-            if uses(e, var) and not _vector_op(e, buffers):
-                return False
+            if uses(e, var) and not _vector_op(e, buffers) and lane_values(e, var, [0]) is None:
+                return False  # (what reads only the lane variable is a constant vector, whatever its ops)
     return True
 
 
