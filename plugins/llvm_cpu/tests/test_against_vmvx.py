@@ -165,11 +165,23 @@ def test_reductions_with_an_elementwise_prologue(kind, axes):
 
 @pytest.mark.parametrize("op", ["rt.max_pool2d", "rt.avg_pool2d"])
 @pytest.mark.parametrize("include_pad", [False, True])
-def test_pools_with_padding(op, include_pad):
+@pytest.mark.parametrize("width", [15, 111])  # 111: rows of vector chunks, the interior ones in a loop
+def test_pools_with_padding(op, include_pad, width):
     attrs = {"kernel": (3, 3), "strides": (2, 2), "pad": (1, 1, 1, 1)}
     if op == "rt.avg_pool2d":
         attrs["count_include_pad"] = include_pad
-    _run_both(lambda b, x: b.op(op, [x], attrs), (1, 4, 13, 15))
+    _run_both(lambda b, x: b.op(op, [x], attrs), (2, 4, 13, width))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op, attrs", [
+    ("rt.max_pool2d", {"kernel": (2, 2), "strides": (2, 2)}),
+    ("rt.avg_pool2d", {"kernel": (3, 2), "strides": (1, 1)}),
+    ("rt.max_pool2d", {"kernel": (3, 3), "strides": (1, 2), "pad": (2, 0, 1, 1), "dilations": (2, 1)}),
+])
+def test_pools_of_every_window_shape_run_as_vector_rows(target, op, attrs):
+    assert "tile_x" in _schedule(lambda b, x: b.op(op, [x], attrs), (1, 3, 12, 41), target=target)
+    _run_both(lambda b, x: b.op(op, [x], attrs), (1, 3, 12, 41), target=target)
 
 
 def test_data_movement_fuses_into_one_elementwise_kernel():

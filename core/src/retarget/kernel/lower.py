@@ -1245,6 +1245,9 @@ class _Lowering:
         acc_dt = _accumulator(out.dtype) if kind == "avg" else out.dtype
         include_pad = op.attrs.get("count_include_pad", False)
         padded = any(pad)
+        windowed = self._windowed_pool(op, kind, acc_dt, kind == "max" or include_pad or not padded)
+        if windowed is not None:
+            return windowed
 
         def element(idx):
             nv, cv, y, xo = idx
@@ -1274,6 +1277,63 @@ class _Lowering:
             return [*init, Loop(ky, kh, [Loop(kx, kw, update)]), self.store(idx)]
 
         return self._over_output(out.shape, element, work=out.num_elements * kh * kw)
+
+
+    def _windowed_pool(self, op, kind: str, acc_dt: DType, fixed_count: bool) -> list | None:
+        """A pool of static sizes on a CPU, as rows of vector chunks (`_column_pieces`, as a windowed conv's):
+        each tap of the window is a (strided) vector load, masked where it leaves the image. None where the
+        general loop nest serves: GPUs (their threads cover the outputs), sizes known at run time, windows
+        larger than `MAX_UNROLLED_TAPS`, and an average whose divisor changes with the padding it meets."""
+        x = op.operands[0]
+        out = op.result.type
+        n_, c_, oh, ow = out.shape
+        h, wd = x.type.shape[2:]
+        kh, kw = op.attrs["kernel"]
+        if (type(self) is not _Lowering or not fixed_count or kh * kw > MAX_UNROLLED_TAPS
+                or not all(isinstance(d, int) for d in (*out.shape, *x.type.shape))):
+            return None
+        sh, sw = op.attrs.get("strides", (1, 1))
+        dh, dw = op.attrs.get("dilations", (1, 1))
+        pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
+        pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
+        lowest = -math.inf if acc_dt.is_float else int(np.iinfo(acc_dt.np_dtype).min)
+        combine, start = ("max", lowest) if kind == "max" else ("add", 0)
+        self.schedule.update(tile_x=max(p[1] for p in pieces))
+
+        def chunk_code(plane: Expr, y: Expr, x0: Expr, width: int, at: int | None) -> list:
+            acc, j = self.fresh("acc"), self.fresh("j")
+            body = []
+            for ky in range(kh):
+                for kx in range(kw):
+                    iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
+                    # x0 None: a chunk of the interior loop, inside the image along x
+                    inside = [True] if at is None else [0 <= (at + i) * sw + kx * dw - pl < wd for i in range(width)]
+                    if not any(inside):
+                        continue
+                    masked = not all(inside)
+                    v = _widen(self.value(x, [plane // c_, plane % c_, _clamp(iy, h),
+                                              _clamp(ix, wd) if masked else ix]), acc_dt)
+                    cond = _all([_in_range(iy, h)] + ([_in_range(ix, wd)] if masked else []))
+                    body.append(Loop(j, width, [Store(acc, Var(j), k.Binary(
+                        combine, Load(acc, Var(j), acc_dt), Select(cond, v, k.const(start, acc_dt))))], REG))
+            result = Load(acc, Var(j), acc_dt)
+            if kind == "avg":
+                result = k.Binary("mul", result, k.const(1.0 / (kh * kw), acc_dt))
+            self.override[op.result] = Cast(result, out.dtype) if acc_dt != out.dtype else result
+            return [Local(acc, width, acc_dt), Loop(j, width, [Store(acc, Var(j), k.const(start, acc_dt))], REG),
+                    *body, Loop(j, min(width, ow), [self.store([plane // c_, plane % c_, y, x0 + Var(j)])], REG)]
+
+        def plane_rows(plane: Expr) -> list:
+            y, body = self.fresh("y"), []
+            for x0, width, count in pieces:
+                if count is None:
+                    body += chunk_code(plane, Var(y), k.const(x0), width, x0)
+                else:
+                    c = self.fresh("x")
+                    body.append(Loop(c, count, chunk_code(plane, Var(y), Var(c) * width + x0, width, None)))
+            return [Loop(y, oh, body)]
+
+        return self.parallel(n_ * c_, out.num_elements * kh * kw, plane_rows)
 
 
 def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: int) -> list:
