@@ -83,7 +83,7 @@ MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at o
 MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a row of a dense conv's 7x7 ...
 MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
 PADDED_ROWS = True
-FLAT_PIXEL_VECTORS = 16  # an image of at most this many vectors of pixels may be read as one flat run
+FLAT_CONSTANT_CHUNKS = 16  # a flat run of pixels in at most this many chunks: each its own code, masks constant
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -969,11 +969,11 @@ class _Lowering:
         tail, and so does the last block of channels. None for a large window (a depthwise 7x7): the general
         loop nest handles those, and convolutions whose sizes other than the batch are known only at run time.
 
-        A small image whose rows are narrower than a vector (ResNet's 7x7 and 14x14 layers) is read as one flat
-        run of pixels instead (`_flat_pixel_chunks`): a chunk spans several rows, each tap of a stride-1 window
-        is a run of the flat input at a constant offset, and the lanes whose tap falls outside the image (a
-        column past the edge, a row above or below) are masked; the chunks' positions are constants, so are
-        their masks."""
+        Where rows would leave vector lanes idle (ResNet's 7x7 and 14x14 rows are narrower than a vector, its
+        28- and 56-wide ones overlap their last chunk), a stride-1 conv reads its pixels as one flat run
+        instead (`_flat_pixel_chunks`): a chunk spans several rows, each tap is a run of the flat input at a
+        constant offset, and the lanes whose tap falls outside the image (a column past the edge, a row above
+        or below) are masked, by constant masks where the chunk's position is a constant."""
         x, w = op.operands
         out = op.result.type
         n_, o_, oh, ow = out.shape
@@ -990,18 +990,17 @@ class _Lowering:
         pt, _pb, pl, _pr = op.attrs.get("pad", (0, 0, 0, 0))
         per_group = o_ // op.attrs.get("groups", 1)
         acc_dt = _accumulator(out.dtype)
-        flat = self._flat_pixel_chunks(op)
-        if flat:  # one row of oh * ow pixels, every tap unrolled (its masks are constants)
+        pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
+        flat = self._flat_pixel_chunks(op, pieces) if kh * kw <= MAX_UNROLLED_TAPS else None
+        if flat:  # one row of oh * ow pixels, every tap unrolled
             window_rows_looped = False
-            rows, border_rows = (0, 1), []
-            pieces = [(p0, flat[0], None) for p0 in flat[1]]
+            rows, border_rows, pieces = (0, 1), [], flat
             # a chunk of one vector (half the tile) takes twice the channels: 12 accumulators either way
-            ob = min(WINDOW_ROWS * self.tile // flat[0], per_group, o_)
+            ob = min(WINDOW_ROWS * self.tile // pieces[0][1], per_group, o_)
             self.schedule["pixels"] = "flat"
         else:
             rows = _inside(oh, h, kh, sh, dh, pt)
             border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
-            pieces = _column_pieces(ow, wd, kw, sw, dw, pl, self.tile)
             if PADDED_ROWS and 1 < ow < self.tile and ow & (ow - 1) and pieces[0][1] < self.tile // 2:
                 # a row whose chunks would be narrower than a vector, in one chunk of the next power of two:
                 # its lanes past the row compute what nobody stores (their reads stay inside the image or are
@@ -1019,28 +1018,37 @@ class _Lowering:
             return 0 <= p // ow + ky * dh - pt < h and 0 <= p % ow + kx * dw - pl < wd
 
         def taps_at(x0: int | None, width: int) -> list[tuple[int, int, bool]]:
-            """(ky, kx, masked) for the taps of a tile at columns x0.. (None: a chunk of the interior loop;
-            flat pixels: at pixels x0..) that read the image; `masked` where only some of its lanes do."""
+            """(ky, kx, masked) for the taps of a tile at columns x0.. (flat pixels: at pixels x0..; None: a
+            chunk of a loop, inside the image along x, or for flat pixels anywhere) that read the image;
+            `masked` where only some of its lanes do."""
             out_taps = []
             for ky in range(kh):
                 for kx in range(kw):
-                    inside = [True] if x0 is None else [flat_inside(x0, ky, kx, j) for j in range(width)] if flat \
-                        else [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
+                    if x0 is None:
+                        inside = [not flat or (ky * dh, kx * dw) == (pt, pl), True]  # flat: masked but the centre
+                    elif flat:
+                        inside = [flat_inside(x0, ky, kx, j) for j in range(width)]
+                    else:
+                        inside = [0 <= (x0 + j) * sw + kx * dw - pl < wd for j in range(width)]
                     if any(inside):
                         out_taps.append((ky, kx, not all(inside)))
             return out_taps
 
-        def flat_pixel(ci: Expr, x0: Expr, j: Expr, ky: int, kx: int, masked: bool) -> Expr:
+        def flat_pixel(ci: Expr, x0: Expr, j: Expr, width: int, ky: int, kx: int, masked: bool) -> Expr:
             """The flat input run of tap (ky, kx) for the chunk at pixel x0 (stride 1 and ow == wd, so output
-            pixel p reads input pixel p + a constant), lanes outside the image zero."""
+            pixel p reads input pixel p + a constant), lanes outside the image zero. A lane's row and column
+            come from the chunk's first pixel and the rows its lanes wrap past: compares, not divisions."""
             plane = h * wd
             at = x0 + j + ((ky * dh - pt) * wd + kx * dw - pl)
             base = (Var(nv) * x.type.shape[1] + ci) * plane
             if not masked:
                 return _widen(Load(self.inputs[x], base + at, x.type.dtype), acc_dt)
-            p = x0 + j
-            inside = _all([_in_range(p // ow + (ky * dh - pt), h), _in_range(p % ow + (kx * dw - pl), wd),
-                           _in_range(at, plane)])
+            column = x0 % ow + j
+            wraps = k.const(0)
+            for t in range(1, (ow + width - 2) // ow + 1):
+                wraps = wraps + Select(Compare("ge", column, k.const(t * ow)), k.const(1), k.const(0))
+            inside = _all([_in_range(x0 // ow + wraps + (ky * dh - pt), h),
+                           _in_range(column - wraps * ow + (kx * dw - pl), wd), _in_range(at, plane)])
             return Select(inside, _widen(Load(self.inputs[x], base + _clamp(at, plane), x.type.dtype), acc_dt),
                           k.const(0, acc_dt))
 
@@ -1060,7 +1068,7 @@ class _Lowering:
             steps = []
             for ky, kx, masked in taps:
                 if flat:
-                    pixel = flat_pixel(ci, x0, Var(j), ky, kx, masked)
+                    pixel = flat_pixel(ci, x0, Var(j), chunk, ky, kx, masked)
                 else:
                     iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
                     row_masked = border and (window_rows_looped or ky in outside)
@@ -1112,24 +1120,27 @@ class _Lowering:
         first = (lambda i: i * ob) if o_ % ob == 0 else (lambda i: k.minimum(i * ob, o_ - ob))
         return [Loop(nv, n_, self.parallel(blocks, work, lambda i: block(first(i), ob)))]
 
-    def _flat_pixel_chunks(self, op) -> tuple[int, list[int]] | None:
-        """(width, starts) of the chunks that cover a conv's output pixels as one flat run, where that beats
-        rows: its rows are narrower than a vector (a row chunk would leave lanes idle), the image is a few
-        vectors (each chunk's masks are its own code), the window is stride 1 with ow == wd (so a tap is a
-        run of the input at a constant offset) and the conv reads a dispatch input and writes flat pixels
-        (`_flat_epilogue`). The width is the tile or half of it, whichever wastes fewer lanes; the last chunk
-        overlaps the one before."""
+    def _flat_pixel_chunks(self, op, row_pieces: list) -> list | None:
+        """The chunks, as `_column_pieces` gives them, that cover a conv's output pixels as one flat run where
+        that takes fewer vector operations than rows (`row_pieces`): rows narrower than a vector leave lanes
+        idle, and a row that is not a multiple of the chunk overlaps its last chunk. Only for a stride-1 window
+        with ow == wd (a tap is then a run of the input at a constant offset) of a dispatch input, writing
+        flat pixels (`_flat_epilogue`). The width is the tile or half of it, whichever takes fewer operations;
+        up to FLAT_CONSTANT_CHUNKS chunks are each their own code (constant masks), more run in a loop."""
         x, w = op.operands
         oh, ow = op.result.type.shape[2:]
         lanes, pixels = self.tile // 2, oh * ow
-        row_chunk = 1 << (min(self.tile, ow).bit_length() - 1)
-        if (row_chunk >= lanes or not lanes <= pixels <= FLAT_PIXEL_VECTORS * lanes
-                or tuple(op.attrs.get("strides", (1, 1))) != (1, 1) or ow != x.type.shape[3]
+        if (pixels < lanes or tuple(op.attrs.get("strides", (1, 1))) != (1, 1) or ow != x.type.shape[3]
                 or x not in self.inputs or not self._flat_epilogue(op)):
             return None
-        width = min((c for c in (self.tile, lanes) if c <= pixels), key=lambda c: (-(-pixels // c) * c, -c))
-        starts = list(range(0, pixels - width + 1, width))
-        return width, starts + ([pixels - width] if pixels % width else [])
+        row_ops = oh * sum(-(-width // lanes) * (count or 1) for _, width, count in row_pieces)
+        width = min((c for c in (self.tile, lanes) if c <= pixels), key=lambda c: (-(-pixels // c) * c // lanes, c))
+        if -(-pixels // width) * width // lanes >= row_ops:
+            return None
+        full, last = pixels // width, [(pixels - width, width, None)] if pixels % width else []
+        if full + len(last) <= FLAT_CONSTANT_CHUNKS:
+            return [(p0, width, None) for p0 in range(0, full * width, width)] + last
+        return [(0, width, full)] + last
 
     def _pointwise_conv(self, op) -> list:
         """A 1x1 convolution (see `_pointwise`) as the matmul weights (O x C) times image (C x pixels), the

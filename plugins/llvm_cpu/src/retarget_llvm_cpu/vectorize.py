@@ -82,6 +82,9 @@ def lane_values(e: k.Expr, var: str, lanes: list[int]) -> list | None:
         return None
     if isinstance(e, k.Const):
         return [e.value] * len(lanes)
+    if isinstance(e, k.Select):
+        c, a, b = (lane_values(x, var, lanes) for x in (e.cond, e.a, e.b))
+        return None if None in (c, a, b) else [x if t else y for t, x, y in zip(c, a, b)]
     if isinstance(e, (k.Binary, k.Compare)):
         fn = (_LANE_OPS if isinstance(e, k.Binary) else _LANE_COMPARES).get(e.op)
         a = lane_values(e.a, var, lanes) if fn else None
