@@ -84,6 +84,7 @@ MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a ro
 MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
 PADDED_ROWS = True
 FLAT_CONSTANT_CHUNKS = 16  # a flat run of pixels in at most this many chunks: each its own code, masks constant
+FLAT_LOOP_MIN_CHANNELS = 16  # more chunks loop, computing their masks, for convs of at least this many inputs a group
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -1126,7 +1127,8 @@ class _Lowering:
         idle, and a row that is not a multiple of the chunk overlaps its last chunk. Only for a stride-1 window
         with ow == wd (a tap is then a run of the input at a constant offset) of a dispatch input, writing
         flat pixels (`_flat_epilogue`). The width is the tile or half of it, whichever takes fewer operations;
-        up to FLAT_CONSTANT_CHUNKS chunks are each their own code (constant masks), more run in a loop."""
+        up to FLAT_CONSTANT_CHUNKS chunks are each their own code (constant masks), more run in a loop (masks
+        from each chunk's position) where the conv's reduction is deep enough to hide that cost."""
         x, w = op.operands
         oh, ow = op.result.type.shape[2:]
         lanes, pixels = self.tile // 2, oh * ow
@@ -1140,6 +1142,8 @@ class _Lowering:
         full, last = pixels // width, [(pixels - width, width, None)] if pixels % width else []
         if full + len(last) <= FLAT_CONSTANT_CHUNKS:
             return [(p0, width, None) for p0 in range(0, full * width, width)] + last
+        if w.type.shape[1] < FLAT_LOOP_MIN_CHANNELS:  # a chunk's masks would cost as much as its few channels
+            return None
         return [(0, width, full)] + last
 
     def _pointwise_conv(self, op) -> list:
