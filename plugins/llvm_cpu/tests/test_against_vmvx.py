@@ -109,8 +109,8 @@ def _conv_add_relu(weights: tuple, **attrs):
     ((5, 6), (13, 8, 3, 3), {"pad": (1,) * 4}),
     ((9, 7), (6, 5, 5, 5), {"pad": (4,) * 4, "dilations": (2, 2)}),  # taps two rows apart, some outside every lane
     ((7, 7), (12, 4, 3, 3), {"pad": (1,) * 4, "groups": 4}),  # grouped: a tile's channels may span groups
-    ((40, 40), (8, 6, 3, 3), {"pad": (1,) * 4}),  # many chunks: a loop, each chunk's masks from its position
-    ((23, 30), (7, 3, 3, 3), {"pad": (1,) * 4}),  # the loop, then a last chunk overlapping it
+    ((40, 40), (8, 16, 3, 3), {"pad": (1,) * 4}),  # many chunks: a loop, each chunk's masks from its position
+    ((23, 30), (7, 16, 3, 3), {"pad": (1,) * 4}),  # the loop, then a last chunk overlapping it
 ])
 def test_a_small_image_is_read_as_one_flat_run_of_pixels(target, size, weights, attrs):
     """Where rows would leave lanes idle (narrower than a vector, or not a multiple of the chunk), each chunk
@@ -120,6 +120,12 @@ def test_a_small_image_is_read_as_one_flat_run_of_pixels(target, size, weights, 
     shapes = ((2, weights[1] * attrs.get("groups", 1), *size), (2, weights[0], *size))
     assert _schedule(build, *shapes, target=target)["pixels"] == "flat"
     _run_both(build, *shapes, target=target)
+
+
+def test_a_depthwise_conv_of_a_large_image_keeps_its_rows():
+    """A loop of flat chunks computes each chunk's masks: one input channel a group cannot pay for that."""
+    build = _conv_add_relu((16, 1, 3, 3), pad=(1,) * 4, groups=16)
+    assert "pixels" not in _schedule(build, (1, 16, 40, 40), (1, 16, 40, 40))
 
 
 @pytest.mark.parametrize("target", TARGETS)
