@@ -1358,20 +1358,21 @@ class _Lowering:
 
 def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: int) -> list:
     """How a windowed convolution covers a row of `ow` outputs with chunks of a power-of-two width (at most
-    `tile`), the last overlapping the one before when `ow` is not a multiple: (x0, width, count) pieces in
-    order, count None for one chunk at x0, else a loop of `count` chunks from x0 whose windows stay inside
-    the image along x."""
+    `tile`), and where `ow` is not a multiple, its last outputs with a chunk of the next power of two that
+    overlaps the one before by its excess: (x0, width, count) pieces in order, count None for one chunk at x0,
+    else a loop of `count` chunks from x0 whose windows stay inside the image along x."""
     lo, hi = _inside(ow, wd, kw, sw, dw, pl)
     chunk = 1 << (min(tile, ow).bit_length() - 1)
-    starts = list(range(0, ow - chunk + 1, chunk)) + ([ow - chunk] if ow % chunk else [])
-    looped = [s for s in starts if s % chunk == 0 and s >= lo and s + chunk <= hi]
+    starts = list(range(0, ow - chunk + 1, chunk))
+    looped = [s for s in starts if s >= lo and s + chunk <= hi]
     out = []
     for s in starts:
         if s not in looped:
             out.append((s, chunk, None))
         elif s == looped[0]:
             out.append((s, chunk, len(looped)))
-    return out
+    rest = 1 << ((ow % chunk) - 1).bit_length() if ow % chunk else 0
+    return out + ([(ow - rest, rest, None)] if rest else [])
 
 
 def _lift_index(i) -> Expr:
