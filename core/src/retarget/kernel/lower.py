@@ -82,7 +82,6 @@ CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache 
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
 MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a row of a dense conv's 7x7 ...
 MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
-PADDED_ROWS = True
 FLAT_CONSTANT_CHUNKS = 16  # a flat run of pixels in at most this many chunks: each its own code, masks constant
 FLAT_LOOP_MIN_CHANNELS = 16  # more chunks loop, computing their masks, for convs of at least this many inputs a group
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
@@ -966,9 +965,11 @@ class _Lowering:
         the chunk loop of interior rows. The first and last chunk of each row, whose lanes past the edge read
         zeros through masked loads, are emitted on their own, and so are the border rows (above and below the
         interior, one loop), whose taps on a row outside the image read a clamped row and zero it. The last
-        chunk of a row overlaps the one before it (it recomputes a few outputs) rather than leave a short
-        tail, and so does the last block of channels. None for a large window (a depthwise 7x7): the general
-        loop nest handles those, and convolutions whose sizes other than the batch are known only at run time.
+        outputs of a row take a chunk of the next power of two, overlapping the one before by its excess (it
+        recomputes a few outputs), and the last block of channels overlaps the one before it. None for a large
+        window (a depthwise 7x7): the general loop nest handles those, and convolutions whose sizes other than
+        the batch are known only at run time. A strided conv's row narrower than a vector is one chunk of the
+        next power of two: its lanes past the row are computed and not stored.
 
         Where rows would leave vector lanes idle (ResNet's 7x7 and 14x14 rows are narrower than a vector, its
         28- and 56-wide ones overlap their last chunk), a stride-1 conv reads its pixels as one flat run
@@ -1000,7 +1001,7 @@ class _Lowering:
         else:
             rows = _inside(oh, h, kh, sh, dh, pt)
             border_rows = [y for y in range(oh) if not rows[0] <= y < rows[1]]
-            if PADDED_ROWS and 1 < ow < self.tile and ow & (ow - 1) and pieces[0][1] < self.tile // 2:
+            if 1 < ow < self.tile and ow & (ow - 1) and pieces[0][1] < self.tile // 2:
                 # a row whose chunks would be narrower than a vector, in one chunk of the next power of two:
                 # its lanes past the row compute what nobody stores (their reads stay inside the image or are
                 # masked), where two overlapping chunks would each fill part of a vector
@@ -1128,7 +1129,8 @@ class _Lowering:
         that takes fewer vector operations than rows (`row_pieces`): rows narrower than a vector leave lanes
         idle, and a row that is not a multiple of the chunk overlaps its last chunk. Only for a stride-1 window
         with ow == wd (a tap is then a run of the input at a constant offset) of a dispatch input, writing
-        flat pixels (`_flat_epilogue`). The width is the tile or half of it, whichever takes fewer operations;
+        flat pixels (`_flat_epilogue`). The width is the tile or half of it, whichever takes fewer operations
+        (half on a tie: a chunk of one vector has 12 channels, their weights broadcast inside the FMAs);
         up to FLAT_CONSTANT_CHUNKS chunks are each their own code (constant masks), more run in a loop (masks
         from each chunk's position) where the conv's reduction is deep enough to hide that cost."""
         x, w = op.operands
@@ -1298,7 +1300,6 @@ class _Lowering:
 
         return self._over_output(out.shape, element, work=out.num_elements * kh * kw)
 
-
     def _windowed_pool(self, op, kind: str, acc_dt: DType, fixed_count: bool) -> list | None:
         """A pool of static sizes on a CPU, as rows of vector chunks (`_column_pieces`, as a windowed conv's):
         each tap of the window is a (strided) vector load, masked where it leaves the image. None where the
@@ -1309,7 +1310,7 @@ class _Lowering:
         n_, c_, oh, ow = out.shape
         h, wd = x.type.shape[2:]
         kh, kw = op.attrs["kernel"]
-        if (type(self) is not _Lowering or not fixed_count or kh * kw > MAX_UNROLLED_TAPS
+        if (isinstance(self, _GpuLowering) or not fixed_count or kh * kw > MAX_UNROLLED_TAPS
                 or not all(isinstance(d, int) for d in (*out.shape, *x.type.shape))):
             return None
         sh, sw = op.attrs.get("strides", (1, 1))
@@ -1326,7 +1327,7 @@ class _Lowering:
             for ky in range(kh):
                 for kx in range(kw):
                     iy, ix = y * sh + (ky * dh - pt), (x0 + Var(j)) * sw + (kx * dw - pl)
-                    # x0 None: a chunk of the interior loop, inside the image along x
+                    # at None: a chunk of the interior loop, inside the image along x
                     inside = [True] if at is None else [0 <= (at + i) * sw + kx * dw - pl < wd for i in range(width)]
                     if not any(inside):
                         continue
