@@ -82,8 +82,8 @@ CACHED_OPERAND_BYTES = 256 << 10  # an operand this large is re-read from cache 
 MAX_STORE_STREAMS = 64  # ... and a loop nest writing this many output rows at once still streams them well
 MAX_UNROLLED_TAPS = 25  # taps of a conv window unrolled in a tile: 5x5, or a row of a dense conv's 7x7 ...
 MAX_UNROLLED_WINDOW = 32  # ... whose rows are unrolled too while window x input channels is this small
-FLAT_CONSTANT_CHUNKS = 16  # a flat run of pixels in at most this many chunks: each its own code, masks constant
-FLAT_LOOP_MIN_CHANNELS = 16  # more chunks loop, computing their masks, for convs of at least this many inputs a group
+FLAT_LOOP_MIN_CHANNELS = 16  # a flat run of pixels loops over its chunks (masks computed) from this many inputs a group
+FLAT_CONSTANT_CHUNKS = 4  # ... else at most this many chunks, each its own code with constant masks
 REG = "unroll"  # register tiles are unrolled whole: the accumulators become registers, SLP vectorizes them
 
 
@@ -1128,9 +1128,10 @@ class _Lowering:
         """Output channels of a tile of `vectors` vectors a channel: near `target`, the one that wastes fewest
         channels in the last block (which overlaps the one before), within what the registers hold (32 vector
         registers with AVX-512, else 16; four left for pixels and weights). 64 channels in blocks of 12 compute
-        72; in 8 or 16, 64."""
+        72; in 16, 64."""
         most = ((32 if self.desc.extra.get("vector_bits", 256) >= 512 else 16) - 4) // vectors
         options = range(max(1, target * 2 // 3), max(target, most) + 1) if channels > target else [channels]
+
         return min(options, key=lambda b: (-(-channels // b) * b - channels, abs(b - target), -b))
 
     def _flat_pixel_chunks(self, op, row_pieces: list) -> list | None:
@@ -1139,9 +1140,10 @@ class _Lowering:
         idle, and a row that is not a multiple of the chunk overlaps its last chunk. Only for a stride-1 window
         with ow == wd (a tap is then a run of the input at a constant offset) of a dispatch input, writing
         flat pixels (`_flat_epilogue`). The width is the tile or half of it, whichever takes fewer operations
-        (half on a tie: a chunk of one vector has 12 channels, their weights broadcast inside the FMAs);
-        up to FLAT_CONSTANT_CHUNKS chunks are each their own code (constant masks), more run in a loop (masks
-        from each chunk's position) where the conv's reduction is deep enough to hide that cost."""
+        (half on a tie: a chunk of one vector has 12 channels, their weights broadcast inside the FMAs). The
+        chunks run in a loop, masks from each chunk's position, where the conv's reduction is deep enough to
+        hide that cost; else up to FLAT_CONSTANT_CHUNKS chunks are each their own code, with constant masks
+        (a loop would cost compile time: a constant chunk of 16 channels is thousands of instructions)."""
         x, w = op.operands
         oh, ow = op.result.type.shape[2:]
         lanes, pixels = self.tile // 2, oh * ow
@@ -1156,11 +1158,11 @@ class _Lowering:
         # narrower vector, or a scalar, takes one FMA port where a full one takes both (Zen 4's 512 bits)
         rest = 1 << ((pixels % width) - 1).bit_length() if pixels % width else 0
         full, last = pixels // width, [(pixels - rest, rest, None)] if rest else []
-        if full + len(last) <= FLAT_CONSTANT_CHUNKS:
+        if w.type.shape[1] >= FLAT_LOOP_MIN_CHANNELS:  # deep enough to pay for each chunk's masks: one loop
+            return [(0, width, full)] + last if full > 1 else [(0, width, None)] * full + last
+        if full + len(last) <= FLAT_CONSTANT_CHUNKS:  # else each chunk its own code, masks constant
             return [(p0, width, None) for p0 in range(0, full * width, width)] + last
-        if w.type.shape[1] < FLAT_LOOP_MIN_CHANNELS:  # a chunk's masks would cost as much as its few channels
-            return None
-        return [(0, width, full)] + last
+        return None
 
     def _pointwise_conv(self, op) -> list:
         """A 1x1 convolution (see `_pointwise`) as the matmul weights (O x C) times image (C x pixels), the
