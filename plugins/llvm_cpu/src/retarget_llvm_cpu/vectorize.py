@@ -61,14 +61,11 @@ def loads_from(e: k.Expr) -> frozenset:
     return _facts(e)[1]
 
 
-def _truncated_div(a: int, b: int) -> int:  # the kernel IR's `div` truncates, as C's
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
 _LANE_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "max": max, "min": min,
-             "and": lambda a, b: a and b, "or": lambda a, b: a or b, "div": _truncated_div,
-             "rem": lambda a, b: a - b * _truncated_div(a, b)}
+             "and": lambda a, b: a and b, "or": lambda a, b: a or b,
+             # truncating, as the kernel IR's own folding of index constants (never by zero: see lane_values)
+             "div": lambda a, b: k.binary("div", k.const(a), k.const(b)).value,
+             "rem": lambda a, b: k.binary("rem", k.const(a), k.const(b)).value}
 _LANE_COMPARES = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
                   "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
@@ -89,7 +86,9 @@ def lane_values(e: k.Expr, var: str, lanes: list[int]) -> list | None:
         fn = (_LANE_OPS if isinstance(e, k.Binary) else _LANE_COMPARES).get(e.op)
         a = lane_values(e.a, var, lanes) if fn else None
         b = lane_values(e.b, var, lanes) if a is not None else None
-        return None if b is None else [fn(x, y) for x, y in zip(a, b)]
+        if b is None or (e.op in ("div", "rem") and 0 in b):  # x / 0 is the reference's business, not a mask's
+            return None
+        return [fn(x, y) for x, y in zip(a, b)]
     return None
 
 
