@@ -1005,7 +1005,7 @@ class _Lowering:
                 # a row whose chunks would be narrower than a vector, in one chunk of the next power of two:
                 # its lanes past the row compute what nobody stores (their reads stay inside the image or are
                 # masked), where two overlapping chunks would each fill part of a vector
-                pieces = [(0, 1 << ow.bit_length(), None)]
+                pieces = [(0, _power_of_two_from(ow), None)]
         # Channels of one group share the pixels they read; a depthwise conv's channels share nothing, and one
         # channel per tile leaves registers for its whole window's weights. A flat or padded chunk narrower than
         # the tile takes twice the channels: 12 accumulators (independent FMA chains) either way. (Rows of
@@ -1156,7 +1156,7 @@ class _Lowering:
             return None
         # the last pixels in a chunk of the next power of two (overlapping the one before by its excess): a
         # narrower vector, or a scalar, takes one FMA port where a full one takes both (Zen 4's 512 bits)
-        rest = 1 << ((pixels % width) - 1).bit_length() if pixels % width else 0
+        rest = _power_of_two_from(pixels % width)
         full, last = pixels // width, [(pixels - rest, rest, None)] if rest else []
         if w.type.shape[1] >= FLAT_LOOP_MIN_CHANNELS:  # deep enough to pay for each chunk's masks: one loop
             return [(0, width, full)] + last if full > 1 else [(0, width, None)] * full + last
@@ -1368,6 +1368,11 @@ class _Lowering:
         return self.parallel(n_ * c_, out.num_elements * kh * kw, plane_rows)
 
 
+def _power_of_two_from(n: int) -> int:
+    """The least power of two at least `n` (0 for 0): the width of a chunk that covers n last outputs."""
+    return 1 << (n - 1).bit_length() if n else 0
+
+
 def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: int) -> list:
     """How a windowed convolution covers a row of `ow` outputs with chunks of a power-of-two width (at most
     `tile`), and where `ow` is not a multiple, its last outputs with a chunk of the next power of two that
@@ -1383,7 +1388,7 @@ def _column_pieces(ow: int, wd: int, kw: int, sw: int, dw: int, pl: int, tile: i
             out.append((s, chunk, None))
         elif s == looped[0]:
             out.append((s, chunk, len(looped)))
-    rest = 1 << ((ow % chunk) - 1).bit_length() if ow % chunk else 0
+    rest = _power_of_two_from(ow % chunk)
     return out + ([(ow - rest, rest, None)] if rest else [])
 
 
