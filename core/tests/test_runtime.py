@@ -390,3 +390,22 @@ def test_vmvx_code_of_vmvx_itself_that_is_wrong_is_a_corrupt_module():
     with pytest.raises(ModuleFormatError) as error:
         VmvxLoader().load(_vmvx_code_with_two_workgroups("vmvx"))
     assert error.value.hint == "the module is corrupt; recompile it"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_compile_pauses_the_garbage_collector_and_restores_it(mlp, monkeypatch, enabled):
+    import gc
+
+    from retarget import compiler
+
+    seen = []
+    monkeypatch.setattr(compiler, "GRAPH_PASSES", [("watch", lambda m: seen.append(gc.isenabled()) or m)])
+    (gc.enable if enabled else gc.disable)()
+    try:
+        retarget.compile(mlp[0], "vmvx")
+        assert seen == [False] and gc.isenabled() is enabled
+        with pytest.raises(UnknownTargetError):
+            retarget.compile(mlp[0], "no-such-target")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()

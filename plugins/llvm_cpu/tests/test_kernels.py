@@ -218,6 +218,19 @@ def test_kernels_that_differ_only_in_name_share_one_compiled_body():
         np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
 
 
+def test_vector_constants_shared_between_stores_keep_the_sign_of_zero(run_kernel):
+    # the vector code makes one constant per type and value: -0.0 == 0.0 in Python, yet they differ
+    i = k.Var("i")
+    x = k.Load("x", i, f32)
+    body = [k.Loop("i", 16, [k.Store("y", i, k.Binary("mul", x, k.const(-0.0, f32))),
+                             k.Store("z", i, k.Binary("mul", x, k.const(0.0, f32)))], kind="vector")]
+    kern = k.Kernel("zeros", [k.Param("x", f32, 16, "read"), k.Param("y", f32, 16, "write"),
+                              k.Param("z", f32, 16, "write")], body)
+    x, y, z = np.abs(rng.standard_normal(16, dtype=np.float32)) + 1, np.ones(16, np.float32), np.ones(16, np.float32)
+    run_kernel(kern, [x, y, z])
+    assert np.all(y == 0) and np.all(np.signbit(y)) and np.all(z == 0) and not np.any(np.signbit(z))
+
+
 def test_a_cast_to_f16_rounds_even_when_the_value_stays_in_registers(run_kernel):
     x = np.array([1.0001, 3.14159, 1e-6, 70000.0], np.float32)
     y = np.zeros(4, np.float32)

@@ -214,6 +214,9 @@ class _KernelBuilder:
         self.computed: dict = {}
         self.versions: dict[str, int] = {}  # bumped whenever a variable may take another value
         self.read_only = frozenset(p.name for p in kernel.params if p.access == "read")  # never stored to
+        # id(loop) -> (loop, whether it is vector code): an unrolled loop's body is emitted once an iteration,
+        # and asking again for each inner loop was a quarter of a large model's code generation
+        self.vector_loops: dict[int, tuple[k.Loop, bool]] = {}
 
     def build(self) -> ir.Function:
         n = len(self.kernel.params)
@@ -251,7 +254,7 @@ class _KernelBuilder:
     def stmt_loop(self, s: k.Loop) -> None:
         if isinstance(s.extent, int) and s.extent <= 0:
             return
-        if self.lanes is None and vectorizable(s, self.buffers):
+        if self.lanes is None and self.vectorizable(s):
             # power-of-two pieces (28 = 16 + 8 + 4): odd widths legalize into shuffles and spills
             start, left = s.start, s.extent
             while left:
@@ -308,6 +311,12 @@ class _KernelBuilder:
         else:
             self.index_vars[s.var] = saved
         self.changed(s.var)
+
+    def vectorizable(self, s: k.Loop) -> bool:
+        hit = self.vector_loops.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = self.vector_loops[id(s)] = (s, vectorizable(s, self.buffers))
+        return hit[1]
 
     def loop_hints(self, s: k.Loop) -> list:
         m = self.mb.module

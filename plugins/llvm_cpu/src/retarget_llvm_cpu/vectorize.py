@@ -31,6 +31,7 @@ FLOAT_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow")
 
 
 _FREE: dict[int, tuple] = {}  # id -> (expression, its variables, the buffers it loads from); see `forget`
+_CONSTANTS: dict[tuple, ir.Constant] = {}  # see `constant`
 _NOTHING = frozenset()
 
 
@@ -93,8 +94,27 @@ def lane_values(e: k.Expr, var: str, lanes: list[int]) -> list | None:
 
 
 def forget() -> None:
-    """Drops what `free_vars` remembered (the code generator calls it after each kernel)."""
+    """Drops what `free_vars` and `constant` remembered (the code generator calls it after each kernel)."""
     _FREE.clear()
+    _CONSTANTS.clear()
+
+
+def constant(ty: ir.Type, value) -> ir.Constant:
+    """One `ir.Constant` per type and value: llvmlite formats a constant once per object, and a new splat or
+    shuffle mask at each use was a sixth of a large model's code generation."""
+    key = (str(ty), _exact(value))
+    out = _CONSTANTS.get(key)
+    if out is None:
+        out = _CONSTANTS[key] = ir.Constant(ty, value)
+    return out
+
+
+def _exact(value):
+    if isinstance(value, float):  # -0.0 == 0.0, but they are different constants
+        return "float", value.hex()
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_exact, value))
+    return value
 
 
 def uses(e: k.Expr, var: str) -> bool:
@@ -224,10 +244,10 @@ class VectorLanes:
 
     def splat(self, x: ir.Value) -> ir.Value:
         if isinstance(x, ir.Constant):
-            return ir.Constant(self.vec(x.type), x.constant)
-        one = self.b.insert_element(ir.Constant(self.vec(x.type), ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-        return self.b.shuffle_vector(one, ir.Constant(self.vec(x.type), ir.Undefined),
-                                     ir.Constant(ir.VectorType(ir.IntType(32), self.n), [0] * self.n))
+            return constant(self.vec(x.type), x.constant)
+        undefined = constant(self.vec(x.type), ir.Undefined)
+        one = self.b.insert_element(undefined, x, constant(ir.IntType(32), 0))
+        return self.b.shuffle_vector(one, undefined, constant(ir.VectorType(ir.IntType(32), self.n), (0,) * self.n))
 
     def scalar(self, e: k.Expr) -> ir.Value:
         saved, self.kb.lanes = self.kb.lanes, None
@@ -240,11 +260,11 @@ class VectorLanes:
         if not uses(e, self.var):
             return self.splat(self.scalar(e))
         if isinstance(e, k.Var):
-            return ir.Constant(self.vec(ir.IntType(64)), [self.start + i for i in range(self.n)])
+            return constant(self.vec(ir.IntType(64)), tuple(range(self.start, self.start + self.n)))
         if free_vars(e) == {self.var} and not loads_from(e):
             values = lane_values(e, self.var, list(range(self.start, self.start + self.n)))
             if values is not None:  # known now: a constant vector, e.g. the mask of a tile at a known position
-                return ir.Constant(self.vec(self.kb.expr_type(e.dtype)), [int(v) for v in values])
+                return constant(self.vec(self.kb.expr_type(e.dtype)), tuple(int(v) for v in values))
         if not isinstance(e, (k.Load, k.Select)):
             return getattr(self.kb, "expr_" + type(e).__name__.lower())(e)
         # loads (and masked loads) of buffers nothing writes are emitted once per block and lanes: a tile's
@@ -287,14 +307,13 @@ class VectorLanes:
         wide = ir.VectorType(elem, width)
         if mask is not None:
             picks = [i // stride if i % stride == 0 else self.n for i in range(width)]
-            mask = self.b.shuffle_vector(mask, ir.Constant(mask.type, 0),
-                                         ir.Constant(ir.VectorType(ir.IntType(32), width), picks))
+            mask = self.b.shuffle_vector(mask, constant(mask.type, 0),
+                                         constant(ir.VectorType(ir.IntType(32), width), tuple(picks)))
         elif width > span:
-            mask = ir.Constant(ir.VectorType(ir.IntType(1), width), [i < span for i in range(width)])
+            mask = constant(ir.VectorType(ir.IntType(1), width), tuple(i < span for i in range(width)))
         raw = self._load(addr, wide, mask, fill)
-        return self.b.shuffle_vector(raw, ir.Constant(wide, ir.Undefined),
-                                     ir.Constant(ir.VectorType(ir.IntType(32), self.n),
-                                                 [i * stride for i in range(self.n)]))
+        return self.b.shuffle_vector(raw, constant(wide, ir.Undefined),
+                                     constant(ir.VectorType(ir.IntType(32), self.n), tuple(range(0, self.n * stride, stride))))
 
     def _load(self, addr, ty: ir.VectorType, mask, fill) -> ir.Value:
         align = _bytes(ty.element)
@@ -303,7 +322,7 @@ class VectorLanes:
             out.align = align
             return out
         fn = self.kb.mb.masked_load(ty)
-        return self.b.call(fn, [addr, ir.Constant(ir.IntType(32), align), mask, ir.Constant(ty, fill)])
+        return self.b.call(fn, [addr, constant(ir.IntType(32), align), mask, constant(ty, fill)])
 
     def per_lane_load(self, e: k.Load) -> ir.Value:
         index = self.expr(e.index)
