@@ -1,5 +1,5 @@
-"""Compile time of a zoo model for llvm-cpu: cold (an empty kernel cache), warm (again in the same process,
-from the cache), and the first compile of a new process whose cache is warm.
+"""Compile time of a zoo model for a target (llvm-cpu's host by default): cold (an empty compile cache), warm
+(again in the same process, from the cache), and the first compile of a new process whose cache is warm.
 
     .venv/bin/python benchmarks/cpu/compile_time.py [--model mobilenet_v2] [--target llvm-cpu:host]
 

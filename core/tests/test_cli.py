@@ -324,7 +324,8 @@ def test_help_shows_examples(command):
 @pytest.mark.parametrize("command", ["compile", "run", "benchmark"])
 def test_help_names_option_values_for_a_person_not_by_python_type(command):
     text = cli(command, "--help", env_columns=200).stdout
-    options = [line for line in text.splitlines() if line.startswith("│ --") and "--help" not in line]
+    options = [line for line in text.splitlines() if line.startswith("│ --")]
+    assert any("--help" in line for line in options)
     assert options and not any("<list[" in line or "<bool>" in line for line in options), options
     assert "DRIVER[:ID]" in text if command != "compile" else "BACKEND[:ARCH]" in text
 
@@ -343,3 +344,22 @@ def test_a_dynamic_function_compiles_and_lists_on_one_line_each_when_piped(tmp_p
     listing = cli("run", tmp_path / "exp.rtm", "--list-functions").stdout.splitlines()
     assert listing == ["exponential_of_each_element(arg0: tensor<arg0_dim0x8xf32>) -> (tensor<arg0_dim0x8xf32>) "
                        "with arg0_dim0=1.."]
+
+
+def test_cache_lists_each_backends_entries_and_clears_them(mlp_mlir, tmp_path):
+    folder, _ = mlp_mlir
+    env = {**os.environ, "RETARGET_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "retarget", *map(str, args)], capture_output=True, text=True,
+                              env=env)
+
+    assert "is empty" in run("cache").stdout
+    assert run("compile", folder / "mlp.mlir", "--target", "llvm-cpu:x86-64-v3", "-o", tmp_path / "m.rtm").returncode == 0
+    [row] = json.loads(run("cache", "--json").stdout)["backends"]
+    assert row["backend"] == "llvm-cpu" and row["entries"] == 1 and row["bytes"] > 0
+    assert_clean_error(run("cache", "--backend", "llvm-cp"), "--backend llvm-cp", "did you mean llvm-cpu?")
+    cleared = json.loads(run("cache", "--clear", "--json").stdout)
+    assert cleared["cleared_bytes"] == row["bytes"] and not list((tmp_path / "cache").rglob("*.o"))
+    assert "is off" in subprocess.run([sys.executable, "-m", "retarget", "cache"], capture_output=True, text=True,
+                                      env={**env, "RETARGET_CACHE_DIR": "off"}).stdout

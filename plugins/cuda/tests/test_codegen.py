@@ -182,3 +182,31 @@ def test_a_dynamic_module_compiles_with_its_sizes_as_kernel_arguments(nvrtc):
     for e in entries:  # the kernel's last parameter is the 64-bit size
         params = ptx[ptx.index(f".entry {e['name']}("):].split(")")[0]
         assert params.rstrip().splitlines()[-1].strip().startswith(".param .u64")
+
+
+def test_nvrtc_output_comes_from_the_compile_cache_when_nothing_changed(nvrtc, monkeypatch, tmp_path):
+    from retarget_cuda import compile as cuda_compile
+
+    monkeypatch.setenv("RETARGET_CACHE_DIR", str(tmp_path))
+    first = compile_entries(ADD, [ADD_ENTRY], targets.parse("sm_80"))
+    assert sorted(f.suffix for f in (tmp_path / "cuda").iterdir()) == [".cubin", ".ptx"]
+
+    def nvrtc_must_not_run(source, arch, want):
+        raise AssertionError(f"NVRTC ran for {arch} {want}, already in the cache")
+
+    monkeypatch.setattr(cuda_compile, "_nvrtc_compile", nvrtc_must_not_run)
+    assert compile_entries(ADD, [ADD_ENTRY], targets.parse("sm_80")).data == first.data
+    for source, arch in ((ADD.replace("a[i] + b[i]", "a[i] - b[i]"), "sm_80"), (ADD, "sm_86")):
+        with pytest.raises(AssertionError, match="already in the cache"):
+            compile_entries(source, [ADD_ENTRY], targets.parse(arch))
+    monkeypatch.setenv("RETARGET_CACHE_DIR", "off")  # no cache at all: NVRTC runs again
+    with pytest.raises(AssertionError, match="already in the cache"):
+        compile_entries(ADD, [ADD_ENTRY], targets.parse("sm_80"))
+
+
+def test_a_program_nvrtc_rejects_is_not_cached(nvrtc, monkeypatch, tmp_path):
+    monkeypatch.setenv("RETARGET_CACHE_DIR", str(tmp_path))
+    for _ in range(2):  # the second attempt fails again, from NVRTC, not from a cached failure
+        with pytest.raises(CudaCompileError, match="could not compile"):
+            compile_entries("this is not CUDA", [ADD_ENTRY], targets.parse("sm_80"))
+    assert not (tmp_path / "cuda").exists() or not list((tmp_path / "cuda").iterdir())

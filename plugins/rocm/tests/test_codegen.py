@@ -332,3 +332,21 @@ def test_a_dynamic_module_compiles_to_a_code_object_taking_its_sizes(no_rocm_com
     (exe,) = art.manifest["executables"]
     assert [e["scalars"] for e in exe["entry_points"]] == [["k", "m", "n"]]
     check_code_object(bytes(art.entries[exe["path"]]), "gfx942", 0x4C, [e["name"] for e in exe["entry_points"]])
+
+
+def test_an_unchanged_program_comes_from_the_compile_cache(no_rocm_compiler, monkeypatch, tmp_path):
+    from retarget_rocm import compile as rocm_compile
+
+    monkeypatch.setenv("RETARGET_CACHE_DIR", str(tmp_path))
+    desc = targets.parse("gfx942")
+    first = compile_entries(ADD, [ADD_ENTRY], desc)
+    assert [f.suffix for f in (tmp_path / "rocm").iterdir()] == [".hsaco"]
+
+    def llvm_must_not_run(*args):
+        raise AssertionError("LLVM ran for a program already in the cache")
+
+    monkeypatch.setattr(rocm_compile, "back_end", llvm_must_not_run)
+    assert compile_entries(ADD, [ADD_ENTRY], desc).data == first.data
+    for source, arch in ((ADD.replace("a[i] + b[i]", "a[i] - b[i]"), "gfx942"), (ADD, "gfx90a")):
+        with pytest.raises(AssertionError, match="already in the cache"):
+            compile_entries(source, [ADD_ENTRY], targets.parse(arch))

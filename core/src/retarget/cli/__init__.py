@@ -612,6 +612,48 @@ def keygen(
     out.print(f"wrote {private} (private: keep it secret) and {public} (public: give it to whoever loads your modules)")
 
 
+@app.command(name="cache")
+def cache_(
+    clear: Annotated[bool, typer.Option("--clear", help="Delete the entries (every backend's, or --backend's).")] = False,
+    backend: Annotated[str | None, typer.Option(
+        "--backend", help="Only this backend's entries, e.g. llvm-cpu or cuda.")] = None,
+    as_json: JsonFlag = False,
+):
+    """Show the compile cache, or empty it with --clear.
+
+    Backends keep compiled code there (llvm-cpu its objects, cuda NVRTC's cubins and PTX), keyed by everything
+    that decides its bytes, so that compiling an unchanged model again skips LLVM and NVRTC. It is
+    `$RETARGET_CACHE_DIR` (default `~/.cache/retarget`); `RETARGET_CACHE_DIR=off` turns it off. Deleting it is
+    always safe."""
+    from .. import cache
+
+    base = cache.root()
+    rows = cache.usage()
+    if backend is not None and backend not in {r["backend"] for r in rows}:
+        known = [r["backend"] for r in rows]
+        raise InputError(f"--backend {backend}: the cache holds nothing of it",
+                         hint=suggestion(backend, known) if known else "the cache is empty")
+    rows = [r for r in rows if backend in (None, r["backend"])]
+    freed = cache.clear(backend) if clear else 0
+    if as_json:
+        return _print_json({"directory": None if base is None else str(base), "backends": rows,
+                            **({"cleared_bytes": freed} if clear else {})})
+    if base is None:
+        out.print("the compile cache is off (RETARGET_CACHE_DIR=off)")
+        return
+    if clear:
+        out.print(f"cleared {_count(sum(r['entries'] for r in rows), 'entry', 'entries')} ({freed:,} bytes) "
+                  f"from {base}", soft_wrap=True)
+        return
+    if not rows:
+        out.print(f"the compile cache at {base} is empty", soft_wrap=True)
+        return
+    table = _table("backend", "entries", "bytes", "directory")
+    for r in rows:
+        table.add_row(r["backend"], str(r["entries"]), f"{r['bytes']:,}", r["path"])
+    out.print(table)
+
+
 from .benchmark import HELP as _BENCHMARK_HELP  # noqa: E402
 from .benchmark import benchmark  # noqa: E402
 
@@ -629,7 +671,7 @@ METAVARS = {
     "--models": "NAME,...", "--peers": "NAME,...", "--suite": "NAME", "--refuse": "OP[:TYPE]", "--trusted-key": "PEM",
     "--sign": "KEY", "--json-out": "FILE", "--png": "FILE", "--work-dir": "DIR", "--dump-after-all": "DIR",
     "--precision": "DTYPE", "--interface-precision": "DTYPE", "--quantize": "SCHEME", "--mode": "MODE",
-    "--repeats": "N", "--warmup": "N", "--tolerance": "X",
+    "--repeats": "N", "--warmup": "N", "--tolerance": "X", "--backend": "NAME",
 }
 
 
@@ -644,8 +686,19 @@ def _name_metavars(command) -> None:
                 param.metavar = next((METAVARS[o] for o in param.opts if o in METAVARS), param.metavar)
         elif param.param_type_name == "argument" and param.metavar is None:
             param.metavar = param.name.upper()
+    command.get_help_option = _flag_without_value(command.get_help_option)
     for sub in getattr(command, "commands", {}).values():
         _name_metavars(sub)
+
+
+def _flag_without_value(get_help_option):
+    """click makes --help for each context: typer's help would show it as `--help <bool>`."""
+    def wrapped(ctx):
+        option = get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+    return wrapped
 
 
 def run_app() -> None:

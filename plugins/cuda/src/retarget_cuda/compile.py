@@ -11,18 +11,22 @@ The header names the payload's parts as {"cubin": [offset, size], "ptx": [offset
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import struct
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from retarget import cache
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 
-from . import FORMAT
+from . import FORMAT, __version__
 
+CACHE_NAME = "cuda"  # its directory in the compile cache (retarget.cache)
 MAGIC = b"RTCUBIN1"
 EM_CUDA = 190  # the ELF machine number of a cubin
 NVRTC_OPTIONS = ("--std=c++17", "--fmad=true", "-default-device")
@@ -102,8 +106,33 @@ def wmma_headers() -> bool:
     return any(os.path.isfile(os.path.join(d, "crt", "mma.h")) for d in include_dirs())
 
 
+HEADERS = ("cuda_fp16.h", "cuda_fp16.hpp", "cuda_bf16.h", "cuda_bf16.hpp", "crt/mma.h", "crt/mma.hpp")
+
+
+@functools.cache
+def _headers_fingerprint() -> str:
+    """Which headers NVRTC will find (path, size and time of each), for the cache's key: a wheel upgraded in
+    place changes them."""
+    seen = []
+    for d in include_dirs():
+        for name in HEADERS:
+            try:
+                st = os.stat(os.path.join(d, name))
+            except OSError:
+                continue
+            seen.append(f"{d}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(seen)
+
+
 def _compile_once(source: str, arch: str, want: str) -> bytes:
-    """NVRTC for `--gpu-architecture=arch`; `want` is "cubin" (arch sm_XX) or "ptx" (arch compute_XX)."""
+    """NVRTC for `--gpu-architecture=arch`, through the compile cache; `want` is "cubin" (arch sm_XX) or
+    "ptx" (arch compute_XX)."""
+    entry = cache.key(source, arch, want, " ".join(NVRTC_OPTIONS), nvrtc_version(), _headers_fingerprint(),
+                      __version__)
+    return cache.cached(CACHE_NAME, entry, lambda: _nvrtc_compile(source, arch, want), suffix=f".{want}")
+
+
+def _nvrtc_compile(source: str, arch: str, want: str) -> bytes:
     nvrtc = _nvrtc()
     program = _check(nvrtc, nvrtc.nvrtcCreateProgram(source.encode(), b"retarget.cu", 0, [], []),
                      "nvrtcCreateProgram")

@@ -20,12 +20,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import llvmlite
+from retarget import cache
 from retarget.errors import RetargetError, UnsupportedOpError
 from retarget.ir.core import TensorType
 from retarget.kernel.ir import entry_point, expr_dim
 from retarget.protocols import Binding, EntryPoint, ExecutableBinary, TargetDesc
 
-from . import FORMAT, codeobject, toolchain
+from . import FORMAT, __version__, codeobject, toolchain
+
+CACHE_NAME = "rocm"  # its directory in the compile cache (retarget.cache)
 
 INCLUDE = Path(__file__).parent / "include"
 MFMA_HEADER = "retarget_mfma.h"  # on both routes: hiprtc gets it as a named header
@@ -197,12 +201,23 @@ def compile_with_clang(source: str, gfx: str, desc: TargetDesc) -> bytes:
     return _clang_route(source, gfx, clang, linker)
 
 
-@functools.lru_cache(maxsize=16)
 def _clang_route(source: str, gfx: str, clang: toolchain.Tool, linker: toolchain.Tool) -> bytes:
-    """The code object of `source` for `gfx`, made once per process (a module compiled again, as tests
+    """The code object of `source` for `gfx`, through the compile cache (a module compiled again, as tests
     and benchmarks do, costs nothing)."""
-    bitcode = front_end(source, clang.path)
-    return link(back_end(bitcode, gfx, toolchain.code_object_version(linker)), linker)
+    version = toolchain.code_object_version(linker)
+    entry = cache.key(source, gfx, _identity(clang.path), _identity(linker.path), str(version), llvmlite.__version__,
+                      __version__, cache.source_fingerprint(Path(__file__).parent),
+                      *(f.read_bytes() for f in sorted(INCLUDE.rglob("*.h"))))
+    return cache.cached(CACHE_NAME, entry, lambda: link(back_end(front_end(source, clang.path), gfx, version), linker),
+                        suffix=".hsaco")
+
+
+@functools.cache
+def _identity(tool_path: str) -> str:
+    """A tool's real path, size and time, for the cache's key: another clang or lld under the same name misses."""
+    real = os.path.realpath(tool_path)
+    st = os.stat(real)
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
 
 
 # -- the hiprtc route ----------------------------------------------------------------------------------
