@@ -248,3 +248,19 @@ def test_grid_sample_with_a_dynamic_batch():
     for n in (1, 3, 5):
         x, grid = randn(n, 2, 5, 6, seed=n), sample_grid(n, 4, 4, seed=n)
         assert_matches(run_function(module.functions["main"], [to_numpy(x), to_numpy(grid)]), (Resampler()(x, grid),))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_comparisons_of_mixed_types_promote_as_torch_does(target):
+    # int8 against int64 (a KeyError before: numpy's names were looked up among ours), uint8 against int8 (int16),
+    # float16 against float32 and against int64 (float16), an integer tensor against a float number
+    a8 = torch.tensor([[-128, -3, 0, 5, 127, 100]], dtype=torch.int8)
+    a64 = torch.tensor([[-129, -3, 1, 4, 128, 100]], dtype=torch.int64)
+    u8 = torch.tensor([[0, 253, 1, 5, 255, 100]], dtype=torch.uint8)
+    h = torch.tensor([[-1.5, 2049.0, 0.0, 4.5, 127.25, 100.0]], dtype=torch.float16)
+    f = torch.tensor([[-1.5, 2049.0, 1e-8, 4.4, 127.25, 100.0]], dtype=torch.float32)
+
+    def fn(a8, a64, u8, h, f):
+        return a8 > a64, u8 >= a8, h < f, h == a64, a64 <= 2.5, u8 != a8
+
+    compile_and_compare(fn, (a8, a64, u8, h, f), target)

@@ -487,18 +487,19 @@ _CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 
 def _cmp_handler(pred):
     def handler(cv, node, a, b):
-        dtype = _promote(a, b)
+        dtype = _compared_as(node)
         return cv.b.op("rt.cmp", [cv.tensor(a, dtype), cv.tensor(b, dtype)], {"predicate": pred})
 
     return handler
 
 
-def _promote(*xs) -> DType:
-    tensors = [x.type.dtype for x in xs if isinstance(x, Value)]
-    dtype = DTYPES[np.result_type(*[t.np_dtype for t in tensors]).name] if len(set(tensors)) > 1 else tensors[0]
-    if not dtype.is_float and any(isinstance(x, float) for x in xs):
-        return DTYPES["f32"]
-    return dtype
+def _compared_as(node) -> DType:
+    """The type torch compares a comparison's operands in: its own promotion (int8 against int64 is int64, an
+    integer tensor against a float number float32, a float16 tensor against an int64 one float16)."""
+    import torch
+
+    a, b = (x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in node.args[:2])
+    return _dtype(torch.result_type(a, b))
 
 
 for _name, _pred in _CMP.items():
