@@ -355,7 +355,8 @@ def test_cache_lists_each_backends_entries_and_clears_them(mlp_mlir, tmp_path):
                               env=env)
 
     assert "is empty" in run("cache").stdout
-    assert run("compile", folder / "mlp.mlir", "--target", "llvm-cpu:x86-64-v3", "-o", tmp_path / "m.rtm").returncode == 0
+    compiled = run("compile", folder / "mlp.mlir", "--target", "llvm-cpu:x86-64-v3", "-o", tmp_path / "m.rtm")
+    assert compiled.returncode == 0, compiled.stderr
     [row] = json.loads(run("cache", "--json").stdout)["backends"]
     assert row["backend"] == "llvm-cpu" and row["entries"] == 1 and row["bytes"] > 0
     assert_clean_error(run("cache", "--backend", "llvm-cp"), "--backend llvm-cp", "did you mean llvm-cpu?")

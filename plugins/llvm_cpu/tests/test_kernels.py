@@ -231,6 +231,28 @@ def test_vector_constants_shared_between_stores_keep_the_sign_of_zero(run_kernel
     assert np.all(y == 0) and np.all(np.signbit(y)) and np.all(z == 0) and not np.any(np.signbit(z))
 
 
+def test_a_module_built_in_groups_links_into_one_object_with_every_kernel(monkeypatch):
+    # groups are built and optimised apart (one on a thread while the next is built) and linked; twins (kernels
+    # that differ only in name) stay in one group, where they share one body
+    from retarget_llvm_cpu import codegen, targets
+    from retarget_llvm_cpu.compile import compile_kernels
+    from retarget_llvm_cpu.loader import LlvmCpuLoader
+
+    ops = {"exp": np.exp, "tanh": np.tanh, "neg": np.negative, "abs": np.abs, "exp2": np.exp}
+    kernels = [k.Kernel(name, [k.Param("x", f32, 64, "read"), k.Param("y", f32, 64, "write")],
+                        [k.Loop("i", 64, [k.Store("y", k.Var("i"), k.Unary(name.rstrip("2"), k.Load("x", k.Var("i"),
+                                                                                                     f32)))],
+                                kind="vector")]) for name in ops]
+    monkeypatch.setattr(codegen, "GROUP_TEXT", 1)
+    groups = codegen._groups(kernels)
+    assert [[kn.name for kn in g] for g in groups] == [["exp", "exp2"], ["tanh"], ["neg"], ["abs"]]
+    binary = compile_kernels(kernels, targets.parse("host"), use_cache=False)
+    for (name, ref), bind in zip(ops.items(), LlvmCpuLoader().load(binary)):
+        x, y = rng.standard_normal(64, dtype=np.float32), np.zeros(64, np.float32)
+        bind([x, y])((0, 0, 0))
+        np.testing.assert_allclose(y, ref(x), rtol=2e-6, err_msg=name)
+
+
 def test_a_cast_to_f16_rounds_even_when_the_value_stays_in_registers(run_kernel):
     x = np.array([1.0001, 3.14159, 1e-6, 70000.0], np.float32)
     y = np.zeros(4, np.float32)

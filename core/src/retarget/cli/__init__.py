@@ -614,7 +614,8 @@ def keygen(
 
 @app.command(name="cache")
 def cache_(
-    clear: Annotated[bool, typer.Option("--clear", help="Delete the entries (every backend's, or --backend's).")] = False,
+    clear: Annotated[bool, typer.Option(
+        "--clear", help="Delete the entries (every backend's, or --backend's).")] = False,
     backend: Annotated[str | None, typer.Option(
         "--backend", help="Only this backend's entries, e.g. llvm-cpu or cuda.")] = None,
     as_json: JsonFlag = False,

@@ -312,8 +312,9 @@ class VectorLanes:
         elif width > span:
             mask = constant(ir.VectorType(ir.IntType(1), width), tuple(i < span for i in range(width)))
         raw = self._load(addr, wide, mask, fill)
-        return self.b.shuffle_vector(raw, constant(wide, ir.Undefined),
-                                     constant(ir.VectorType(ir.IntType(32), self.n), tuple(range(0, self.n * stride, stride))))
+        picks = tuple(range(0, self.n * stride, stride))
+        lanes = constant(ir.VectorType(ir.IntType(32), self.n), picks)
+        return self.b.shuffle_vector(raw, constant(wide, ir.Undefined), lanes)
 
     def _load(self, addr, ty: ir.VectorType, mask, fill) -> ir.Value:
         align = _bytes(ty.element)
