@@ -314,3 +314,45 @@ def test_gather_nd_refuses_more_coordinates_than_axes_and_batches_that_differ():
     with pytest.raises(InputError, match="batch_dims"):
         OnnxImporter().load(model_of("GatherND", {"data": data, "indices": np.zeros((3, 1), np.int64)},
                                      batch_dims=1))
+
+
+# -- the transformer ops of opsets 23-28: RMSNormalization, RotaryEmbedding, Swish, SwiGLU -------------------------
+
+def _rotary_caches(positions: int, half: int, rng):
+    angles = np.arange(positions)[:, None] * (1e4 ** (-np.arange(half) / half))[None, :]
+    return np.cos(angles).astype(F32), np.sin(angles).astype(F32)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_a_rotary_embedding_of_a_3d_input_at_given_positions_matches_the_reference(interleaved, target):
+    # 3 heads of 8 channels, 6 of them rotated (the last two pass), positions out of order and repeated
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 24)).astype(F32)
+    cos, sin = _rotary_caches(16, 3, rng)
+    positions = np.array([[0, 3, 7, 7, 15], [9, 1, 2, 0, 4]], np.int64)
+    model = model_of("RotaryEmbedding", {"x": x, "cos": cos, "sin": sin, "positions": positions}, opset=23,
+                     interleaved=interleaved, num_heads=3, rotary_embedding_dim=6)
+    matches_reference(model, target, {"x": x, "cos": cos, "sin": sin, "positions": positions}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rms_normalization_of_half_floats_takes_its_statistic_in_f32(target):
+    # squares of 300 overflow f16 (65504): a statistic taken in f16 would be inf and every output 0
+    x = np.full((2, 4, 64), 300, np.float16)
+    x[1] = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float16)
+    scale = np.linspace(0.5, 2, 64).astype(np.float16)
+    model = model_of("RMSNormalization", {"x": x}, {"scale": scale}, opset=23, axis=-1, epsilon=1e-5)
+    out = compiled_outputs(model, target, x)[0]
+    wide = x.astype(np.float64)
+    expected = wide / np.sqrt((wide * wide).mean(-1, keepdims=True) + 1e-5) * scale
+    assert out.dtype == np.float16
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_swiglu_and_swish_with_alpha_match_the_reference(target):
+    a, b = np.random.default_rng(2).standard_normal((2, 3, 16)).astype(F32)
+    matches_reference(model_of("SwiGLU", {"a": a, "b": b}, opset=28, alpha=1.702), target, {"a": a, "b": b},
+                      rtol=1e-5, atol=1e-7)
+    matches_reference(model_of("Swish", {"a": a}, opset=24, alpha=0.5), target, {"a": a}, rtol=1e-5, atol=1e-7)

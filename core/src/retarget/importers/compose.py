@@ -206,6 +206,55 @@ def layer_norm(b: Builder, x: Value, axes, weight: Value | None, bias: Value | N
     return narrow_to(b, y, x)
 
 
+def rms_norm(b: Builder, x: Value, axes, weight: Value | None, eps: float) -> Value:
+    """x / sqrt(mean(x^2) + eps) * weight over `axes` (the trailing ones), without centring; a half float
+    computes in f32 and is rounded once (`widen`), as ONNX's stash_type and torch's accumulate type say."""
+    wide = widen(b, x)
+    power = mean(b, b.op("rt.mul", [wide, wide]), axes, keepdims=True)
+    y = b.op("rt.mul", [wide, b.op("rt.rsqrt", [b.op("rt.add", [power, scalar(b, eps, power)])])])
+    if weight is not None:
+        y = b.op("rt.mul", [y, widen(b, weight)])
+    return narrow_to(b, y, x)
+
+
+def swish(b: Builder, x: Value, alpha: float = 1.0) -> Value:
+    """x * sigmoid(alpha * x)."""
+    inner = x if alpha == 1.0 else b.op("rt.mul", [x, scalar(b, alpha, x)])
+    return b.op("rt.mul", [x, b.op("rt.sigmoid", [inner])])
+
+
+def rotary_embedding(b: Builder, x: Value, cos: Value, sin: Value, interleaved: bool, rotary_dim: int = 0) -> Value:
+    """Rotary position embedding of x [batch, heads, seq, head_size] by cos and sin [batch, seq, rotary_dim / 2]:
+    the first `rotary_dim` channels of each head (all of them for 0) taken as pairs (x1, x2), the halves, or
+    neighbours where `interleaved`, and turned into (x1 cos - x2 sin, x1 sin + x2 cos); the rest pass."""
+    batch, heads, seq, head = x.type.shape
+    rotary_dim = rotary_dim or head
+    half = rotary_dim // 2
+    if cos.type.shape[-1] != half or sin.type.shape[-1] != half:
+        raise UnsupportedOpError(f"rotary embedding: the cos and sin caches end in {cos.type.shape[-1]} and "
+                                 f"{sin.type.shape[-1]}, where rotary_dim / 2 is {half}")
+    cos, sin = (b.op("rt.reshape", [c], {"shape": (c.type.shape[0], 1, seq, half)}) for c in (cos, sin))
+    rotated = slice_axis(b, x, 3, 0, rotary_dim)
+    if interleaved:
+        x1, x2 = slice_axis(b, rotated, 3, 0, rotary_dim, 2), slice_axis(b, rotated, 3, 1, rotary_dim, 2)
+    else:
+        x1, x2 = slice_axis(b, rotated, 3, 0, half), slice_axis(b, rotated, 3, half, rotary_dim)
+
+    def mul(u, v):
+        return b.op("rt.mul", [u, v])
+
+    real = b.op("rt.sub", [mul(x1, cos), mul(x2, sin)])
+    imag = b.op("rt.add", [mul(x1, sin), mul(x2, cos)])
+    if interleaved:  # (real, imag) pairs side by side again
+        pairs = [b.op("rt.reshape", [v], {"shape": (batch, heads, seq, half, 1)}) for v in (real, imag)]
+        y = b.op("rt.reshape", [b.op("rt.concat", pairs, {"axis": 4})], {"shape": (batch, heads, seq, rotary_dim)})
+    else:
+        y = b.op("rt.concat", [real, imag], {"axis": 3})
+    if rotary_dim < head:
+        y = b.op("rt.concat", [y, slice_axis(b, x, 3, rotary_dim, head)], {"axis": 3})
+    return y
+
+
 def channel_vector(b: Builder, v: Value, rank: int, axis: int = 1) -> Value:
     """Reshape a per-channel vector [C] so it broadcasts along `axis` of a rank-`rank` tensor."""
     shape = tuple(v.type.shape[0] if d == axis else 1 for d in range(rank))

@@ -1,4 +1,5 @@
-"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21).
+"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21, and the
+transformer ops of opsets 23 to 28: RMSNormalization, RotaryEmbedding, Swish, SwiGLU).
 
 A graph input's `dim_param` ("batch") is a symbolic dimension of that name, shared by every
 input that names it; a dimension with neither a value nor a name is a new symbol
@@ -483,6 +484,16 @@ for _op, _composite in {"Softplus": C.softplus, "Mish": C.mish, "Asin": C.asin, 
     HANDLERS[_op] = (lambda f: lambda n: f(n.b, n(0)))(_composite)
 
 
+@handles("Swish")
+def _swish(n):
+    return C.swish(n.b, n(0), n.attr("alpha", 1.0))
+
+
+@handles("SwiGLU")
+def _swiglu(n):
+    return n.b.op("rt.mul", [C.swish(n.b, n(0), n.attr("alpha", 1.0)), n(1)])
+
+
 @handles("Celu")
 def _celu(n):
     return C.celu(n.b, n(0), n.attr("alpha", 1.0))
@@ -625,6 +636,40 @@ def _layer_norm(n):
         var = C.mean(n.b, n.b.op("rt.mul", [d, d]), axes, keepdims=True)
         outs += [mu, n.b.op("rt.rsqrt", [n.b.op("rt.add", [var, C.scalar(n.b, eps, wide)])])]
     return outs
+
+
+@handles("RMSNormalization")
+def _rms_norm(n):
+    x = n(0)
+    if n.attr("stash_type", 1) != 1:
+        raise UnsupportedOpError(f"stash_type {n.attr('stash_type', 1)} is not supported (1, float, is)",
+                                 hint="export with the default stash_type")
+    return C.rms_norm(n.b, x, tuple(range(_axis(n, x, -1), x.type.rank)), n(1), n.attr("epsilon", 1e-5))
+
+
+@handles("RotaryEmbedding")
+def _rotary_embedding(n):
+    """X is [batch, heads, seq, head_size], or [batch, seq, heads * head_size] with `num_heads`; the caches are
+    [max_position, rotary_dim / 2] read at `position_ids` [batch, seq], or without them [batch, seq, ...]."""
+    x, cos, sin = n(0), n(1), n(2)
+    b = n.b
+    if x.type.rank == 3:
+        heads = n.attr("num_heads", 0)
+        batch, seq, hidden = x.type.shape
+        if not heads or hidden % heads:
+            raise UnsupportedOpError(f"RotaryEmbedding of a 3-D input [{batch}, {seq}, {hidden}] needs num_heads "
+                                     f"dividing {hidden}, got {heads}", hint="set the num_heads attribute")
+        x = b.op("rt.transpose", [b.op("rt.reshape", [x], {"shape": (batch, seq, heads, hidden // heads)})],
+                 {"perm": (0, 2, 1, 3)})
+    elif x.type.rank != 4:
+        raise UnsupportedOpError(f"RotaryEmbedding of a rank-{x.type.rank} input (3 or 4 are)")
+    if n.has(3):
+        positions = n(3)
+        cos, sin = (b.op("rt.gather", [c, positions], {"axis": 0}) for c in (cos, sin))
+    y = C.rotary_embedding(b, x, cos, sin, bool(n.attr("interleaved", 0)), n.attr("rotary_embedding_dim", 0))
+    if n(0).type.rank == 3:
+        y = b.op("rt.reshape", [b.op("rt.transpose", [y], {"perm": (0, 2, 1, 3)})], {"shape": n(0).type.shape})
+    return y
 
 
 @handles("BatchNormalization")

@@ -550,7 +550,16 @@ def _gelu(cv, node, x, approximate="none"):
 
 @handles("silu")
 def _silu(cv, node, x):
-    return cv.b.op("rt.mul", [x, cv.b.op("rt.sigmoid", [x])])
+    return C.swish(cv.b, x)
+
+
+@handles("rms_norm")
+def _rms_norm(cv, node, x, normalized_shape, weight=None, eps=None):
+    """torch's own: without eps, the input type's machine epsilon."""
+    if eps is None:
+        eps = float(np.finfo(x.type.dtype.np_dtype).eps)
+    axes = tuple(range(x.type.rank - len(normalized_shape), x.type.rank))
+    return C.rms_norm(cv.b, x, axes, weight if isinstance(weight, Value) else None, eps)
 
 
 @handles("leaky_relu")

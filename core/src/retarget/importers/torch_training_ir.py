@@ -63,6 +63,7 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
                                       and a["running_var"] is not None, "in inference mode with running statistics")),
     "aten.layer_norm.default": (NEW, None),
     "aten.group_norm.default": (NEW, None),
+    "aten.rms_norm.default": (NEW, None),
     "aten.instance_norm.default": (NEW, (lambda a: not a["use_input_stats"] or a["running_mean"] is None,
                                          "in eval mode or without running statistics")),
     "aten.softmax.int": (NEW, None),
