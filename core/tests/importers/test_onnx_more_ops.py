@@ -57,6 +57,15 @@ def assert_same(outs, expected, rtol=1e-6, atol=0.0):
             np.testing.assert_array_equal(out, ref)
 
 
+def assert_nodes_valid(model):
+    """Each node against its op's schema at the model's opset (an attribute of a later opset is refused)."""
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+    for node in model.graph.node:
+        onnx.checker.check_node(node, ctx)
+
+
 def matches_reference(model, target, inputs: dict, rtol=1e-6, atol=0.0):
     assert_same(compiled_outputs(model, target, *inputs.values()), reference_outputs(model, inputs), rtol, atol)
 
@@ -356,3 +365,43 @@ def test_swiglu_and_swish_with_alpha_match_the_reference(target):
     matches_reference(model_of("SwiGLU", {"a": a, "b": b}, opset=28, alpha=1.702), target, {"a": a, "b": b},
                       rtol=1e-5, atol=1e-7)
     matches_reference(model_of("Swish", {"a": a}, opset=24, alpha=0.5), target, {"a": a}, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_with_a_cache_grouped_heads_and_a_short_mask_matches_the_reference(target):
+    # 3-D inputs, 4 query heads sharing 2 key-value heads, a cache of 3 positions before 4 new ones, causal
+    # masking aligned to the cache's end, a boolean mask covering the first 5 of the 7 keys (the rest padded as
+    # masked), softcap; every output, the scores with their bias among them
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 4, 32)).astype(F32)
+    k, v = rng.standard_normal((2, 2, 4, 16)).astype(F32)
+    k, v = k.transpose(1, 0, 2).reshape(4, 2, 16)[None].repeat(2, 0)[:, :, 0], v.reshape(2, 4, 16)
+    past_k, past_v = rng.standard_normal((2, 2, 2, 3, 8)).astype(F32)
+    mask = rng.random((4, 5)) > 0.3
+    inputs = {"q": q, "k": k, "v": v, "mask": mask, "past_k": past_k, "past_v": past_v}
+    model = model_of("Attention", inputs, opset=24, outputs=("y", "present_k", "present_v", "qk"), q_num_heads=4,
+                     kv_num_heads=2, is_causal=1, softcap=3.0, qk_matmul_output_mode=2)
+    assert_nodes_valid(model)
+    matches_reference(model, target, inputs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_with_a_count_of_valid_keys_zeroes_queries_that_see_none(target):
+    # nonpad_kv_seqlen (a static cache: causal masking aligned to each batch's count): batch 0 sees 5 of 6 keys,
+    # batch 1 none, so every query of it is masked and gets zeros, not NaN; a sliding window of 2 keys back
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 2, 3, 8)).astype(F32)
+    k, v = rng.standard_normal((2, 2, 2, 6, 8)).astype(F32)
+    valid = np.array([5, 0], np.int64)
+    node = helper.make_node("Attention", ["q", "k", "v", "", "", "", "valid"], ["y"], is_causal=1,
+                            left_window_size=2)
+    declared = [helper.make_tensor_value_info(name, TensorProto.FLOAT, x.shape) for name, x in
+                (("q", q), ("k", k), ("v", v))]
+    graph = helper.make_graph([node], "g", declared, [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+                              [numpy_helper.from_array(valid, "valid")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])  # sliding windows: opset 25
+    model.ir_version = 10
+    assert_nodes_valid(model)
+    out = compiled_outputs(model, target, q, k, v)[0]
+    assert not np.isnan(out).any() and np.all(out[1] == 0)
+    np.testing.assert_allclose(out, reference_outputs(model, {"q": q, "k": k, "v": v})[0], rtol=1e-5, atol=1e-6)

@@ -1,5 +1,5 @@
 """ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21, and the
-transformer ops of opsets 23 to 28: RMSNormalization, RotaryEmbedding, Swish, SwiGLU).
+transformer ops of opsets 23 to 28: Attention, RMSNormalization, RotaryEmbedding, Swish, SwiGLU).
 
 A graph input's `dim_param` ("batch") is a symbolic dimension of that name, shared by every
 input that names it; a dimension with neither a value nor a name is a new symbol
@@ -670,6 +670,145 @@ def _rotary_embedding(n):
     if n(0).type.rank == 3:
         y = b.op("rt.reshape", [b.op("rt.transpose", [y], {"perm": (0, 2, 1, 3)})], {"shape": n(0).type.shape})
     return y
+
+
+@handles("Attention")
+def _attention_op(n):
+    """Opset 23's Attention and its later attributes: Q, K, V as [batch, heads, seq, head] or [batch, seq, hidden]
+    (with q_num_heads and kv_num_heads), a key-value cache (past_key, past_value; present_key and present_value
+    out), grouped-query heads, an additive or boolean mask shorter than the keys (padded), causal masking
+    aligned to the cache's end, a per-batch count of valid keys (nonpad_kv_seqlen), sliding windows, softcap,
+    softmax_precision, and each qk_matmul_output_mode. A query whose every key is masked gets zeros."""
+    b = n.b
+    q, k, v = n(0), n(1), n(2)
+    mask = n(3) if n.has(3) else None
+    past_key, past_value = (n(i) if n.has(i) else None for i in (4, 5))
+    valid = n(6) if n.has(6) else None
+    if (past_key is None) != (past_value is None):
+        raise UnsupportedOpError("Attention takes past_key and past_value together")
+    if q.type.rank == 3:
+        q, k, v = (_split_heads(b, x, n.attr(name, 0), name) for x, name in
+                   ((q, "q_num_heads"), (k, "kv_num_heads"), (v, "kv_num_heads")))
+    elif q.type.rank != 4:
+        raise UnsupportedOpError(f"Attention of rank-{q.type.rank} inputs (3 or 4 are)")
+    if past_key is not None:
+        k, v = (b.op("rt.concat", [past, x], {"axis": 2}) for past, x in ((past_key, k), (past_value, v)))
+    present_key, present_value = k, v
+    batch, heads, queries, head = q.type.shape
+    keys = k.type.shape[2]
+    if k.type.shape[1] != heads:  # grouped-query attention: each key-value head serves heads / kv_heads queries
+        group = heads // k.type.shape[1]
+        k, v = (_repeat_heads(b, x, group) for x in (k, v))
+    root = math.sqrt(n.attr("scale", 1 / math.sqrt(head)))  # applied to both, as ONNX's function body does
+    scores = b.op("rt.matmul", [b.op("rt.mul", [q, C.scalar(b, root, q)]),
+                                b.op("rt.transpose", [b.op("rt.mul", [k, C.scalar(b, root, k)])],
+                                     {"perm": (0, 1, 3, 2)})])
+    softcap = n.attr("softcap", 0.0)
+    if softcap > 0:
+        scores = b.op("rt.mul", [b.op("rt.tanh", [b.op("rt.mul", [scores, C.scalar(b, 1 / softcap, scores)])]),
+                                 C.scalar(b, softcap, scores)])
+    offset = None if valid is None or past_key is not None else valid
+    past = past_key.type.shape[2] if past_key is not None else 0
+    bias = _attention_bias(b, scores, mask, queries, keys, bool(n.attr("is_causal", 0)), past, offset, valid,
+                           n.attr("left_window_size", -1), n.attr("right_window_size", -1))
+    biased = scores if bias is None else b.op("rt.add", [scores, bias])
+    mode = n.attr("qk_matmul_output_mode", 0)
+    logits = biased
+    if n.attr("softmax_precision", None) is not None:
+        logits = _cast_to(n, biased, _dtype(n.attr("softmax_precision"), "softmax_precision"))
+    probabilities = _guarded_softmax(b, logits, bias)
+    probabilities = C.narrow_to(b, probabilities, q)
+    y = b.op("rt.matmul", [probabilities, v])
+    if n(0).type.rank == 3:
+        y = b.op("rt.reshape", [b.op("rt.transpose", [y], {"perm": (0, 2, 1, 3)})],
+                 {"shape": (batch, queries, heads * v.type.shape[3])})
+    qk = {0: scores, 1: scores, 2: biased, 3: probabilities}.get(mode)
+    if qk is None:
+        raise UnsupportedOpError(f"Attention's qk_matmul_output_mode {mode} (0 to 3 are)")
+    return [y, present_key, present_value, C.narrow_to(b, qk, q)]
+
+
+def _split_heads(b: Builder, x: Value, heads: int, name: str) -> Value:
+    """[batch, seq, heads * size] -> [batch, heads, seq, size]."""
+    batch, seq, hidden = x.type.shape
+    if not heads or hidden % heads:
+        raise UnsupportedOpError(f"Attention of 3-D inputs needs {name} dividing {hidden}, got {heads}",
+                                 hint=f"set the {name} attribute")
+    split = b.op("rt.reshape", [x], {"shape": (batch, seq, heads, hidden // heads)})
+    return b.op("rt.transpose", [split], {"perm": (0, 2, 1, 3)})
+
+
+def _repeat_heads(b: Builder, x: Value, group: int) -> Value:
+    """Each head `group` times in a row: [h0, h0, h1, h1, ...]."""
+    batch, heads, seq, size = x.type.shape
+    lifted = b.op("rt.reshape", [x], {"shape": (batch, heads, 1, seq, size)})
+    wide = b.op("rt.broadcast", [lifted], {"shape": (batch, heads, group, seq, size)})
+    return b.op("rt.reshape", [wide], {"shape": (batch, heads * group, seq, size)})
+
+
+def _attention_bias(b: Builder, like: Value, mask, queries: int, keys: int, causal: bool, past: int, offset,
+                    valid, left: int, right: int):
+    """What is added to the scores, in their type: the mask (a boolean one as 0 where true, -inf elsewhere;
+    padded with -inf to the keys), and -inf where causality, the sliding window or the count of valid keys
+    forbids a key. Query i (of the block) sits at position past + i, or valid[b] - queries + i with a per-batch
+    count and no cache. None when nothing is masked."""
+    zero, minus = C.scalar(b, 0.0, like), C.scalar(b, -np.inf, like)
+    terms = []
+    if mask is not None:
+        short = keys - mask.type.shape[-1]
+        if short > 0:
+            rank = mask.type.rank
+            mask = b.op("rt.pad", [mask], {"low": (0,) * rank, "high": (0,) * (rank - 1) + (short,),
+                                           "value": 0.0 if mask.type.dtype.kind == "bool" else float("-inf")})
+        terms.append(b.op("rt.select", [mask, zero, minus]) if mask.type.dtype.kind == "bool" else mask)
+    if causal or left >= 0 or right >= 0:
+        rows = b.op("rt.iota", [], {"shape": (queries, keys), "axis": 0, "dtype": "i64"})
+        cols = b.op("rt.iota", [], {"shape": (queries, keys), "axis": 1, "dtype": "i64"})
+        if offset is not None:  # [batch, 1, queries, keys]
+            shift = b.op("rt.sub", [b.op("rt.cast", [offset], {"dtype": "i64"}), C.scalar(b, queries, rows)])
+            rows = b.op("rt.add", [rows, b.op("rt.reshape", [shift], {"shape": (shift.type.shape[0], 1, 1, 1)})])
+        elif past:
+            rows = b.op("rt.add", [rows, C.scalar(b, past, rows)])
+        reach = b.op("rt.sub", [rows, cols])  # how far back the key is
+
+        def forbid(cond):
+            terms.append(b.op("rt.select", [cond, minus, zero]))
+
+        if causal:
+            forbid(b.op("rt.cmp", [reach, C.scalar(b, 0, reach)], {"predicate": "lt"}))
+        if left >= 0:
+            forbid(b.op("rt.cmp", [reach, C.scalar(b, left, reach)], {"predicate": "gt"}))
+        if right >= 0:
+            forbid(b.op("rt.cmp", [reach, C.scalar(b, -right, reach)], {"predicate": "lt"}))
+    if valid is not None:  # keys at or past the batch's count are padding: [batch, 1, 1, keys]
+        cols = b.op("rt.iota", [], {"shape": (1, keys), "axis": 1, "dtype": "i64"})
+        count = b.op("rt.reshape", [b.op("rt.cast", [valid], {"dtype": "i64"})], {"shape": (valid.type.shape[0], 1)})
+        padding = b.op("rt.cmp", [cols, count], {"predicate": "ge"})
+        forbid_pad = b.op("rt.select", [padding, minus, zero])
+        terms.append(b.op("rt.reshape", [forbid_pad], {"shape": (valid.type.shape[0], 1, 1, keys)}))
+    if not terms:
+        return None
+    total = terms[0]
+    for term in terms[1:]:
+        total = b.op("rt.add", [total, term])
+    return total
+
+
+def _guarded_softmax(b: Builder, x: Value, bias) -> Value:
+    """Softmax over the last axis, with zeros for a row whose bias is -inf at every key (no key to attend), and
+    no NaN from its -inf peak."""
+    if bias is None:
+        return C.softmax(b, x, -1)
+    peak = b.op("rt.reduce", [x], {"kind": "max", "axes": (x.type.rank - 1,), "keepdims": True})
+    finite = b.op("rt.cmp", [peak, C.scalar(b, -np.inf, peak)], {"predicate": "gt"})
+    peak = b.op("rt.select", [finite, peak, C.scalar(b, 0.0, peak)])
+    e = b.op("rt.exp", [b.op("rt.sub", [x, peak])])
+    total = b.op("rt.reduce", [e], {"kind": "sum", "axes": (x.type.rank - 1,), "keepdims": True})
+    empty = b.op("rt.cmp", [total, C.scalar(b, 0.0, total)], {"predicate": "eq"})
+    p = b.op("rt.div", [e, b.op("rt.select", [empty, C.scalar(b, 1.0, total), total])])
+    top = b.op("rt.reduce", [bias], {"kind": "max", "axes": (bias.type.rank - 1,), "keepdims": True})
+    masked = b.op("rt.cmp", [top, C.scalar(b, -np.inf, top)], {"predicate": "eq"})
+    return b.op("rt.select", [masked, C.scalar(b, 0.0, p), p])
 
 
 @handles("BatchNormalization")
