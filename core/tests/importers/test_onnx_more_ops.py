@@ -414,3 +414,10 @@ def test_attention_with_a_count_of_valid_keys_zeroes_queries_that_see_none(targe
     out = compiled_outputs(model, target, q, k, v)[0]
     assert not np.isnan(out).any() and np.all(out[1] == 0)
     np.testing.assert_allclose(out, reference_outputs(model, {"q": q, "k": k, "v": v})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_attention_with_key_value_heads_that_do_not_divide_the_query_heads_is_refused_by_name():
+    q = np.zeros((1, 3, 2, 4), F32)
+    k = v = np.zeros((1, 2, 2, 4), F32)
+    with pytest.raises(UnsupportedOpError, match="3 query heads over 2 key and 2 value heads"):
+        retarget.compile(model_of("Attention", {"q": q, "k": k, "v": v}, opset=23), "vmvx")

@@ -697,6 +697,9 @@ def _attention_op(n):
     batch, heads, queries, head = q.type.shape
     keys = k.type.shape[2]
     if k.type.shape[1] != heads:  # grouped-query attention: each key-value head serves heads / kv_heads queries
+        if heads % k.type.shape[1] or v.type.shape[1] != k.type.shape[1]:
+            raise UnsupportedOpError(f"Attention of {heads} query heads over {k.type.shape[1]} key and "
+                                     f"{v.type.shape[1]} value heads (key-value heads must divide the query heads)")
         group = heads // k.type.shape[1]
         k, v = (_repeat_heads(b, x, group) for x in (k, v))
     root = math.sqrt(n.attr("scale", 1 / math.sqrt(head)))  # applied to both, as ONNX's function body does
