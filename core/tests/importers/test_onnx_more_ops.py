@@ -421,3 +421,17 @@ def test_attention_with_key_value_heads_that_do_not_divide_the_query_heads_is_re
     k = v = np.zeros((1, 2, 2, 4), F32)
     with pytest.raises(UnsupportedOpError, match="3 query heads over 2 key and 2 value heads"):
         retarget.compile(model_of("Attention", {"q": q, "k": k, "v": v}, opset=23), "vmvx")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_softmax_cross_entropy_with_weights_and_an_ignored_index_outside_the_classes(reduction, target):
+    # torch's ignore_index, -100, lies outside the classes: it must be neither read nor counted
+    rng = np.random.default_rng(7)
+    scores = rng.standard_normal((3, 5, 4)).astype(F32)
+    labels = np.array([[0, 4, -100, 2], [1, -100, 3, 3], [4, 0, 1, -100]], np.int64)
+    weights = np.array([0.5, 1.0, 2.0, 1.5, 0.25], F32)
+    inputs = {"scores": scores, "labels": labels, "weights": weights}
+    model = model_of("SoftmaxCrossEntropyLoss", inputs, opset=21, outputs=("loss", "log_prob"), reduction=reduction,
+                     ignore_index=-100)
+    matches_reference(model, target, inputs, rtol=1e-5, atol=1e-6)

@@ -814,6 +814,50 @@ def _guarded_softmax(b: Builder, x: Value, bias) -> Value:
     return b.op("rt.select", [masked, C.scalar(b, 0.0, p), p])
 
 
+@handles("NegativeLogLikelihoodLoss")
+def _nll_loss(n):
+    return _nll(n, n(0), n(1), n(2) if n.has(2) else None)
+
+
+@handles("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy(n):
+    log_prob = C.log_softmax(n.b, n(0), 1)
+    return [_nll(n, log_prob, n(1), n(2) if n.has(2) else None), log_prob]
+
+
+def _nll(n, log_prob: Value, target: Value, weight: Value | None) -> Value:
+    """-log_prob[n, target[n, ...], ...], weighted by weight[target] (0 where target is ignore_index), then
+    reduced: `none`, `sum`, or `mean`, the sum divided by the weights' sum (the count of targets not ignored
+    without weights)."""
+    b = n.b
+    ignore = n.attr("ignore_index", None)
+    classes = log_prob.type.shape[1]
+    kept = None
+    if ignore is not None:
+        kept = b.op("rt.cmp", [target, C.scalar(b, ignore, target)], {"predicate": "ne"})
+        target = b.op("rt.select", [kept, target, C.scalar(b, 0, target)])  # any class: its loss is zeroed
+    lifted = b.op("rt.reshape", [target], {"shape": (target.type.shape[0], 1, *target.type.shape[1:])})
+    picked = C.take_along_axis(b, log_prob, lifted, 1)
+    loss = b.op("rt.neg", [b.op("rt.reshape", [picked], {"shape": target.type.shape})])
+    if weight is not None:
+        w = b.op("rt.gather", [weight, C.clamp(b, target, 0, classes - 1)], {"axis": 0})
+    else:
+        w = b.op("rt.broadcast", [C.scalar(b, 1.0, loss)], {"shape": loss.type.shape})
+    if kept is not None:
+        w = b.op("rt.select", [kept, w, C.scalar(b, 0.0, w)])
+    loss = b.op("rt.mul", [loss, w])
+    reduction = n.attr("reduction", "mean")
+    if reduction == "none":
+        return loss
+    axes = tuple(range(loss.type.rank))
+    total = b.op("rt.reduce", [loss], {"kind": "sum", "axes": axes, "keepdims": False})
+    if reduction == "sum":
+        return total
+    if reduction != "mean":
+        raise UnsupportedOpError(f"{n.node.op_type}'s reduction '{reduction}' (none, sum and mean are)")
+    return b.op("rt.div", [total, b.op("rt.reduce", [w], {"kind": "sum", "axes": axes, "keepdims": False})])
+
+
 @handles("BatchNormalization")
 def _batch_norm(n):
     x, scale, bias, mean, var = (n(i) for i in range(5))
