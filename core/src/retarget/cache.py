@@ -9,6 +9,7 @@ written is skipped silently: it only ever saves time. `retarget cache` shows and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -67,14 +68,17 @@ def put(backend: str, entry: str, data: bytes, suffix: str = ".bin") -> None:
     d = directory(backend)
     if d is None:
         return
+    tmp = None
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, d / f"{entry}{suffix}")  # atomic: a concurrent reader sees all or nothing
-    except OSError:
-        pass
+    except OSError:  # a full disk or a read-only directory: no entry, and no half-written file left behind
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def cached(backend: str, entry: str, make: Callable[[], bytes], suffix: str = ".bin") -> bytes:

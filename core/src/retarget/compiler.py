@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import gc
 import platform
 import threading
@@ -110,15 +109,7 @@ def _collector_paused():
                 gc.enable()
 
 
-def _gc_paused(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with _collector_paused():
-            return fn(*args, **kwargs)
-    return wrapper
-
-
-@_gc_paused
+@_collector_paused()
 def compile(  # noqa: A001 - the public verb
     source,
     target: str | TargetDesc | list = "vmvx",

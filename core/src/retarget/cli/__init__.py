@@ -622,8 +622,9 @@ def cache_(
 ):
     """Show the compile cache, or empty it with --clear.
 
-    Backends keep compiled code there (llvm-cpu its objects, cuda NVRTC's cubins and PTX), keyed by everything
-    that decides its bytes, so that compiling an unchanged model again skips LLVM and NVRTC. It is
+    Backends keep compiled code there (llvm-cpu its objects, cuda NVRTC's cubins and PTX, rocm its code
+    objects), keyed by everything that decides its bytes, so that compiling an unchanged model again skips LLVM,
+    NVRTC and clang. It is
     `$RETARGET_CACHE_DIR` (default `~/.cache/retarget`); `RETARGET_CACHE_DIR=off` turns it off. Deleting it is
     always safe."""
     from .. import cache

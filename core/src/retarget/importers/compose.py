@@ -232,7 +232,9 @@ def rotary_embedding(b: Builder, x: Value, cos: Value, sin: Value, interleaved: 
     half = rotary_dim // 2
     if cos.type.shape[-1] != half or sin.type.shape[-1] != half:
         raise UnsupportedOpError(f"rotary embedding: the cos and sin caches end in {cos.type.shape[-1]} and "
-                                 f"{sin.type.shape[-1]}, where rotary_dim / 2 is {half}")
+                                 f"{sin.type.shape[-1]}, where rotary_dim / 2 is {half}",
+                                 hint="give caches of rotary_dim / 2 columns, or set rotary_embedding_dim to twice "
+                                      "theirs")
     cos, sin = (b.op("rt.reshape", [c], {"shape": (c.type.shape[0], 1, seq, half)}) for c in (cos, sin))
     rotated = slice_axis(b, x, 3, 0, rotary_dim)
     if interleaved:

@@ -654,22 +654,14 @@ def _rotary_embedding(n):
     x, cos, sin = n(0), n(1), n(2)
     b = n.b
     if x.type.rank == 3:
-        heads = n.attr("num_heads", 0)
-        batch, seq, hidden = x.type.shape
-        if not heads or hidden % heads:
-            raise UnsupportedOpError(f"RotaryEmbedding of a 3-D input [{batch}, {seq}, {hidden}] needs num_heads "
-                                     f"dividing {hidden}, got {heads}", hint="set the num_heads attribute")
-        x = b.op("rt.transpose", [b.op("rt.reshape", [x], {"shape": (batch, seq, heads, hidden // heads)})],
-                 {"perm": (0, 2, 1, 3)})
+        x = _split_heads(n, x, "num_heads")
     elif x.type.rank != 4:
         raise UnsupportedOpError(f"RotaryEmbedding of a rank-{x.type.rank} input (3 or 4 are)")
     if n.has(3):
         positions = n(3)
         cos, sin = (b.op("rt.gather", [c, positions], {"axis": 0}) for c in (cos, sin))
     y = C.rotary_embedding(b, x, cos, sin, bool(n.attr("interleaved", 0)), n.attr("rotary_embedding_dim", 0))
-    if n(0).type.rank == 3:
-        y = b.op("rt.reshape", [b.op("rt.transpose", [y], {"perm": (0, 2, 1, 3)})], {"shape": n(0).type.shape})
-    return y
+    return _merge_heads(b, y) if n(0).type.rank == 3 else y
 
 
 @handles("Attention")
@@ -687,14 +679,14 @@ def _attention_op(n):
     if (past_key is None) != (past_value is None):
         raise UnsupportedOpError("Attention takes past_key and past_value together")
     if q.type.rank == 3:
-        q, k, v = (_split_heads(b, x, n.attr(name, 0), name) for x, name in
+        q, k, v = (_split_heads(n, x, name) for x, name in
                    ((q, "q_num_heads"), (k, "kv_num_heads"), (v, "kv_num_heads")))
     elif q.type.rank != 4:
         raise UnsupportedOpError(f"Attention of rank-{q.type.rank} inputs (3 or 4 are)")
     if past_key is not None:
         k, v = (b.op("rt.concat", [past, x], {"axis": 2}) for past, x in ((past_key, k), (past_value, v)))
     present_key, present_value = k, v
-    batch, heads, queries, head = q.type.shape
+    _, heads, queries, head = q.type.shape
     keys = k.type.shape[2]
     if k.type.shape[1] != heads:  # grouped-query attention: each key-value head serves heads / kv_heads queries
         if heads % k.type.shape[1] or v.type.shape[1] != k.type.shape[1]:
@@ -723,22 +715,29 @@ def _attention_op(n):
     probabilities = C.narrow_to(b, probabilities, q)
     y = b.op("rt.matmul", [probabilities, v])
     if n(0).type.rank == 3:
-        y = b.op("rt.reshape", [b.op("rt.transpose", [y], {"perm": (0, 2, 1, 3)})],
-                 {"shape": (batch, queries, heads * v.type.shape[3])})
+        y = _merge_heads(b, y)
     qk = {0: scores, 1: scores, 2: biased, 3: probabilities}.get(mode)
     if qk is None:
         raise UnsupportedOpError(f"Attention's qk_matmul_output_mode {mode} (0 to 3 are)")
     return [y, present_key, present_value, C.narrow_to(b, qk, q)]
 
 
-def _split_heads(b: Builder, x: Value, heads: int, name: str) -> Value:
-    """[batch, seq, heads * size] -> [batch, heads, seq, size]."""
+def _split_heads(n, x: Value, name: str) -> Value:
+    """[batch, seq, heads * size] -> [batch, heads, seq, size], the heads counted by attribute `name`."""
+    heads = n.attr(name, 0)
     batch, seq, hidden = x.type.shape
     if not heads or hidden % heads:
-        raise UnsupportedOpError(f"Attention of 3-D inputs needs {name} dividing {hidden}, got {heads}",
-                                 hint=f"set the {name} attribute")
-    split = b.op("rt.reshape", [x], {"shape": (batch, seq, heads, hidden // heads)})
-    return b.op("rt.transpose", [split], {"perm": (0, 2, 1, 3)})
+        raise UnsupportedOpError(f"{n.node.op_type} of 3-D inputs [{batch}, {seq}, {hidden}] needs {name} dividing "
+                                 f"{hidden}, got {heads}", hint=f"set the {name} attribute")
+    split = n.b.op("rt.reshape", [x], {"shape": (batch, seq, heads, hidden // heads)})
+    return n.b.op("rt.transpose", [split], {"perm": (0, 2, 1, 3)})
+
+
+def _merge_heads(b: Builder, x: Value) -> Value:
+    """[batch, heads, seq, size] -> [batch, seq, heads * size] (`_split_heads` undone)."""
+    batch, heads, seq, size = x.type.shape
+    heads_last = b.op("rt.transpose", [x], {"perm": (0, 2, 1, 3)})
+    return b.op("rt.reshape", [heads_last], {"shape": (batch, seq, heads * size)})
 
 
 def _repeat_heads(b: Builder, x: Value, group: int) -> Value:

@@ -116,7 +116,7 @@ class ModuleBuilder:
     def add(self, kernel: k.Kernel) -> ir.Function:
         """The kernel's entry point. Kernels that differ only in name (a model's repeated blocks) share one
         body, built and optimised once; a shared body is called, not inlined into each entry point."""
-        text = k.print_kernel(kernel).replace(f"@{kernel.name}(", "@(", 1)
+        text = _body_key(kernel)
         body = self.bodies.get(text)
         if body is None:
             try:
@@ -157,6 +157,11 @@ class ModuleBuilder:
         if fn is None:
             fn = build(self.module, name)
         return fn
+
+
+def _body_key(kernel: k.Kernel) -> str:
+    """The kernel's text with its name left out: kernels that differ only in name share one body."""
+    return k.print_kernel(kernel).replace(f"@{kernel.name}(", "@(", 1)
 
 
 def _mangle(ty: ir.Type) -> str:
@@ -764,7 +769,7 @@ def _groups(kernels: list[k.Kernel]) -> list[list[k.Kernel]]:
     differ only in name stay in one group, where they share one body."""
     bodies: dict[str, list[k.Kernel]] = {}
     for kernel in kernels:
-        bodies.setdefault(k.print_kernel(kernel).replace(f"@{kernel.name}(", "@(", 1), []).append(kernel)
+        bodies.setdefault(_body_key(kernel), []).append(kernel)
     total = sum(len(text) for text in bodies)
     size = max(GROUP_TEXT, -(-total // MAX_GROUPS))
     groups, filled = [[]], 0
