@@ -12,53 +12,15 @@ import pytest
 onnx = pytest.importorskip("onnx")
 import retarget  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
 from retarget.errors import InputError, UnsupportedOpError  # noqa: E402
 from retarget.importers.onnx import OnnxImporter  # noqa: E402
 from retarget.passes.placement import PlacementError  # noqa: E402
-from retarget.testing.devices import skip_unless_runs  # noqa: E402
-from retarget.testing.torch_cases import device_of, importer_targets  # noqa: E402
+from retarget.testing.onnx_cases import assert_same, compiled_outputs, matches_reference, model_of, reference_outputs  # noqa: E402
+from retarget.testing.torch_cases import importer_targets  # noqa: E402
 
 TARGETS = ["vmvx", "llvm-cpu"]
 TRANSFORMER_TARGETS = importer_targets()  # vmvx and llvm-cpu, or RETARGET_IMPORTER_TARGETS (GPUs too)
 F32 = np.float32
-
-
-def model_of(op, inputs: dict, constants: dict | None = None, opset=21, outputs=("y",), shapes=None, **attrs):
-    """One `op` node reading graph inputs `inputs` (name -> example array) then `constants` (name -> array; an
-    empty name is a skipped optional input). `shapes` overrides an input's declared shape (symbolic sizes)."""
-    constants = constants or {}
-    node = helper.make_node(op, [*inputs, *constants], list(outputs), **attrs)
-    declared = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(x.dtype),
-                                              (shapes or {}).get(name, x.shape)) for name, x in inputs.items()]
-    graph = helper.make_graph([node], "g", declared,
-                              [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items() if k])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
-
-
-def compiled_outputs(model, target, *inputs, **compile_options) -> list[np.ndarray]:
-    device = device_of(target)
-    skip_unless_runs(target, device)
-    outs = retarget.load(retarget.compile(model, target, **compile_options), device=device).main(*inputs)
-    return list(outs) if isinstance(outs, (tuple, list)) else [outs]
-
-
-def reference_outputs(model, inputs: dict) -> list[np.ndarray]:
-    return ReferenceEvaluator(model).run(None, inputs)
-
-
-def assert_same(outs, expected, rtol=1e-6, atol=0.0):
-    assert len(outs) == len(expected)
-    for out, ref in zip(outs, expected, strict=True):
-        ref = np.asarray(ref)
-        assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype, ref.dtype)
-        if ref.dtype.kind == "f":
-            np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(out, ref)
 
 
 def assert_nodes_valid(model):
@@ -68,10 +30,6 @@ def assert_nodes_valid(model):
     ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
     for node in model.graph.node:
         onnx.checker.check_node(node, ctx)
-
-
-def matches_reference(model, target, inputs: dict, rtol=1e-6, atol=0.0):
-    assert_same(compiled_outputs(model, target, *inputs.values()), reference_outputs(model, inputs), rtol, atol)
 
 
 # -- elementwise: edge values against numpy's functions in f64, rounded once to f32 ------------------------------

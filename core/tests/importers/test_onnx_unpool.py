@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-import retarget  # noqa: E402
-from onnx import helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx import helper  # noqa: E402
 from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers.onnx import OnnxImporter  # noqa: E402
-from retarget.testing.devices import skip_unless_runs  # noqa: E402
+from retarget.testing import onnx_cases  # noqa: E402
+from retarget.testing.onnx_cases import graph_of  # noqa: E402
 
 TARGETS = ["vmvx", "llvm-cpu"]
 
@@ -35,36 +34,9 @@ def small_integers(*shape, seed=0):
     return np.random.default_rng(seed).integers(0, 3, shape).astype(np.float32)
 
 
-def model_of(nodes, inputs: dict, outputs, constants: dict | None = None):
-    """A graph of `nodes` reading graph inputs `inputs` (name -> example array) and `constants` (name -> array)."""
-    declared = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-                for name, x in inputs.items()]
-    graph = helper.make_graph(nodes, "g", declared,
-                              [helper.make_empty_tensor_value_info(o) for o in outputs],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in (constants or {}).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    return model
-
-
-def reference_outputs(model, inputs: dict, onnxruntime: bool) -> list[np.ndarray]:
-    if not onnxruntime:
-        return ReferenceEvaluator(model).run(None, inputs)
-    ort = pytest.importorskip("onnxruntime")
-    model.ir_version = 8  # what onnxruntime 1.31 reads
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)
-
-
 def matches_reference(model, target, inputs: dict, onnxruntime: bool = False):
-    skip_unless_runs(target)
-    outs = retarget.load(retarget.compile(model, target), device="local-task").main(*inputs.values())
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    expected = reference_outputs(model, inputs, onnxruntime)
-    assert len(outs) == len(expected)
-    for k, (out, ref) in enumerate(zip(outs, expected, strict=True)):
-        assert out.shape == ref.shape and out.dtype == ref.dtype, (k, out.shape, ref.shape, out.dtype, ref.dtype)
-        np.testing.assert_array_equal(out, ref, err_msg=f"output {k}")  # maxima, indices and moved values: exact
+    """Maxima, indices and moved values: exact."""
+    onnx_cases.matches_reference(model, target, inputs, rtol=0, onnxruntime=onnxruntime)
 
 
 POOLS = {  # name: (x, MaxPool's attributes); onnx's reference evaluator is wrong for ONNXRUNTIME_INSTEAD
@@ -88,7 +60,7 @@ POOLS = {  # name: (x, MaxPool's attributes); onnx's reference evaluator is wron
 @pytest.mark.parametrize("name", POOLS)
 def test_max_pool_indices_match_the_reference(name, target):
     x, attrs = POOLS[name]
-    model = model_of([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], {"x": x}, ["y", "i"])
+    model = graph_of([helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)], {"x": x}, ["y", "i"])
     matches_reference(model, target, {"x": x}, onnxruntime=name in ONNXRUNTIME_INSTEAD)
 
 
@@ -102,7 +74,7 @@ def pool_then_unpool(x, output_shape=None, between=None, unpool_attrs=None, **at
              *([helper.make_node(between, ["y"], ["v"])] if between else []),
              helper.make_node("MaxUnpool", unpool_inputs, ["z"], **unpool_attrs)]
     constants = {"shape": np.array(output_shape, np.int64)} if output_shape is not None else {}
-    return model_of(nodes, {"x": x}, ["y", "i", "z"], constants)
+    return graph_of(nodes, {"x": x}, ["y", "i", "z"], constants)
 
 
 UNPOOLS = {  # name: (x, output_shape or None, attributes of both, whether each position reads its own window)
@@ -180,7 +152,7 @@ def test_max_unpool_of_a_real_size_with_indices_from_elsewhere_is_the_scatter_ke
     """The unpool above with indices from a graph input: rt.scatter, linear in the updates (refused before)."""
     n, c, h, w = SEGNET_SIZE
     y, indices = randn(n, c, h // 2, w // 2), np.zeros((n, c, h // 2, w // 2), np.int64)
-    model = model_of([helper.make_node("MaxUnpool", ["y", "i"], ["z"], kernel_shape=[2, 2], strides=[2, 2])],
+    model = graph_of([helper.make_node("MaxUnpool", ["y", "i"], ["z"], kernel_shape=[2, 2], strides=[2, 2])],
                      {"y": y, "i": indices}, ["z"])
     assert "rt.scatter" in {op.name for op in OnnxImporter().load(model).functions["main"].ops}
 
@@ -189,14 +161,14 @@ def test_max_unpool_of_a_real_size_with_indices_from_elsewhere_is_the_scatter_ke
 def test_max_unpool_of_repeated_indices_keeps_the_last_value(target):
     x = np.arange(1, 9, dtype=np.float32).reshape(2, 1, 2, 2)
     indices = np.array([[[[3, 0], [3, 15]]], [[[16, 16], [31, 20]]]], np.int64)  # over the whole [2, 1, 4, 4]
-    model = model_of([helper.make_node("MaxUnpool", ["x", "i"], ["z"], kernel_shape=[2, 2], strides=[2, 2])],
+    model = graph_of([helper.make_node("MaxUnpool", ["x", "i"], ["z"], kernel_shape=[2, 2], strides=[2, 2])],
                      {"x": x, "i": indices}, ["z"])
     matches_reference(model, target, {"x": x, "i": indices})
 
 
 def test_max_unpool_needs_its_output_shape_at_import_time():
     x = randn(1, 1, 2, 2)
-    model = model_of([helper.make_node("MaxUnpool", ["x", "i", "shape"], ["z"], kernel_shape=[2, 2], strides=[2, 2])],
+    model = graph_of([helper.make_node("MaxUnpool", ["x", "i", "shape"], ["z"], kernel_shape=[2, 2], strides=[2, 2])],
                      {"x": x, "i": np.zeros((1, 1, 2, 2), np.int64), "shape": np.array([1, 1, 5, 5], np.int64)},
                      ["z"])
     with pytest.raises(UnsupportedOpError, match="output_shape"):

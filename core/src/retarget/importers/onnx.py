@@ -1842,6 +1842,7 @@ SYMBOLIC_FOLDS = {
 }
 
 
-from . import onnx_quant  # noqa: E402,F401  registers QuantizeLinear, DequantizeLinear and the integer ops
+# the op families kept in modules of their own register their handlers here
+from . import onnx_control, onnx_image, onnx_quant, onnx_recurrent, onnx_signal  # noqa: E402,F401
 
 SUPPORTED_OPS = tuple(sorted(HANDLERS))

@@ -1,0 +1,3 @@
+"""ONNX's control flow: If, Loop and Scan (in progress)."""
+
+from __future__ import annotations

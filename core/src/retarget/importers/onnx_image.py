@@ -1,0 +1,3 @@
+"""ONNX's remaining image ops: CenterCropPad, AffineGrid, Col2Im, RoiAlign (in progress)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""ONNX's recurrent ops: RNN, GRU and LSTM (in progress)."""
+
+from __future__ import annotations
