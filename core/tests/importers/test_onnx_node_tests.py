@@ -26,8 +26,6 @@ EXPECTED_FAILURES = {
         r"test_cast_e8m0_\w+",
     "string tensors are not supported: the graph IR holds numbers only": r"test_equal_string\w*",
     "optional and sequence types are not supported: the graph IR holds tensors only": r"test_identity_(opt|sequence)",
-    "Resize's cubic mode, antialias and tf_crop_and_resize are not supported (nearest and linear are, with every "
-    "other coordinate mode)": r"test_resize_\w*(cubic|antialias|tf_crop_and_resize)\w*",
     "the expected outputs are onnx's reference evaluator's, whose numpy MatMul of bf16 returns f32 (never rounded "
     "to the declared bf16) and whose ReduceSum accumulates in bf16; vmvx rounds each op's result to its declared "
     "bf16 once, so a few elements are one bf16 ulp (0.0078) apart, past rtol 1e-2":

@@ -760,6 +760,33 @@ def resample(b: Builder, x: Value, axis: int, low: np.ndarray, high: np.ndarray 
     return b.op("rt.add", [b.op("rt.mul", [lo, w0]), b.op("rt.mul", [hi, w1])])
 
 
+MAX_GATHERED_TAPS = 8  # past this many taps an output reads, a matrix product along the axis does less work
+
+
+def resample_taps(b: Builder, x: Value, axis: int, indices: np.ndarray, weights: np.ndarray) -> Value:
+    """`x` filtered along `axis`: output j is sum_k weights[j, k] * x[indices[j, k]], with indices inside the axis
+    and weights known at import time (cubic and antialiased resizes). Few taps are gathers; many (a strong
+    antialiased downscale) are one matrix product with the dense [out, in] weights, the axis moved last."""
+    size_out, taps = weights.shape
+    dtype = x.type.dtype.np_dtype
+    if taps <= MAX_GATHERED_TAPS:
+        shape = [1] * x.type.rank
+        shape[axis] = size_out
+        total = None
+        for k in range(taps):
+            tap = b.op("rt.gather", [x, b.constant(np.asarray(indices[:, k], dtype=np.int32))], {"axis": axis})
+            tap = b.op("rt.mul", [tap, b.constant(weights[:, k].reshape(shape).astype(dtype))])
+            total = tap if total is None else b.op("rt.add", [total, tap])
+        return total
+    dense = np.zeros((size_out, x.type.shape[axis]))
+    np.add.at(dense, (np.repeat(np.arange(size_out), taps), indices.reshape(-1)), weights.reshape(-1))
+    last = x.type.rank - 1
+    perm = tuple(a for a in range(x.type.rank) if a != axis) + (axis,)
+    moved = x if axis == last else b.op("rt.transpose", [x], {"perm": perm})
+    y = b.op("rt.matmul", [moved, b.constant(dense.T.astype(dtype))])
+    return y if axis == last else b.op("rt.transpose", [y], {"perm": tuple(int(i) for i in np.argsort(perm))})
+
+
 def advanced_index(b: Builder, x: Value, indices) -> Value:
     """x[indices] as NumPy and PyTorch's `aten.index` read it. `indices` holds, for each leading axis of x, an
     integer tensor or None (the whole axis); the index tensors broadcast together and negative entries count from

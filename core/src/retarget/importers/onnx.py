@@ -1431,23 +1431,75 @@ RESIZE_NEAREST = {  # ONNX's nearest_mode
 }
 
 
+def _keys_cubic_weights(distance: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel (coefficient `a`) at `distance` from a sample."""
+    d = np.abs(distance)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _resize_weights(mode: str, ratio: np.ndarray, scale: float, antialias: bool, a: float) -> np.ndarray:
+    """[out, taps] weights of linear or cubic interpolation at fractional offsets `ratio` (in (0, 1]) past the
+    sample below, as onnx's reference defines them: antialias widens the kernel by 1 / scale when downscaling."""
+    support = 1 if mode == "linear" else 2  # the kernel's half-width in samples
+    stretch = min(scale, 1.0) if antialias else 1.0
+    first = int(np.floor(-support / stretch) + 1)
+    offsets = np.arange(first, 2 - first) - ratio[:, None]  # sample k's position past the output's source point
+    if mode == "linear":
+        weights = np.clip(1 - np.abs(offsets * stretch), 0, 1)
+    else:
+        weights = _keys_cubic_weights(offsets * stretch, a)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def _resize_taps(mode: str, position: np.ndarray, size_in: int, scale: float, antialias: bool, a: float,
+                 exclude_outside: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, weights), each [out, taps], of a linear or cubic resize along an axis of `size_in` at source
+    `position`s: the taps nearest each position, the lower on a tie, edges repeated (indices clamped)."""
+    below = np.floor(position)
+    ratio = np.where(position == below, 1.0, position - below)  # a whole position reads the sample below at 1
+    weights = _resize_weights(mode, ratio, scale, antialias, a)
+    taps = weights.shape[1]
+    start = np.where(position == below, below - taps // 2, below - taps // 2 + 1)  # taps is even
+    indices = start.astype(np.int64)[:, None] + np.arange(taps)
+    if exclude_outside:
+        weights = np.where((indices < 0) | (indices >= size_in), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(indices, 0, size_in - 1), weights
+
+
+def _crop_positions(out: np.ndarray, size_in: int, length: float, roi_start: float, roi_end: float) -> np.ndarray:
+    """tf_crop_and_resize's source positions: the output spans [roi_start, roi_end] of the input's extent."""
+    extent = size_in - 1
+    if length > 1:
+        return roi_start * extent + out * (roi_end - roi_start) * extent / (length - 1)
+    return roi_start * extent + np.full(out.shape, (roi_end - roi_start) * extent / 2)
+
+
 @handles("Resize")
 def _resize(n):
-    """Nearest and linear modes with four coordinate modes: gathers of positions computed here (per axis, as
-    onnx's reference does), so every target runs them with no op of its own."""
+    """Nearest, linear and cubic modes with every coordinate mode, antialias and exclude_outside: per axis, gathers
+    of positions and a weighted sum of taps computed here, as onnx's reference computes them, so every target runs
+    them with no op of its own. tf_crop_and_resize needs its roi known at import time."""
     x = n(0)
     rank = x.type.rank
     mode, coords = n.attr("mode", "nearest"), n.attr("coordinate_transformation_mode", "half_pixel")
     nearest = n.attr("nearest_mode", "round_prefer_floor")
-    if mode not in ("nearest", "linear") or coords not in RESIZE_COORDINATES or nearest not in RESIZE_NEAREST:
+    antialias = bool(n.attr("antialias", 0))
+    crop = coords == "tf_crop_and_resize"
+    if mode not in ("nearest", "linear", "cubic") or not (crop or coords in RESIZE_COORDINATES) \
+            or nearest not in RESIZE_NEAREST:
         raise UnsupportedOpError(
             f"Resize with mode {mode!r}, coordinate_transformation_mode {coords!r} and nearest_mode {nearest!r} is "
-            f"not supported", hint=f"modes nearest and linear with coordinate_transformation_mode "
-            f"{', '.join(RESIZE_COORDINATES)} are")
-    if n.attr("antialias", 0):
-        raise UnsupportedOpError("Resize with antialias is not supported")
-    if mode == "linear" and not x.type.dtype.is_float:
-        raise UnsupportedOpError(f"linear Resize of {x.type.dtype} is not supported", hint="resize a float tensor")
+            f"not supported", hint=f"modes nearest, linear and cubic with coordinate_transformation_mode "
+            f"{', '.join([*RESIZE_COORDINATES, 'tf_crop_and_resize'])} are")
+    if antialias and mode == "nearest":
+        raise UnsupportedOpError("Resize with antialias and mode 'nearest' is not defined",
+                                 hint="antialias applies to modes linear and cubic")
+    if mode != "nearest" and not x.type.dtype.is_float:
+        raise UnsupportedOpError(f"{mode} Resize of {x.type.dtype} is not supported", hint="resize a float tensor")
     axes = [C.normalize_axis(int(a), rank) for a in n.attr("axes", list(range(rank)))]
     sizes_in = [x.type.shape[a] for a in axes]
     dynamic = [isinstance(size, Sym) for size in sizes_in]  # such an axis must keep its size (a dynamic batch)
@@ -1470,15 +1522,28 @@ def _resize(n):
             raise UnsupportedOpError(f"Resize of {x.type} by scales {scales}: an axis whose size is known only at "
                                      "run time must keep it (scale 1)", hint="resize only axes of static size")
         sizes = [size if d else int(np.floor(size * scale)) for size, scale, d in zip(sizes_in, scales, dynamic)]
-    for axis, size_in, size_out, scale, d in zip(axes, sizes_in, sizes, scales, dynamic):
-        if d or (size_out == size_in and scale == 1):
+    roi = np.asarray(n.known(1, "roi"), dtype=np.float64).reshape(-1) if crop and n.has(1) else None
+    if crop and (roi is None or roi.size != 2 * len(axes)):
+        raise UnsupportedOpError(f"Resize with tf_crop_and_resize needs a roi of {2 * len(axes)} values (a start and "
+                                 f"an end for each resized axis)", hint="give the roi input, known at import time")
+    a, exclude = float(n.attr("cubic_coeff_a", -0.75)), bool(n.attr("exclude_outside", 0))
+    for k, (axis, size_in, size_out, scale, d) in enumerate(zip(axes, sizes_in, sizes, scales, dynamic)):
+        if d or (size_out == size_in and scale == 1 and (not crop or tuple(roi[[k, k + len(axes)]]) == (0, 1))):
             continue
-        position = RESIZE_COORDINATES[coords](np.arange(size_out, dtype=np.float64), scale, size_in, size_out,
-                                              size_in * scale)
+        out, length = np.arange(size_out, dtype=np.float64), size_in * scale
+        if crop:
+            position = _crop_positions(out, size_in, length, roi[k], roi[k + len(axes)])
+        else:
+            position = RESIZE_COORDINATES[coords](out, scale, size_in, size_out, length)
         if mode == "nearest":
             x = C.resample(n.b, x, axis, np.clip(RESIZE_NEAREST[nearest](position), 0, size_in - 1))
         else:
-            x = C.resample(n.b, x, axis, *C.linear_neighbours(position, size_in))
+            x = C.resample_taps(n.b, x, axis, *_resize_taps(mode, position, size_in, scale, antialias, a, exclude))
+        if crop and ((position < 0) | (position > size_in - 1)).any():  # outside the input: extrapolation_value
+            shape = [1] * rank
+            shape[axis] = size_out
+            outside = n.b.constant(((position < 0) | (position > size_in - 1)).reshape(shape))
+            x = n.b.op("rt.select", [outside, C.scalar(n.b, n.attr("extrapolation_value", 0.0), x), x])
     return x
 
 
