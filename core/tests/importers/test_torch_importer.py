@@ -230,6 +230,29 @@ def test_interpolate_matches_torch(mode, kwargs):
 
 
 @pytest.mark.parametrize("mode, kwargs", [
+    ("bilinear", {"size": (5, 3)}), ("bicubic", {"size": (5, 3)}), ("bicubic", {"scale_factor": 0.37}),
+    ("bilinear", {"scale_factor": 0.45, "align_corners": True}), ("bicubic", {"size": (9, 7), "align_corners": True}),
+    ("bicubic", {"size": (23, 2)}),
+], ids=_interpolate_case_id)
+def test_antialiased_interpolate_matches_torch(mode, kwargs):
+    """_upsample_bilinear2d_aa and _upsample_bicubic2d_aa, as they stand and decomposed: ATen's own weights along
+    each axis; 17 -> 3 rows reads 12 taps an output (bicubic), more than compose.MAX_GATHERED_TAPS: a matmul."""
+    run_both(lambda x: F.interpolate(x, mode=mode, antialias=True, **kwargs), randn(2, 3, 17, 11), tol=2e-6)
+
+
+def test_an_antialiased_resize_of_a_one_pixel_wide_image_filters_each_row_on_its_own():
+    """ATen's antialiased kernels give every output row the first row's weights when the image is one pixel wide
+    (torch 2.13: 7 rows to 3 reads [0.86, 0.86, 0.86] for rows 0..6); ours reads as a two-pixel-wide image does."""
+    rows = torch.arange(7.0).reshape(1, 1, 7, 1)
+    model = module_of(lambda x: F.interpolate(x, size=(3, 1), mode="bilinear", antialias=True)).eval()
+    module = verify(TorchImporter().load(torch.export.export(model, (rows,))))
+    (out,) = run_function(module.functions["main"], [rows.numpy()])
+    wide = F.interpolate(rows.expand(1, 1, 7, 2), size=(3, 2), mode="bilinear", antialias=True)[..., :1]
+    np.testing.assert_allclose(out, wide.numpy(), rtol=1e-6)
+    assert len(set(np.round(out.reshape(-1), 4))) == 3
+
+
+@pytest.mark.parametrize("mode, kwargs", [
     ("nearest", {"scale_factor": 2}), ("nearest", {"scale_factor": 2.1}), ("nearest", {"size": 4}),
     ("nearest-exact", {"scale_factor": 2}), ("nearest-exact", {"scale_factor": 1.5}),
     ("nearest-exact", {"scale_factor": 0.4}), ("nearest-exact", {"size": 11}), ("nearest-exact", {"size": 3}),

@@ -787,6 +787,20 @@ def resample_taps(b: Builder, x: Value, axis: int, indices: np.ndarray, weights:
     return y if axis == last else b.op("rt.transpose", [y], {"perm": tuple(int(i) for i in np.argsort(perm))})
 
 
+def resample_matrix(b: Builder, x: Value, axis: int, matrix: np.ndarray) -> Value:
+    """`x` filtered along `axis` by a dense [out, in] `matrix` known at import time: each output row's band of
+    nonzero weights becomes that many taps (`resample_taps`)."""
+    nonzero = matrix != 0
+    first = np.where(nonzero.any(axis=1), nonzero.argmax(axis=1), 0)
+    last = np.where(nonzero.any(axis=1), matrix.shape[1] - 1 - nonzero[:, ::-1].argmax(axis=1), 0)
+    taps = int((last - first).max()) + 1
+    indices = first[:, None] + np.arange(taps)
+    inside = indices <= last[:, None]
+    indices = np.where(inside, indices, first[:, None])  # a row's spare taps read its first input at weight 0
+    weights = np.where(inside, np.take_along_axis(matrix, np.minimum(indices, matrix.shape[1] - 1), axis=1), 0.0)
+    return resample_taps(b, x, axis, indices, weights)
+
+
 def advanced_index(b: Builder, x: Value, indices) -> Value:
     """x[indices] as NumPy and PyTorch's `aten.index` read it. `indices` holds, for each leading axis of x, an
     integer tensor or None (the whole axis); the index tensors broadcast together and negative entries count from

@@ -1228,9 +1228,52 @@ def _upsample(mode: str):
     return handler
 
 
+def _aten_filter(op, size_in: int, size_out: int, axis: int, align_corners: bool, factor) -> np.ndarray | None:
+    """The [out, in] weights of ATen's antialiased resize `op` along spatial `axis` (0: height, 1: width), read
+    from ATen itself: the op applied to the identity, one input position a batch, in float32 as its kernels
+    weigh a float32 image. The other axis is 2 wide (ATen's kernels are wrong when it is 1: every output
+    row then takes the first row's weights). None where it leaves the axis as it is."""
+    import torch
+
+    identity = torch.eye(size_in, dtype=torch.float32)
+    shape, sizes, scales = [size_in, 1, 2, 2], [2, 2], [None, None]
+    shape[2 + axis], sizes[axis], scales[axis] = size_in, size_out, factor
+    probe = identity.reshape(size_in, 1, *([size_in, 1] if axis == 0 else [1, size_in])).expand(shape)
+    out = op(probe.contiguous(), sizes, align_corners, *scales)
+    matrix = (out[:, 0, :, 0] if axis == 0 else out[:, 0, 0, :]).T.double().numpy()
+    return None if size_in == size_out and np.array_equal(matrix, np.eye(size_in)) else matrix
+
+
+def _antialiased_upsample(mode: str):
+    """_upsample_bilinear2d_aa and _upsample_bicubic2d_aa (F.interpolate's antialias=True, torchvision's Resize on
+    tensors): each spatial axis filtered by ATen's own weights (`_aten_filter`), as gathers of the taps each
+    output reads, or a matrix product past `compose.MAX_GATHERED_TAPS`."""
+    import torch
+
+    op = getattr(torch.ops.aten, f"_upsample_{mode}2d_aa").default
+
+    def handler(cv, node, x, *args, **kwargs):
+        shape, _ = cv.out_type(node)
+        if any(isinstance(d, Sym) for d in (*shape[2:], *x.type.shape[2:])):
+            raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
+                                     hint="export with static image sizes")
+        bound = _named_arguments(node)
+        factors = bound.get("scale_factors") or [bound.get("scales_h"), bound.get("scales_w")]
+        for axis in (0, 1):
+            matrix = _aten_filter(op, x.type.shape[2 + axis], shape[2 + axis], axis,
+                                  bool(bound.get("align_corners", False)), factors[axis])
+            if matrix is not None:
+                x = C.resample_matrix(cv.b, x, 2 + axis, matrix)
+        return x
+
+    return handler
+
+
 HANDLERS["upsample_nearest1d"] = HANDLERS["upsample_nearest2d"] = _upsample("nearest")
 HANDLERS["_upsample_nearest_exact1d"] = HANDLERS["_upsample_nearest_exact2d"] = _upsample("nearest-exact")
 HANDLERS["upsample_bilinear2d"] = _upsample("bilinear")
+HANDLERS["_upsample_bilinear2d_aa"] = _antialiased_upsample("bilinear")
+HANDLERS["_upsample_bicubic2d_aa"] = _antialiased_upsample("bicubic")
 
 
 @handles("flip")

@@ -51,6 +51,8 @@ TRAINING_IR_OPS: dict[str, tuple[bool, tuple[Callable, str] | None]] = {
     "aten._upsample_nearest_exact1d.vec": (NEW, None),
     "aten._upsample_nearest_exact2d.vec": (NEW, None),
     "aten.upsample_bilinear2d.vec": (NEW, None),
+    "aten._upsample_bilinear2d_aa.vec": (NEW, None),
+    "aten._upsample_bicubic2d_aa.vec": (NEW, None),
     "aten.var.dim": (NEW, None),
     "aten.conv2d.default": (NEW, None),
     "aten.conv_transpose1d.default": (NEW, None),
