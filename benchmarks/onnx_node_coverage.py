@@ -1,16 +1,21 @@
 """Per-op pass counts of ONNX's backend node tests for the ops the onnx importer claims.
 
-    python benchmarks/onnx_node_coverage.py [-v]
+    python benchmarks/onnx_node_coverage.py [-v] [--target TARGET --device DEVICE] [--json FILE]
 
-Uses the selection and comparison of core/tests/importers/test_onnx_node_tests.py.
+Uses the selection and comparison of core/tests/importers/test_onnx_node_tests.py. With no target, each imported
+graph runs on vmvx's interpreter (what the tests do); with one (`--target llvm-cpu --device local-task`, `--target
+cuda --device cuda`, `--target vulkan-spirv --device vulkan`, ...) each case is compiled for it and run there, with
+the same tolerances: the node tests as a check of a backend's code generation.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import importlib.util
+import json
 import pathlib
-import sys
+import time
 
 import numpy as np
 
@@ -21,15 +26,17 @@ tests = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tests)
 
 
-def main(verbose: bool = False) -> float:
+def main(verbose: bool = False, target: str | None = None, device: str | None = None,
+         json_out: str | None = None) -> float:
     passed, total = collections.Counter(), collections.Counter()
     failures, expected = [], collections.Counter()
+    start = time.perf_counter()
     for name, case in tests.node_cases():
         op = tests.claimed_op(case)
         total[op] += 1
         try:
             with np.errstate(all="ignore"):
-                tests.run_case(case)
+                tests.run_case(case, target, device)
             passed[op] += 1
         except Exception as e:  # noqa: BLE001 - a report, not a test
             reason = tests.expected_failure(name)
@@ -40,7 +47,9 @@ def main(verbose: bool = False) -> float:
         print(f"{op:<{width}}  {passed[op]:>3}/{total[op]:<3}")
     n_pass, n_all = sum(passed.values()), sum(total.values())
     rate = n_pass / n_all if n_all else 0.0
-    print(f"\n{n_pass}/{n_all} node tests pass ({100 * rate:.1f}%) over {len(total)} claimed ops")
+    where = f" on {target} ({device})" if target else " on vmvx's interpreter"
+    print(f"\n{n_pass}/{n_all} node tests pass ({100 * rate:.1f}%) over {len(total)} claimed ops{where}, "
+          f"in {time.perf_counter() - start:.0f} s")
     print(f"{sum(expected.values())} of the {n_all - n_pass} failures are listed expected failures:")
     for reason, count in expected.most_common():
         if count:
@@ -48,8 +57,24 @@ def main(verbose: bool = False) -> float:
     if verbose:
         for name, why in failures:
             print(f"FAIL {name}: {why[:200]}")
+    if json_out:
+        pathlib.Path(json_out).write_text(json.dumps({
+            "target": target, "device": device, "passed": n_pass, "total": n_all,
+            "ops": {op: [passed[op], total[op]] for op in sorted(total)},
+            "failures": [{"case": name, "error": why, "expected": tests.expected_failure(name)}
+                         for name, why in failures]}, indent=1))
     return rate
 
 
 if __name__ == "__main__":
-    main("-v" in sys.argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every failure")
+    parser.add_argument("--target", help="compile each case for this target (default: vmvx's interpreter)")
+    parser.add_argument("--device", help="the device to run the target's code on (default: the target's own)")
+    parser.add_argument("--json", dest="json_out", help="write the counts and failures to this file")
+    args = parser.parse_args()
+    if args.target and not args.device:
+        from retarget.testing.torch_cases import device_of
+
+        args.device = device_of(args.target)
+    main(args.verbose, args.target, args.device, args.json_out)

@@ -1324,7 +1324,7 @@ def _gather(n):
 
 def _axes_of(n, default=None, input_index=1):
     if n.has(input_index):
-        return [int(a) for a in n.known(input_index, "axes")]
+        return [int(a) for a in np.asarray(n.known(input_index, "axes")).reshape(-1)]  # a scalar axis too
     return list(n.attr("axes", default if default is not None else []))
 
 
@@ -1406,8 +1406,8 @@ def _expand(n):
 
 @handles("Range")
 def _range(n):
-    start, limit, delta = (np.asarray(n.known(i)) for i in range(3))
-    return np.arange(start, limit, delta).astype(start.dtype)
+    start, limit, delta = (np.asarray(n.known(i)) for i in range(3))  # scalars, or tensors of one element
+    return np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
 
 
 @handles("Tile")
