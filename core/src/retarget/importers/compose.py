@@ -343,6 +343,17 @@ def hard_sigmoid(b: Builder, x: Value, alpha: float = 0.2, beta: float = 0.5) ->
     return clamp(b, y, 0, 1)
 
 
+def thresholded_relu(b: Builder, x: Value, alpha: float = 1.0) -> Value:
+    """x where x > alpha, else 0."""
+    above = b.op("rt.cmp", [x, scalar(b, alpha, x)], {"predicate": "gt"})
+    return b.op("rt.select", [above, x, scalar(b, 0, x)])
+
+
+def softsign(b: Builder, x: Value) -> Value:
+    """x / (1 + |x|)."""
+    return b.op("rt.div", [x, b.op("rt.add", [b.op("rt.abs", [x]), scalar(b, 1, x)])])
+
+
 def elu(b: Builder, x: Value, alpha: float = 1.0) -> Value:
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
     zero = scalar(b, 0, x)

@@ -501,9 +501,7 @@ def _celu(n):
 
 @handles("ThresholdedRelu")
 def _thresholded_relu(n):
-    x = n(0)
-    above = n.b.op("rt.cmp", [x, C.scalar(n.b, n.attr("alpha", 1.0), x)], {"predicate": "gt"})
-    return n.b.op("rt.select", [above, x, C.scalar(n.b, 0, x)])
+    return C.thresholded_relu(n.b, n(0), n.attr("alpha", 1.0))
 
 
 @handles("Shrink")
@@ -543,8 +541,7 @@ def _is_inf(n):
 
 @handles("Softsign")
 def _softsign(n):
-    x = n(0)
-    return n.b.op("rt.div", [x, n.b.op("rt.add", [n.b.op("rt.abs", [x]), C.scalar(n.b, 1, x)])])
+    return C.softsign(n.b, n(0))
 
 
 @handles("Gelu")
