@@ -201,3 +201,26 @@ def test_data_movement_fuses_into_one_elementwise_kernel():
         return b.op("rt.concat", [p, b.op("rt.exp", [p])], {"axis": 2})
 
     _run_both(build, (2, 5, 9))
+
+
+@pytest.mark.parametrize("dtype", ["i8", "ui8", "i16", "i32", "ui32", "i64"])
+def test_integer_pow_wraps_as_the_reference(dtype):
+    """rt.pow of integers (ONNX Pow and torch's ** of int tensors), which llvm-cpu used to refuse: square and
+    multiply over every bit of the exponent, wrapping; negative exponents give 1, +-1 or 0 by the base."""
+    dt = dtypes.DTYPES[dtype]
+    info = np.iinfo(dt.np_dtype)
+    signed = info.min < 0
+    bases = np.array([0, 1, 2, 3, 7, 13, 127, info.max, info.min, 5, 2, 3] + ([-1, -1, -2, -3] if signed else [1] * 4))
+    exponents = np.array([0, 5, 7, 40, 3, 9, 2, 2, 3, 1, info.bits - 1, 0] + ([-3, -4, -1, 2] if signed else [8] * 4))
+    x, y = (np.clip(v, info.min, info.max).astype(dt.np_dtype) for v in (bases, exponents))
+    args = [Value(TensorType(x.shape, dt)) for _ in range(2)]
+    fn = Function("f", args)
+    fn.returns = [Builder(fn).op("rt.pow", args)]
+    module = Module({"f": fn})
+    ref = retarget.load(retarget.compile(module, "vmvx"), "local-sync").f(x, y)
+    got = retarget.load(retarget.compile(module, "llvm-cpu"), "local-task").f(x, y)
+    np.testing.assert_array_equal(got, ref)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got[y >= 0], (x[y >= 0] ** y[y >= 0]).astype(dt.np_dtype))
+    if signed:  # 1, -1, -2 and -3 to -3, -4, -1 and 2
+        np.testing.assert_array_equal(got[-4:], np.array([-1, 1, 0, 9], dt.np_dtype))

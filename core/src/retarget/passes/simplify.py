@@ -1,5 +1,6 @@
 """Graph cleanups: drop identity ops, fold constants, narrow gather indices, remove dead ops, split concats of
-more tensors than a kernel binds."""
+more tensors than a kernel binds. A tensor of no elements is known whatever the data: it becomes a constant, and a
+concat drops it, so that no kernel reads or writes an empty buffer."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ KEEP_UNFOLDED = ("rt.dequantize",)  # packed weights stay packed: kernels unpack
 
 def canonicalize(module: Module) -> Module:
     for fn in module.functions.values():
+        _drop_empty_concat_operands(fn)
         _split_wide_concats(fn)
         replace = {}
         for op in fn.ops:
@@ -29,6 +31,18 @@ def canonicalize(module: Module) -> Module:
         fn.returns = [replace.get(v, v) for v in fn.returns]
         eliminate_dead_ops(fn)
     return module
+
+
+def _is_empty(v: Value) -> bool:
+    return v.type.is_static and v.type.num_elements == 0
+
+
+def _drop_empty_concat_operands(fn: Function) -> None:
+    """A concat's operands of no elements add nothing: dropped (kept where all are empty, for fold_constants)."""
+    for op in fn.ops:
+        if op.name == "rt.concat" and any(_is_empty(v) for v in op.operands):
+            kept = [v for v in op.operands if not _is_empty(v)]
+            op.operands = kept or op.operands[:1]
 
 
 def _split_wide_concats(fn: Function) -> None:
@@ -60,7 +74,7 @@ def _identity_operand(op: Operation) -> Value | None:
         return op.operands[0]
     if op.name == "rt.transpose" and tuple(op.attrs["perm"]) == tuple(range(src.rank)):
         return op.operands[0]
-    if op.name == "rt.cast" and src == dst:
+    if op.name in ("rt.cast", "rt.concat") and src == dst:
         return op.operands[0]
     return None
 
@@ -70,6 +84,7 @@ def fold_constants(module: Module) -> Module:
     from ..vmvx.kernels import evaluate
 
     for fn in module.functions.values():
+        _empty_as_constants(fn)
         for op in fn.ops:
             if op.name in ("rt.constant", *KEEP_UNFOLDED) or len(op.results) != 1 or not _all_constant(op):
                 continue
@@ -83,6 +98,31 @@ def fold_constants(module: Module) -> Module:
             op.name, op.operands, op.attrs = "rt.constant", [], {"value": DenseAttr(value)}
         eliminate_dead_ops(fn)
     return module
+
+
+def _empty_as_constants(fn: Function) -> None:
+    """Every static tensor of no elements (an argument, an op's result) as a constant: ops that read only constants
+    and empty tensors then fold (a sum over an empty axis, a matmul of no depth), and no kernel touches them."""
+    empty = {}
+    for arg in fn.args:
+        if _is_empty(arg):
+            empty[arg] = _empty_constant(arg.type)
+    for op in fn.ops:
+        op.operands = [empty[v].result if v in empty else v for v in op.operands]
+        if op.name != "rt.constant" and len(op.results) == 1 and _is_empty(op.result):
+            op.name, op.operands, op.attrs = "rt.constant", [], {"value": DenseAttr(_zeros(op.result.type))}
+    fn.ops = list(empty.values()) + fn.ops
+    fn.returns = [empty[v].result if v in empty else v for v in fn.returns]
+
+
+def _zeros(t: TensorType) -> np.ndarray:
+    return np.zeros(tuple(t.shape), dtype=t.dtype.np_dtype)
+
+
+def _empty_constant(t: TensorType) -> Operation:
+    op = Operation("rt.constant", [], [], {"value": DenseAttr(_zeros(t))}, None)
+    op.results = [Value(t, op, 0)]
+    return op
 
 
 def narrow_index_constants(module: Module) -> Module:

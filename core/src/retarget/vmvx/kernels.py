@@ -68,13 +68,23 @@ _UNARY = {
     "log1p": np.log1p,
     "expm1": np.expm1,
 }
+def _power(a, b):
+    """np.power, but an integer to a negative power is 1 for 1, +-1 for -1 by its parity and 0 for any other base
+    (C's truncation of 1 / a**n, as every compiled target computes it), where numpy raises."""
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu" or not np.any(b < 0):
+        return np.power(a, b)
+    whole = np.power(a, np.where(b < 0, 0, b))
+    inverse = np.where(a == 1, 1, np.where(a == -1, np.where(b & 1, -1, 1), 0))
+    return np.where(b < 0, inverse, whole).astype(whole.dtype)
+
+
 _BINARY = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": _trunc_div,
     "rem": np.fmod,
-    "pow": np.power,
+    "pow": _power,
     "max": np.maximum,
     "min": np.minimum,
     "and": np.bitwise_and,

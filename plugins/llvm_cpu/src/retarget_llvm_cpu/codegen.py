@@ -63,7 +63,7 @@ def storage_type(dt: DType) -> ir.Type:
 # The elementwise ops `expr_unary` and `expr_binary` compute on integers and booleans, and the bitwise ops they
 # do not compute on floats; `support_table` refuses the rest, so placement sends them elsewhere.
 INTEGER_UNARY = ("neg", "abs", "not", "sign")
-INTEGER_BINARY = ("add", "sub", "mul", "and", "or", "xor", "shr", "div", "rem", "max", "min")
+INTEGER_BINARY = ("add", "sub", "mul", "and", "or", "xor", "shr", "div", "rem", "max", "min", "pow")
 NOT_ON_FLOATS = ("not", "and", "or", "xor", "shr")
 
 
@@ -530,7 +530,29 @@ class _KernelBuilder:
             if op in ("max", "min"):
                 cmp = b.icmp_unsigned if unsigned else b.icmp_signed
                 return b.select(cmp(">" if op == "max" else "<", a, c), a, c)
+            if op == "pow":
+                return self.integer_pow(a, c, unsigned)
         raise UnsupportedOpError(f"llvm-cpu: binary op '{op}' on {dt} is not supported")
+
+    def integer_pow(self, base: ir.Value, exponent: ir.Value, unsigned: bool) -> ir.Value:
+        """base ** exponent, wrapping as numpy's does: square-and-multiply over the exponent's bits, with no branch
+        (a select a bit), so that it stays straight-line code. A negative exponent gives 1 for 1, +-1 for -1 by
+        its parity, and 0 for any other base (as the reference and the C-like targets compute it)."""
+        b, ty = self.b, base.type
+        one, zero = ir.Constant(ty, 1), ir.Constant(ty, 0)
+        result, power = one, base
+        for bit in range(ty.width if unsigned else ty.width - 1):
+            if bit:
+                power = b.mul(power, power)
+            taken = b.icmp_unsigned("!=", b.and_(exponent, ir.Constant(ty, 1 << bit)), zero)
+            result = b.select(taken, b.mul(result, power), result)
+        if unsigned:
+            return result
+        odd = b.icmp_unsigned("!=", b.and_(exponent, one), zero)
+        minus_one = ir.Constant(ty, -1)
+        reciprocal = b.select(b.icmp_signed("==", base, one), one,
+                              b.select(b.icmp_signed("==", base, minus_one), b.select(odd, minus_one, one), zero))
+        return b.select(b.icmp_signed("<", exponent, zero), reciprocal, result)
 
     def erf_f32(self, x: ir.Value) -> ir.Value:
         """erf as a rational function of x clamped to [-4, 4] (Eigen's and XLA's float erf; within
