@@ -29,7 +29,7 @@ spec.loader.exec_module(tests)
 def main(verbose: bool = False, target: str | None = None, device: str | None = None,
          json_out: str | None = None) -> float:
     passed, total = collections.Counter(), collections.Counter()
-    failures, expected = [], collections.Counter()
+    failures, expected, kinds = [], collections.Counter(), collections.Counter()
     start = time.perf_counter()
     for name, case in tests.node_cases():
         op = tests.claimed_op(case)
@@ -41,7 +41,10 @@ def main(verbose: bool = False, target: str | None = None, device: str | None = 
         except Exception as e:  # noqa: BLE001 - a report, not a test
             reason = tests.expected_failure(name)
             expected[reason] += reason is not None
+            kinds[_kind(e)] += reason is None
             failures.append((name, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"))
+            if verbose:  # as they come: a run cut short still tells what failed
+                print(f"FAIL {name}: {failures[-1][1][:200]}", flush=True)
     width = max(map(len, total))
     for op in sorted(total):
         print(f"{op:<{width}}  {passed[op]:>3}/{total[op]:<3}")
@@ -50,20 +53,25 @@ def main(verbose: bool = False, target: str | None = None, device: str | None = 
     where = f" on {target} ({device})" if target else " on vmvx's interpreter"
     print(f"\n{n_pass}/{n_all} node tests pass ({100 * rate:.1f}%) over {len(total)} claimed ops{where}, "
           f"in {time.perf_counter() - start:.0f} s")
-    print(f"{sum(expected.values())} of the {n_all - n_pass} failures are listed expected failures:")
+    print(f"{sum(expected.values())} of the {n_all - n_pass} failures are listed expected failures; the others: "
+          f"{kinds['wrong']} wrong results, {kinds['refused']} refused (a RetargetError), {kinds['error']} errors")
     for reason, count in expected.most_common():
         if count:
             print(f"  {count:>4}  {reason}")
-    if verbose:
-        for name, why in failures:
-            print(f"FAIL {name}: {why[:200]}")
     if json_out:
         pathlib.Path(json_out).write_text(json.dumps({
-            "target": target, "device": device, "passed": n_pass, "total": n_all,
+            "target": target, "device": device, "passed": n_pass, "total": n_all, "unexpected": dict(kinds),
             "ops": {op: [passed[op], total[op]] for op in sorted(total)},
             "failures": [{"case": name, "error": why, "expected": tests.expected_failure(name)}
                          for name, why in failures]}, indent=1))
     return rate
+
+
+def _kind(e: Exception) -> str:
+    """wrong: a result differs; refused: retarget said no, with a reason; error: anything else (a bug)."""
+    from retarget.errors import RetargetError
+
+    return "wrong" if isinstance(e, AssertionError) else "refused" if isinstance(e, RetargetError) else "error"
 
 
 if __name__ == "__main__":
