@@ -2,7 +2,10 @@
 biases and initial states, batch-major layout, sequence_lens given at run time (uneven, 0 and full), peepholes,
 clip, input_forget, linear_before_reset, other activation functions with their alphas and betas, an output alone, a
 batch known only at run time, the refusals, and the legacy torch exporter's stacked bidirectional layers. The
-reference is onnxruntime (CPU) in the time-major layout, the only one it runs; torch for torch's modules."""
+reference is onnxruntime (CPU) in the time-major layout, the only one it runs; torch for torch's modules. Then
+opset 27's CausalConvWithState and LinearAttention (linear-attention and state-space LLMs) against onnx's
+reference, on every importer target: a prefill that continues a past state, in f32 and f16, grouped query heads
+and per-key decay."""
 
 from __future__ import annotations
 
@@ -258,3 +261,57 @@ def test_torch_exported_two_layer_bidirectional_module_matches_torch(module, tar
     expected = [t.numpy() for t in (y, *(state if module == "LSTM" else (state,)))]
     assert_same(compiled_outputs(onnx.load_from_string(buffer.getvalue()), target, x.numpy()), expected,
                 **TOLERANCE)
+
+
+# -- opset 27: CausalConvWithState and LinearAttention ------------------------------------------------------------
+
+
+def normal(*shape, scale=1.0, seed=0, dtype=F32):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_causal_conv_with_state_continues_its_past_state(dtype, target):
+    if dtype == np.float16 and target.startswith("webgpu"):
+        pytest.skip("the webgpu-spirv target does not assume shader-f16")
+    x, weight = normal(2, 6, 5, dtype=dtype), normal(6, 1, 4, scale=0.5, seed=1, dtype=dtype)
+    bias, past = normal(6, seed=2, dtype=dtype), normal(2, 6, 3, seed=3, dtype=dtype)
+    inputs = {"x": x, "weight": weight, "bias": bias, "past": past}
+    model = graph_of([helper.make_node("CausalConvWithState", list(inputs), ["y", "present"], activation="silu")],
+                     inputs, ["y", "present"], opset=27)
+    tolerance = {"rtol": 2e-3, "atol": 2e-3} if dtype == np.float16 else TOLERANCE
+    assert_same(compiled_outputs(model, target, *inputs.values()), reference_outputs(model, inputs), **tolerance)
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize("rule, per_key_decay", [("gated_delta", False), ("gated_delta", True), ("delta", False),
+                                                 ("gated", True), ("linear", False)])
+def test_linear_attention_prefill_after_a_past_state(rule, per_key_decay, target):
+    """6 query heads on 2 key-value heads, d_k 4, d_v 3, 5 steps after a past state (Gated DeltaNet's layout)."""
+    batch, steps, q_heads, kv_heads, d_k, d_v = 2, 5, 6, 2, 4, 3
+    keys = normal(batch, steps, kv_heads * d_k, seed=1)
+    keys /= np.linalg.norm(keys.reshape(batch, steps, kv_heads, d_k), axis=-1).repeat(d_k, -1)  # the delta rule's
+    inputs = {"q": normal(batch, steps, q_heads * d_k), "k": keys, "v": normal(batch, steps, kv_heads * d_v, seed=2),
+              "past": normal(batch, kv_heads, d_k, d_v, scale=0.3, seed=3)}
+    if rule in ("gated", "gated_delta"):
+        inputs["decay"] = -np.abs(normal(batch, steps, kv_heads * (d_k if per_key_decay else 1), scale=0.5, seed=4))
+    if rule in ("delta", "gated_delta"):
+        inputs["beta"] = 1 / (1 + np.exp(-normal(batch, steps, kv_heads, seed=5)))
+    names = [name if name in inputs else "" for name in ("q", "k", "v", "past", "decay", "beta")]
+    names = names[:max(i for i, name in enumerate(names) if name) + 1]  # an absent input past the last is dropped
+    node = helper.make_node("LinearAttention", names, ["y", "present"], q_num_heads=q_heads, kv_num_heads=kv_heads,
+                            update_rule=rule)
+    model = graph_of([node], inputs, ["y", "present"], opset=27)
+    assert_same(compiled_outputs(model, target, *inputs.values()), reference_outputs(model, inputs), **TOLERANCE)
+
+
+def test_linear_attention_refuses_a_rule_without_its_inputs_and_heads_that_do_not_divide():
+    q, k, v = normal(1, 3, 8), normal(1, 3, 8), normal(1, 3, 8)
+    inputs = {"q": q, "k": k, "v": v}
+    for attrs, message in ((dict(q_num_heads=2, kv_num_heads=2), "needs decay"),
+                           (dict(q_num_heads=3, kv_num_heads=2, update_rule="linear"), "multiple of kv_num_heads"),
+                           (dict(q_num_heads=2, kv_num_heads=2, update_rule="fast"), "update_rule 'fast'")):
+        node = helper.make_node("LinearAttention", list(inputs), ["y"], **attrs)
+        with pytest.raises((InputError, UnsupportedOpError), match=message):
+            OnnxImporter().load(graph_of([node], inputs, ["y"], opset=27))

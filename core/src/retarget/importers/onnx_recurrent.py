@@ -1,5 +1,7 @@
 """ONNX's recurrent ops, RNN, GRU and LSTM (opset 14's: opset 7's and `layout`; opset 22 adds only types),
-unrolled over the sequence into graph ops.
+unrolled over the sequence into graph ops; and opset 27's CausalConvWithState and LinearAttention (every
+update_rule: linear, gated, delta, gated_delta; grouped query heads; per-head or per-key decay), the ops of
+linear-attention and state-space LLMs, LinearAttention unrolled over its sequence in f32 as onnx's reference runs it.
 
 - Every attribute: `activations` (Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid,
   Elu, Softsign, Softplus, in any case; one list a direction), with `activation_alpha` and `activation_beta`
@@ -366,3 +368,110 @@ def _lstm(n):
         return [b.op("rt.mul", [output_gate, u.activate(2, cell, clipped=False)]), cell]
 
     return u.run(step, u.projected(u.input_bias()), [u.initial(5), u.initial(6)])
+
+
+# -- the recurrent ops of opset 27: CausalConvWithState and LinearAttention (linear-attention and state-space LLMs) -
+
+
+@handles("CausalConvWithState")
+def _causal_conv_with_state(n):
+    """A depthwise causal conv1d over [past_state, input] (zeros without a past state), then SiLU if asked;
+    present_state is the last k - 1 positions of that. The k taps are k shifted slices, multiplied and summed: one
+    elementwise kernel, as k is small (4 in Mamba-style models)."""
+    b, x, weight = n.b, n(0), n(1)
+    activation = n.attr("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise UnsupportedOpError(f"CausalConvWithState's activation '{activation}' is not none, silu or swish")
+    batch, channels, length = x.type.shape
+    if weight.type.rank != 3 or weight.type.shape[:2] != (channels, 1):
+        raise InputError(f"CausalConvWithState of input {x.type} takes a weight [{channels}, 1, k]; got "
+                         f"{weight.type}")
+    taps = weight.type.shape[2]
+    if not isinstance(taps, int) or not isinstance(length, int):
+        raise UnsupportedOpError(f"CausalConvWithState of input {x.type} and weight {weight.type}: the length and "
+                                 "the kernel size must be static", hint="export with static sizes")
+    past = n(3) if n.has(3) else b.op("rt.broadcast", [C.scalar(b, 0, x)], {"shape": (batch, channels, taps - 1)})
+    padded = b.op("rt.concat", [past, x], {"axis": 2}) if taps > 1 else x
+    wide = C.widen(b, padded)
+    taps_weights = C.widen(b, b.op("rt.reshape", [weight], {"shape": (1, channels, taps)}))
+    total = None
+    for j in range(taps):
+        term = b.op("rt.mul", [C.slice_axis(b, wide, 2, j, j + length), C.slice_axis(b, taps_weights, 2, j, j + 1)])
+        total = term if total is None else b.op("rt.add", [total, term])
+    if n.has(2):
+        total = b.op("rt.add", [total, C.widen(b, b.op("rt.reshape", [n(2)], {"shape": (1, channels, 1)}))])
+    output = C.narrow_to(b, total, x)  # the conv's result in the input's type, then the activation in f32
+    if activation != "none":
+        output = C.narrow_to(b, C.swish(b, C.widen(b, output)), x)
+    present = C.slice_axis(b, padded, 2, length, length + taps - 1)
+    return [output, present]
+
+
+LINEAR_ATTENTION_RULES = {  # update_rule -> (decay gates the state, beta corrects it: the delta rule)
+    "linear": (False, False), "gated": (True, False), "delta": (False, True), "gated_delta": (True, True)}
+
+
+@handles("LinearAttention")
+def _linear_attention(n):
+    """The recurrence of linear attention, one step a position (unrolled; the sequence length must be static),
+    in f32: the state S [batch, kv_heads, d_k, d_v] decays by exp(decay) (gated rules), the value is corrected by
+    beta * (v - S^T k) (delta rules), S += k v^T, and each query head reads q S of its key-value head (query head h
+    reads kv head h // (q_heads / kv_heads)), scaled (1/sqrt(d_k) unless `scale` is given). `chunk_size` is a hint
+    with no effect on the result."""
+    b = n.b
+    rule = n.attr("update_rule", "gated_delta")
+    if rule not in LINEAR_ATTENTION_RULES:
+        raise UnsupportedOpError(f"LinearAttention's update_rule '{rule}' is not one of "
+                                 f"{', '.join(LINEAR_ATTENTION_RULES)}")
+    gated, delta = LINEAR_ATTENTION_RULES[rule]
+    for i, name, wanted in ((4, "decay", gated), (5, "beta", delta)):
+        if n.has(i) != wanted:
+            raise InputError(f"LinearAttention's update_rule '{rule}' {'needs' if wanted else 'takes no'} {name}")
+    q_heads, kv_heads = n.attr("q_num_heads"), n.attr("kv_num_heads")
+    if not q_heads or not kv_heads or q_heads % kv_heads:
+        raise InputError(f"LinearAttention's q_num_heads ({q_heads}) must be a multiple of kv_num_heads ({kv_heads})")
+    query, key, value = n(0), n(1), n(2)
+    batch, steps, _ = query.type.shape
+    if not isinstance(steps, int):
+        raise UnsupportedOpError(f"LinearAttention over a sequence of length {steps}, known only at run time: the "
+                                 "recurrence is unrolled over its steps", hint="export with a static sequence length")
+    d_k, d_v = query.type.shape[2] // q_heads, value.type.shape[2] // kv_heads
+    group = q_heads // kv_heads
+
+    def per_step(x: Value, heads: int) -> Value:  # [batch, steps, heads * d] -> [steps, batch, heads, 1, d] in f32
+        x = b.op("rt.reshape", [C.widen(b, x)], {"shape": (batch, steps, heads, 1, x.type.shape[2] // heads)})
+        return b.op("rt.transpose", [x], {"perm": (1, 0, 2, 3, 4)})
+
+    def at(x: Value, t: int) -> Value:
+        return b.op("rt.reshape", [C.slice_axis(b, x, 0, t, t + 1)], {"shape": x.type.shape[1:]})
+
+    q = per_step(b.op("rt.reshape", [query], {"shape": (batch, steps, kv_heads * group * d_k)}), kv_heads * group)
+    q = b.op("rt.reshape", [q], {"shape": (steps, batch, kv_heads, group, d_k)})  # a kv head's query heads together
+    k, v = per_step(key, kv_heads), per_step(value, kv_heads)
+    decay = beta = None
+    if gated:  # [batch, steps, kv_heads] or [.., kv_heads * d_k] -> [steps, batch, kv_heads, 1 or d_k, 1]
+        decay = b.op("rt.exp", [per_step(n(4), kv_heads)])
+        decay = b.op("rt.transpose", [decay], {"perm": (0, 1, 2, 4, 3)})
+    if delta:  # [batch, steps, kv_heads or 1] -> [steps, batch, kv_heads or 1, 1, 1]
+        beta = per_step(n(5), n(5).type.shape[2])
+    scale = n.attr("scale", 0.0) or 1.0 / np.sqrt(d_k)
+    state_shape = (batch, kv_heads, d_k, d_v)
+    state = (C.widen(b, n(3)) if n.has(3) else
+             b.op("rt.broadcast", [C.scalar(b, 0, C.widen(b, query))], {"shape": state_shape}))
+    outputs = []
+    for t in range(steps):
+        k_t, v_t = at(k, t), at(v, t)  # [batch, kv_heads, 1, d]
+        if gated:
+            state = b.op("rt.mul", [state, at(decay, t)])
+        if delta:
+            retrieved = b.op("rt.matmul", [k_t, state])  # S^T k: [batch, kv_heads, 1, d_v]
+            v_t = b.op("rt.mul", [at(beta, t), b.op("rt.sub", [v_t, retrieved])])
+        k_column = b.op("rt.reshape", [k_t], {"shape": (batch, kv_heads, d_k, 1)})
+        state = b.op("rt.add", [state, b.op("rt.mul", [k_column, v_t])])
+        outputs.append(b.op("rt.matmul", [at(q, t), state]))  # [batch, kv_heads, group, d_v]
+    out = b.op("rt.concat", outputs, {"axis": 2}) if steps > 1 else outputs[0]  # [batch, kv_heads, steps*group, d_v]
+    out = b.op("rt.reshape", [out], {"shape": (batch, kv_heads, steps, group, d_v)})
+    out = b.op("rt.transpose", [out], {"perm": (0, 2, 1, 3, 4)})
+    out = b.op("rt.mul", [out, C.scalar(b, scale, out)])
+    out = C.narrow_to(b, b.op("rt.reshape", [out], {"shape": (batch, steps, q_heads * d_v)}), query)
+    return [out, C.narrow_to(b, state, n(3) if n.has(3) else query)]
