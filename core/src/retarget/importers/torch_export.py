@@ -1248,11 +1248,10 @@ def _antialiased_upsample(mode: str):
     """_upsample_bilinear2d_aa and _upsample_bicubic2d_aa (F.interpolate's antialias=True, torchvision's Resize on
     tensors): each spatial axis filtered by ATen's own weights (`_aten_filter`), as gathers of the taps each
     output reads, or a matrix product past `compose.MAX_GATHERED_TAPS`."""
-    import torch
-
-    op = getattr(torch.ops.aten, f"_upsample_{mode}2d_aa").default
-
     def handler(cv, node, x, *args, **kwargs):
+        import torch  # here, not at import: the importer loads without torch until a program comes
+
+        op = getattr(torch.ops.aten, f"_upsample_{mode}2d_aa").default
         shape, _ = cv.out_type(node)
         if any(isinstance(d, Sym) for d in (*shape[2:], *x.type.shape[2:])):
             raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
