@@ -31,6 +31,9 @@ EXPECTED_FAILURES = {
     "to the declared bf16) and whose ReduceSum accumulates in bf16; vmvx rounds each op's result to its declared "
     "bf16 once, so a few elements are one bf16 ulp (0.0078) apart, past rtol 1e-2":
         r"test_attention_4d_(causal_|causal_padded_kv_|padded_kv_)bf16(_expanded)?",
+    "the inverse DFT's expected outputs are numpy's ifft of complex64 input, computed in single precision: parts "
+    "that are exactly 0 come out as 1.9e-7, past the case's atol of 1e-7 (the importer's are within 1e-14 of 0; "
+    "onnxruntime fails these cases too)": r"test_dft_inverse(_opset19)?",
     "MaxUnpool with an output_shape larger than the inferred one: onnx's reference scatters in the inferred shape "
     "and pads its end; onnxruntime and torch (and the importer) scatter into output_shape, where MaxPool numbered "
     "the indices (onnx/onnx#2398)": r"test_maxunpool_export_with_output_shape",
