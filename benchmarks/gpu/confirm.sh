@@ -12,6 +12,10 @@
 #  importers: the torch importer's composed-op tests (3-D convolutions, grid_sample, scatters, gather, unpool, ...) and
 #             the scatter and segment kernels' tests on cuda, vulkan and webgpu (RETARGET_IMPORTER_TARGETS): a call
 #             of its own;
+#  onnx_ops:  the ONNX importer's tests that run on RETARGET_IMPORTER_TARGETS (transformer ops, Resize, the recurrent,
+#             signal, control-flow and image ops) on cuda, vulkan and webgpu;
+#  nodes:     ONNX's node tests of every claimed op compiled for each of NODE_TARGETS (cuda vulkan-spirv webgpu-spirv)
+#             and run there (benchmarks/onnx_node_coverage.py --target): $OUT/nodes-TARGET.txt and .json;
 #  new_ops:   benchmarks/new_ops.py on cuda, vulkan and webgpu beside torch's CUDA;
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
 #             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run, and
@@ -71,6 +75,20 @@ if step importers; then
     core/tests/importers/test_torch_more_ops.py core/tests/importers/test_torch_conv3d.py \
     core/tests/importers/test_torch_gather.py core/tests/importers/test_torch_unpool.py core/tests/test_scatter_kernel.py \
     core/tests/test_segment_reduce.py 2>&1 | tail -3 | tee "$OUT/importers-gpu.txt"
+fi
+if step onnx_ops; then
+  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 400 python3 -m pytest -q -p no:cacheprovider \
+    core/tests/importers/test_onnx_more_ops.py core/tests/importers/test_onnx_resize.py \
+    core/tests/importers/test_onnx_recurrent.py core/tests/importers/test_onnx_signal.py \
+    core/tests/importers/test_onnx_control.py core/tests/importers/test_onnx_image.py 2>&1 | tail -4 \
+    | tee "$OUT/onnx-ops-gpu.txt"
+fi
+if step nodes; then
+  for target in ${NODE_TARGETS:-cuda vulkan-spirv webgpu-spirv}; do
+    PYTHONWARNINGS=ignore timeout "${NODE_TIMEOUT:-180}" python3 benchmarks/onnx_node_coverage.py -v --target "$target" \
+      --json "$OUT/nodes-$target.json" > "$OUT/nodes-$target.txt" 2>&1
+    grep -E "node tests pass" "$OUT/nodes-$target.txt" || echo "$target: no summary (timed out?)"
+  done
 fi
 if step new_ops; then
   timeout 200 python3 benchmarks/new_ops.py --pairs cuda:host=cuda vulkan-spirv:host=vulkan webgpu-spirv:host=webgpu \
