@@ -1,5 +1,9 @@
 """ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21, and the
-transformer ops of opsets 23 to 28: Attention, RMSNormalization, RotaryEmbedding, Swish, SwiGLU).
+newer ops of opsets 23 to 28: Attention, RMSNormalization, RotaryEmbedding, Swish, SwiGLU, TensorScatter,
+CausalConvWithState, LinearAttention). Families of ops live in modules of their own, which register here:
+`onnx_quant` (quantized ops), `onnx_recurrent` (RNN, GRU, LSTM and opset 27's recurrences), `onnx_control` (If,
+Loop, Scan), `onnx_signal` (DFT, STFT, windows, MelWeightMatrix), `onnx_image` (CenterCropPad, AffineGrid,
+Col2Im, RoiAlign, TensorScatter).
 
 A graph input's `dim_param` ("batch") is a symbolic dimension of that name, shared by every
 input that names it; a dimension with neither a value nor a name is a new symbol
