@@ -397,7 +397,7 @@ WGSL_OPS = {
     "not.int": "(~{0})", "not.bool": "(!{0})", "neg.uint": "(0u - {0})",  # WGSL has no unary - of u32
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
     "div.float": "({0} / {1})", "div.int": "rt_div_{s}({0}, {1})",
-    "rem.float": "({0} % {1})",  # truncated, as fmod
+    "rem.float": "rt_fmod_{s}({0}, {1})",
     "rem.int": "rt_rem_{s}({0}, {1})",
     "pow.float": "rt_pow_{s}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
     "max": "rt_max_{s}({0}, {1})", "min": "rt_min_{s}({0}, {1})",
@@ -434,6 +434,9 @@ WGSL_HELPERS = (
     ("rt_max_$s", ("int", "uint", "bool"), "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, a > b); }"),
     ("rt_min_$s", ("int", "uint", "bool"), "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, a < b); }"),
     ("rt_sigmoid_$s", ("float",), "fn rt_sigmoid_$s(x: $T) -> $T { return $T(1) / ($T(1) + exp(-x)); }"),
+    ("rt_fmod_$s", ("float",),  # WGSL's % is a - b * trunc(a / b): NaN for an infinite b, where fmod keeps a
+     f"fn rt_fmod_$s(a: $T, b: $T) -> $T {{\n  if ({_WGSL_FINITE.format('a')} && !{_WGSL_FINITE.format('b')} && "
+     f"!{_WGSL_NAN.format('b')}) {{ return a; }}\n  return a % b;\n}}"),
     ("rt_div_$s", ("int",),
      "fn rt_div_$s(a: $T, b: $T) -> $T { if (b == 0 || (b == -1 && a == $min)) { return a; } return a / b; }"),
     ("rt_rem_$s", ("int",),  # not `%`: on NVIDIA's Vulkan driver, wgpu's i32 `%` gave the unsigned remainder

@@ -14,9 +14,12 @@ from ..vmvx.kernels import evaluate
 
 F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 1e-3, -1e-4, 0.75, 3.0, -7.25,
                       20.0, -20.0, 1e30, 0.3], dtype=np.float32)
-# pairs for binary ops: NaN on either side and both, infinities, equal values, signs
-F32_A = np.array([np.nan, 1.0, np.nan, np.inf, -np.inf, 2.0, -3.5, 7.0, -7.0, 0.5, 3.0, 1e-3, 4.0], dtype=np.float32)
-F32_B = np.array([1.0, np.nan, np.nan, 3.0, 2.0, 2.0, 1.5, -2.0, 2.0, 0.25, -2.0, 5.0, 0.5], dtype=np.float32)
+# pairs for binary ops: NaN on either side and both, infinities (a finite number by an infinite one: fmod keeps it,
+# where a - b * trunc(a / b) is NaN), equal values, signs
+F32_A = np.array([np.nan, 1.0, np.nan, np.inf, -np.inf, 2.0, -3.5, 7.0, -7.0, 0.5, 3.0, 1e-3, 4.0, 5.5, -3.0, np.inf],
+                 dtype=np.float32)
+F32_B = np.array([1.0, np.nan, np.nan, 3.0, 2.0, 2.0, 1.5, -2.0, 2.0, 0.25, -2.0, 5.0, 0.5, np.inf, -np.inf, np.inf],
+                 dtype=np.float32)
 I32_X = np.array([0, 1, -1, 7, -7, 100, -128, 2147483647, -2147483647], dtype=np.int32)
 I32_A = np.array([7, -7, 7, -7, 5, 0, -8, 9, 3, -2147483647 - 1, 12, -3], dtype=np.int32)
 I32_B = np.array([2, 2, -2, -2, 0, 3, 3, 4, 3, -1, 5, 0], dtype=np.int32)

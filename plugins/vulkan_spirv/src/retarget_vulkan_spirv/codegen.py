@@ -990,7 +990,14 @@ class _Codegen:
 
     def float_binary(self, op: str, a: int, b: int, t: int, c: DType) -> int:
         plain = {"add": "FAdd", "sub": "FSub", "mul": "FMul", "div": "FDiv", "rem": "FRem"}
-        if op in plain:  # FRem takes the dividend's sign, as C's fmod
+        if op == "rem":  # FRem takes the dividend's sign, as C's fmod; drivers lower it as a - b * trunc(a / b),
+            # which is NaN for an infinite b, where fmod(a, +-inf) is a for every finite a
+            tb = self.t_bool
+            finite_a = self.op("LogicalNot", tb, self.op("LogicalOr", tb, self.op("IsNan", tb, a),
+                                                          self.op("IsInf", tb, a)))
+            keep = self.op("LogicalAnd", tb, self.op("IsInf", tb, b), finite_a)
+            return self.select(keep, a, self.op("FRem", t, a, b), t)
+        if op in plain:
             return self.op(plain[op], t, a, b)
         if op in ("max", "min"):  # NaN wins, as numpy's maximum
             picked = self.ext("FMax" if op == "max" else "FMin", t, a, b)
