@@ -73,6 +73,7 @@ FALLBACK_OPS = {"erf.float": "rt_erf_{s}({0})", "log1p.float": "rt_log1p_{s}({0}
                 "expm1.float": "rt_expm1_{s}({0})"}
 
 # Helpers, instantiated per dtype of a kind: (name, kinds, body). Only those a module calls are emitted.
+TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes tanhf
 _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
@@ -386,7 +387,8 @@ _WGSL_FINITE = "((bitcast<u32>({0}) & 0x7f800000u) != 0x7f800000u)"
 WGSL_OPS = {
     "neg": "(-{0})",
     "abs": "abs({0})", "abs.uint": "{0}", "abs.bool": "{0}",
-    **{f"{op}.float": f"{op}({{0}})" for op in ("exp", "log", "sqrt", "tanh", "floor", "ceil", "sin", "cos", "tan")},
+    **{f"{op}.float": f"{op}({{0}})" for op in ("exp", "log", "sqrt", "floor", "ceil", "sin", "cos", "tan")},
+    "tanh.float": "rt_tanh_{s}({0})",
     "rsqrt.float": "inverseSqrt({0})",
     "reciprocal.float": "({T}(1) / {0})",
     "sigmoid.float": "rt_sigmoid_{s}({0})",
@@ -431,9 +433,16 @@ WGSL_HELPERS = (
     ("rt_min_$s", ("float",),
      f"fn rt_min_$s(a: $T, b: $T) -> $T {{ return select(select(select(b, a, a < b), b, {_WGSL_NAN.format('b')}), a, "
      f"{_WGSL_NAN.format('a')}); }}"),
-    ("rt_max_$s", ("int", "uint", "bool"), "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, a > b); }"),
-    ("rt_min_$s", ("int", "uint", "bool"), "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, a < b); }"),
+    ("rt_max_$s", ("int", "uint"), "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, a > b); }"),
+    ("rt_min_$s", ("int", "uint"), "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, a < b); }"),
+    ("rt_max_$s", ("bool",), "fn rt_max_$s(a: $T, b: $T) -> $T { return a || b; }"),  # WGSL orders no bools
+    ("rt_min_$s", ("bool",), "fn rt_min_$s(a: $T, b: $T) -> $T { return a && b; }"),
     ("rt_sigmoid_$s", ("float",), "fn rt_sigmoid_$s(x: $T) -> $T { return $T(1) / ($T(1) + exp(-x)); }"),
+    ("rt_tanh_$s", ("float",),  # Cephes tanhf: drivers' tanh, (e^2x - 1) / (e^2x + 1), loses digits near 0 (1e-3 of
+     # Mish's tanh(softplus(-10)) on lavapipe), so an odd polynomial below 0.625, 1 - 2 / (e^2|x| + 1) above
+     "fn rt_tanh_$s(x: $T) -> $T {\n  let a = abs(x);\n  if (a < $T(0.625)) {\n    let z = x * x;\n"
+     f"    return x + x * z * {_wgsl_horner(TANH_P).replace('x2', 'z')};\n"
+     "  }\n  let r = $T(1) - $T(2) / (exp(a + a) + $T(1));\n  return select(r, -r, x < $T(0));\n}"),
     ("rt_fmod_$s", ("float",),  # WGSL's % is a - b * trunc(a / b): NaN for an infinite b, where fmod keeps a
      f"fn rt_fmod_$s(a: $T, b: $T) -> $T {{\n  if ({_WGSL_FINITE.format('a')} && !{_WGSL_FINITE.format('b')} && "
      f"!{_WGSL_NAN.format('b')}) {{ return a; }}\n  return a % b;\n}}"),

@@ -56,6 +56,11 @@ def op_cases() -> dict:
     for op in FLOAT_BINARY:
         add(f"f32_{op}", lambda a, b, op=op: k.Binary(op, a, b), [F32_A, F32_B], f32,
             ref(f"rt.{op}", [F32_A, F32_B], f32))
+    # tanh near 0, scaled up so that a relative error shows past the comparisons' absolute tolerance: drivers' own
+    # tanh, (e^2x - 1) / (e^2x + 1), is 1e-3 off there (Mish's tanh(softplus(-10)) on lavapipe)
+    small = np.array([4.54e-5, -1e-4, 3e-3, 1e-6, 0.01, -0.3, 0.6, -0.7], dtype=np.float32)
+    add("f32_tanh_near_zero", lambda a: k.Binary("mul", k.Unary("tanh", a), k.const(1e4, f32)), [small], f32,
+        (np.tanh(small.astype(np.float64)) * 1e4).astype(np.float32))
     for op in INT_UNARY:
         add(f"i32_{op}", lambda a, op=op: k.Unary(op, a), [I32_X], i32, ref(f"rt.{op}", [I32_X], i32))
     for op in INT_BINARY:
@@ -80,7 +85,7 @@ def op_cases() -> dict:
             add(f"{dt}_cmp_{pred}", lambda x, y, pred=pred: k.Compare(pred, x, y), [a, b], i1,
                 ref("rt.cmp", [a, b], i1, {"predicate": pred}))
     p, q = np.array([True, True, False, False]), np.array([True, False, True, False])
-    for op in ("and", "or", "xor"):
+    for op in ("and", "or", "xor", "max", "min"):  # max and min of bools: ONNX's ReduceMax of a mask
         add(f"i1_{op}", lambda a, b, op=op: k.Binary(op, a, b), [p, q], i1, ref(f"rt.{op}", [p, q], i1))
     add("i1_not", lambda a: k.Unary("not", a), [p], i1, ref("rt.not", [p], i1))
     add("select", lambda c, a, b: k.Select(c, a, b), [p, F32_A[:4], F32_B[:4]], f32, np.where(p, F32_A[:4], F32_B[:4]))
