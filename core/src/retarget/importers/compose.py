@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -425,12 +426,13 @@ def asinh(b: Builder, x: Value) -> Value:
 
 def acosh(b: Builder, x: Value) -> Value:
     """log1p(t + sqrt(t * (t + 2))) with t = x - 1 (exact, so acosh(1) is 0 and values near 1 keep their digits),
-    and log(x) + log(2) past 1 / sqrt(eps), where t * (t + 2) would overflow. NaN below 1."""
+    and log(x) + log(2) past 1 / sqrt(eps) in magnitude, where t * (t + 2) would overflow (below -1 / sqrt(eps)
+    the log of a negative x gives the NaN). NaN below 1."""
     t = b.op("rt.sub", [x, scalar(b, 1, x)])
     root = b.op("rt.sqrt", [b.op("rt.mul", [t, b.op("rt.add", [t, scalar(b, 2, x)])])])
     near = b.op("rt.log1p", [b.op("rt.add", [t, root])])
     far = b.op("rt.add", [b.op("rt.log", [x]), scalar(b, math.log(2), x)])
-    large = b.op("rt.cmp", [x, scalar(b, _past_sqrt_eps(x), x)], {"predicate": "gt"})
+    large = b.op("rt.cmp", [b.op("rt.abs", [x]), scalar(b, _past_sqrt_eps(x), x)], {"predicate": "gt"})
     return b.op("rt.select", [large, far, near])
 
 
@@ -471,6 +473,273 @@ def sinh(b: Builder, x: Value) -> Value:
     far = b.op("rt.sub", [_half_exp(b, a), b.op("rt.mul", [b.op("rt.exp", [b.op("rt.neg", [a])]), half])])
     small = b.op("rt.cmp", [a, scalar(b, 1, x)], {"predicate": "lt"})
     return _odd(b, x, b.op("rt.select", [small, near, far]))
+
+
+def trunc(b: Builder, x: Value) -> Value:
+    """x rounded toward zero: ceil below 0, floor above, so that -0.5 gives -0.0 as C's trunc does; integers as
+    they are."""
+    if not x.type.dtype.is_float:
+        return x
+    negative = b.op("rt.cmp", [x, scalar(b, 0, x)], {"predicate": "lt"})
+    return b.op("rt.select", [negative, b.op("rt.ceil", [x]), b.op("rt.floor", [x])])
+
+
+def log_base(b: Builder, x: Value, base: int) -> Value:
+    """log(x) / log(base) (log2, log10), exact where x is a power of the base: there log(x) / log(base) may round
+    to 2.9999998 for 3, which a floor or a comparison of it would get wrong, so where base^round(y) equals x
+    the result is round(y). Not among subnormals, where a power rounds to a neighbour far from it."""
+    import ml_dtypes
+
+    y = b.op("rt.mul", [b.op("rt.log", [x]), scalar(b, 1 / math.log(base), x)])
+    whole = b.op("rt.round", [y])
+    exact = b.op("rt.cmp", [b.op("rt.pow", [scalar(b, base, x), whole]), x], {"predicate": "eq"})
+    normal = b.op("rt.cmp", [x, scalar(b, float(ml_dtypes.finfo(x.type.dtype.np_dtype).tiny), x)], {"predicate": "ge"})
+    return b.op("rt.select", [b.op("rt.and", [exact, normal]), whole, y])
+
+
+def hypot(b: Builder, x: Value, y: Value) -> Value:
+    """sqrt(x^2 + y^2) without overflow or underflow, as C's hypot: m * sqrt(1 + (s / m)^2) with m the larger
+    magnitude and s the smaller (0 where m is), inf where either is inf, even against a NaN."""
+    ax, ay = b.op("rt.abs", [x]), b.op("rt.abs", [y])
+    large, small = b.op("rt.max", [ax, ay]), b.op("rt.min", [ax, ay])
+    zero = scalar(b, 0, large)
+    ratio = b.op("rt.select", [b.op("rt.cmp", [large, zero], {"predicate": "eq"}), zero,
+                               b.op("rt.div", [small, large])])
+    root = b.op("rt.sqrt", [b.op("rt.add", [scalar(b, 1, ratio), b.op("rt.mul", [ratio, ratio])])])
+    inf = scalar(b, math.inf, large)
+    infinite = b.op("rt.or", [b.op("rt.cmp", [ax, inf], {"predicate": "eq"}),
+                              b.op("rt.cmp", [ay, inf], {"predicate": "eq"})])
+    return b.op("rt.select", [infinite, inf, b.op("rt.mul", [large, root])])
+
+
+def copysign(b: Builder, x: Value, sign: Value) -> Value:
+    """|x| with the sign of `sign`, -0.0's included (its reciprocal is -inf). A NaN's sign bit cannot be read
+    without a bit cast, which no graph op does: a NaN `sign` gives |x|."""
+    magnitude = b.op("rt.abs", [x])
+    zero = scalar(b, 0, sign)
+    negative = b.op("rt.or", [b.op("rt.cmp", [sign, zero], {"predicate": "lt"}),
+                              b.op("rt.cmp", [b.op("rt.reciprocal", [sign]), zero], {"predicate": "lt"})])
+    return b.op("rt.select", [negative, b.op("rt.neg", [magnitude]), magnitude])
+
+
+def _polynomial(b: Builder, t: Value, coefficients) -> Value:
+    """sum(c_k t^k) by Horner's rule, `coefficients` from the highest power down."""
+    acc = scalar(b, coefficients[0], t)
+    for c in coefficients[1:]:
+        acc = b.op("rt.add", [b.op("rt.mul", [acc, t]), scalar(b, c, t)])
+    return acc
+
+
+def _in_f32(b: Builder, x: Value, f) -> Value:
+    """f(x) computed in f32 where x is a half float (as torch computes its special functions), else in x's type."""
+    return narrow_to(b, f(widen(b, x)), x)
+
+
+# erfinv(x) / x as polynomials (highest power first) of w - 2.5 where w = -log(1 - x^2) < 5, and of sqrt(w) - 3
+# past that: M. Giles' form ("Approximating the erfinv function", GPU Computing Gems Jade, 2011), refitted for
+# relative error at Chebyshev nodes against mpmath's erfinv.
+_ERFINV_CENTRAL = (-8.94141408e-09, 2.32648002e-08, 4.68266974e-07, -3.46309307e-06, -4.97306967e-06,
+                   2.18345887e-04, -1.25272523e-03, -4.17738847e-03, 2.46640278e-01, 1.50140936e+00)
+_ERFINV_TAIL = (1.24163012e-04, -3.17256905e-04, -6.83708592e-05, 1.49434390e-03, -3.59180378e-03, 5.68355799e-03,
+                -7.63836193e-03, 9.44567474e-03, 1.00167503e+00, 2.83297679e+00)
+_ERFINV_FAR = (-1.29130608e-06, 5.17299985e-06, -1.93599282e-05, 7.55122310e-05, -2.15153646e-04, -1.38608573e-04,
+               1.01030048e+00, 4.84990640e+00)  # in sqrt(w) - 5, for w >= 16: within 1 - 6e-8 of +-1, only f64 there
+
+
+def erfinv(b: Builder, x: Value) -> Value:
+    """The inverse error function: +-inf at +-1, NaN past them. In f32 (half floats computed in f32) within 2e-7
+    relative (about 3 ulps) of the exact value over [-1, 1], from polynomials in w = -log((1 - x)(1 + x))
+    (`_ERFINV_CENTRAL`, `_ERFINV_TAIL`). f64 adds two Newton steps on erf, to about 1e-15 relative, where
+    |x| < 1 - 1e-9; closer to +-1 a step would make erf's rounding the error, so there the polynomials' 2e-9
+    stays (`_ERFINV_FAR` past f32's last value below 1)."""
+    def compute(x):
+        one = scalar(b, 1, x)
+        w = b.op("rt.neg", [b.op("rt.log", [b.op("rt.mul", [b.op("rt.sub", [one, x]), b.op("rt.add", [one, x])])])])
+        central = _polynomial(b, b.op("rt.sub", [w, scalar(b, 2.5, w)]), _ERFINV_CENTRAL)
+        tail = _polynomial(b, b.op("rt.sub", [b.op("rt.sqrt", [w]), scalar(b, 3, w)]), _ERFINV_TAIL)
+        if x.type.dtype.name == "f64":
+            far = _polynomial(b, b.op("rt.sub", [b.op("rt.sqrt", [w]), scalar(b, 5, w)]), _ERFINV_FAR)
+            tail = b.op("rt.select", [b.op("rt.cmp", [w, scalar(b, 16, w)], {"predicate": "lt"}), tail, far])
+        near = b.op("rt.cmp", [w, scalar(b, 5, w)], {"predicate": "lt"})
+        y = b.op("rt.mul", [b.op("rt.select", [near, central, tail]), x])
+        if x.type.dtype.name == "f64":
+            refine = b.op("rt.cmp", [w, scalar(b, 20, w)], {"predicate": "lt"})
+            for _ in range(2):
+                slope = b.op("rt.mul", [b.op("rt.exp", [b.op("rt.neg", [b.op("rt.mul", [y, y])])]),
+                                        scalar(b, 2 / math.sqrt(math.pi), y)])
+                step = b.op("rt.div", [b.op("rt.sub", [b.op("rt.erf", [y]), x]), slope])
+                y = b.op("rt.select", [refine, b.op("rt.sub", [y, step]), y])
+        edge = b.op("rt.cmp", [b.op("rt.abs", [x]), one], {"predicate": "eq"})
+        return b.op("rt.select", [edge, b.op("rt.mul", [x, scalar(b, math.inf, x)]), y])
+
+    return _in_f32(b, x, compute)
+
+
+_EULER_GAMMA = 0.57721566490153286061
+_LOG_PI = math.log(math.pi)
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_STIRLING_FROM = 10  # lgamma's asymptotic series from here; below, shifts to [1.25, 2.5) and Taylor series
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6)  # B_2, B_4, ..., B_14
+
+
+def _zeta_minus_one(k: int) -> float:
+    """zeta(k) - 1 = sum of n^-k over n >= 2 (k >= 2), to double precision: 62 terms, and the rest by
+    Euler-Maclaurin to the B_6 term."""
+    n = 64
+    tail = n ** (1 - k) / (k - 1) + n ** -k / 2 + k * n ** (-k - 1) / 12 - k * (k + 1) * (k + 2) * n ** (-k - 3) / 720 \
+        + k * (k + 1) * (k + 2) * (k + 3) * (k + 4) * n ** (-k - 5) / 30240
+    return sum(float(m) ** -k for m in range(2, n)) + tail
+
+
+@functools.cache
+def _lgamma_series(around: int, radius: float, eps: float) -> tuple[float, ...]:
+    """Taylor coefficients (highest power first, none constant) of lgamma(around + p), around 1 or 2: -gamma p
+    (1 - gamma at 2) plus (-1)^k (zeta(k) - [around is 2]) / k p^k, to where radius^k / k drops below eps (the
+    coefficients fall as 1 and 1/2^k)."""
+    coefficients = [(1 - _EULER_GAMMA) if around == 2 else -_EULER_GAMMA]
+    k = 2
+    while (radius / (2 if around == 2 else 1)) ** k / k > eps / 4:
+        coefficients.append((-1) ** k * (_zeta_minus_one(k) + (0 if around == 2 else 1)) / k)
+        k += 1
+    return tuple(reversed(coefficients))
+
+
+def _lgamma_positive(b: Builder, a: Value) -> Value:
+    """lgamma(a) for a >= 0: Stirling's series from _STIRLING_FROM; the Taylor series about 1 on [0.75, 1.25),
+    whose p = a - 1 is exact, so that lgamma keeps its digits near its zero at 1; elsewhere a shifted by whole
+    steps to t in [1.25, 2.5) (a - n, exact) and the series about 2 there (its zero at 2 likewise), with
+    lgamma(a) = lgamma(t) + log(t (t + 1) ... (t + n - 1)) for a shift down, - log(a (a + 1)) for one up."""
+    eps = float(np.finfo(a.type.dtype.np_dtype).eps)
+    one = scalar(b, 1, a)
+
+    def cmp(u, v, predicate):
+        return b.op("rt.cmp", [u, scalar(b, v, u)], {"predicate": predicate})
+
+    def series(p, around, radius):
+        return b.op("rt.mul", [_polynomial(b, p, _lgamma_series(around, radius, eps)), p])
+
+    steps = b.op("rt.floor", [b.op("rt.sub", [a, scalar(b, 1.5, a)])])  # t in [1.5, 2.5), or [1.25, 1.5) kept
+    steps = b.op("rt.select", [cmp(a, 1.25, "ge"), b.op("rt.max", [steps, scalar(b, 0, a)]), steps])
+    steps = clamp(b, steps, -2, _STIRLING_FROM - 2)
+    t = b.op("rt.sub", [a, steps])
+    down, up = one, one
+    for i in range(_STIRLING_FROM - 2):
+        down = b.op("rt.mul", [down, b.op("rt.select", [cmp(steps, i, "gt"), b.op("rt.add", [t, scalar(b, i, t)]),
+                                                        one])])
+    for i in range(2):
+        up = b.op("rt.select", [cmp(steps, -i, "lt"), b.op("rt.mul", [up, b.op("rt.add", [a, scalar(b, i, a)])]), up])
+    shifted = b.op("rt.add", [series(b.op("rt.sub", [t, scalar(b, 2, t)]), 2, 0.75),
+                              b.op("rt.sub", [b.op("rt.log", [down]), b.op("rt.log", [up])])])
+    near_one = b.op("rt.and", [cmp(a, 0.75, "ge"), cmp(a, 1.25, "lt")])
+    small = b.op("rt.select", [near_one, series(b.op("rt.sub", [a, one]), 1, 0.25), shifted])
+    inverse = b.op("rt.reciprocal", [a])
+    corrections = [b_2k / (2 * k * (2 * k - 1)) for k, b_2k in enumerate(_BERNOULLI, 1)]
+    correction = b.op("rt.mul", [_polynomial(b, b.op("rt.mul", [inverse, inverse]), corrections[::-1]), inverse])
+    stirling = b.op("rt.sub", [b.op("rt.mul", [b.op("rt.sub", [a, scalar(b, 0.5, a)]), b.op("rt.log", [a])]), a])
+    stirling = b.op("rt.add", [stirling, b.op("rt.add", [scalar(b, _HALF_LOG_2PI, a), correction])])
+    return b.op("rt.select", [cmp(a, _STIRLING_FROM, "ge"), stirling, small])
+
+
+def lgamma(b: Builder, x: Value) -> Value:
+    """log|Gamma(x)|: inf at 0, at the negative integers and at +-inf. For x >= 0 `_lgamma_positive`: in f32
+    within 3e-7 relative of the exact value (about 4 ulps; torch's CPU kernel, glibc's lgammaf, 1), in f64
+    within 1.1e-15. Below 0 the reflection log(pi / |x sin(pi x)|) - lgamma(-x), sin(pi x) taken of x's distance
+    to the nearest integer (exact): its two terms cancel near lgamma's zeros (-2.457, -2.747, ...), so there the
+    error is about 1e-6 (f32) of their size, 1e-4 relative at worst, as it is 1e-6 in torch's own f32 kernel."""
+    def compute(x):
+        a = b.op("rt.abs", [x])
+        zero, inf = scalar(b, 0, x), scalar(b, math.inf, x)
+        positive = _lgamma_positive(b, a)
+        distance = b.op("rt.sub", [x, b.op("rt.round", [x])])
+        sine = b.op("rt.abs", [b.op("rt.sin", [b.op("rt.mul", [distance, scalar(b, math.pi, x)])])])
+        logs = b.op("rt.add", [b.op("rt.log", [a]), b.op("rt.log", [sine])])
+        reflected = b.op("rt.sub", [b.op("rt.sub", [scalar(b, _LOG_PI, x), logs]), positive])
+        negative = b.op("rt.cmp", [x, zero], {"predicate": "lt"})
+        y = b.op("rt.select", [negative, reflected, positive])
+        pole = b.op("rt.and", [b.op("rt.cmp", [x, zero], {"predicate": "le"}),
+                               b.op("rt.cmp", [distance, zero], {"predicate": "eq"})])
+        pole = b.op("rt.or", [pole, b.op("rt.cmp", [a, inf], {"predicate": "eq"})])
+        return b.op("rt.select", [pole, inf, y])
+
+    return _in_f32(b, x, compute)
+
+
+_DIGAMMA_ASYMPTOTIC = (8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+                       -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                       8.33333333333333333333E-2)  # Cephes' psi, as torch's calc_digamma takes them
+_DIGAMMA_10 = 2.25175258906672110764  # psi(10)
+
+
+def digamma(b: Builder, x: Value) -> Value:
+    """psi(x), as torch's calc_digamma computes it (so within a few ulps of torch, including near psi's zero at
+    1.4616 where both lose digits to cancellation): -inf at +0 and inf at -0, NaN at the negative integers and
+    -inf; below 0 psi(1 - x) - pi / tan(pi frac(x)); then x raised past 10 by psi(x) = psi(x + 1) - 1 / x (ten
+    steps, unrolled), psi(10) a constant, and past it log(x) - 1 / (2x) - z P(z) with z = 1 / x^2. torch takes
+    pi / tan(pi frac(x)) in double; here tan is taken of x's distance to the nearest integer, which keeps f32's
+    digits near the poles."""
+    def compute(x):
+        zero, one = scalar(b, 0, x), scalar(b, 1, x)
+        negative = b.op("rt.cmp", [x, zero], {"predicate": "lt"})
+        whole = trunc(b, x)
+        u = b.op("rt.select", [negative, b.op("rt.sub", [one, x]), x])
+        total = zero
+        for _ in range(10):
+            below = b.op("rt.cmp", [u, scalar(b, 10, u)], {"predicate": "lt"})
+            total = b.op("rt.select", [below, b.op("rt.sub", [total, b.op("rt.reciprocal", [u])]), total])
+            u = b.op("rt.select", [below, b.op("rt.add", [u, one]), u])
+        z = b.op("rt.reciprocal", [b.op("rt.mul", [u, u])])
+        series = b.op("rt.mul", [z, _polynomial(b, z, _DIGAMMA_ASYMPTOTIC)])
+        far = b.op("rt.sub", [b.op("rt.sub", [b.op("rt.log", [u]), b.op("rt.div", [scalar(b, 0.5, u), u])]), series])
+        at_ten = b.op("rt.cmp", [u, scalar(b, 10, u)], {"predicate": "eq"})
+        psi = b.op("rt.add", [total, b.op("rt.select", [at_ten, scalar(b, _DIGAMMA_10, u), far])])
+        # tan(pi x) has period 1: taken of x's distance to the nearest integer, pi times it loses nothing
+        fraction = b.op("rt.mul", [b.op("rt.sub", [x, b.op("rt.round", [x])]), scalar(b, math.pi, x)])
+        reflected = b.op("rt.sub", [psi, b.op("rt.div", [scalar(b, math.pi, x), b.op("rt.tan", [fraction])])])
+        pole = b.op("rt.and", [negative, b.op("rt.cmp", [x, whole], {"predicate": "eq"})])
+        y = b.op("rt.select", [negative, b.op("rt.select", [pole, scalar(b, math.nan, x), reflected]), psi])
+        at_zero = b.op("rt.cmp", [x, zero], {"predicate": "eq"})
+        return b.op("rt.select", [at_zero, b.op("rt.neg", [b.op("rt.reciprocal", [x])]), y])
+
+    return _in_f32(b, x, compute)
+
+
+def vector_norm(b: Builder, x: Value, axes, ord=2, keepdims: bool = False) -> Value:
+    """The `ord`-norm of x over `axes`, in x's type, as torch's linalg.vector_norm and ONNX's LpNormalization take
+    it: 2 sqrt(sum(x^2)), 1 sum(|x|), inf max(|x|), -inf min(|x|), 0 the count of nonzero elements (a NaN
+    counts), any other p sum(|x|^p)^(1/p) (a negative p too, 0 where an element is). Unscaled, as torch's: a
+    2-norm overflows to inf once a square does."""
+    attrs = {"kind": "sum", "axes": tuple(axes), "keepdims": keepdims}
+    if ord == 1:
+        return b.op("rt.reduce", [b.op("rt.abs", [x])], attrs)
+    if ord == 2:
+        return b.op("rt.sqrt", [b.op("rt.reduce", [b.op("rt.mul", [x, x])], attrs)])
+    if ord in (math.inf, -math.inf):
+        return b.op("rt.reduce", [b.op("rt.abs", [x])], {**attrs, "kind": "max" if ord > 0 else "min"})
+    if ord == 0:
+        nonzero = b.op("rt.cmp", [x, scalar(b, 0, x)], {"predicate": "ne"})
+        return b.op("rt.reduce", [b.op("rt.cast", [nonzero], {"dtype": x.type.dtype.name})], attrs)
+    total = b.op("rt.reduce", [b.op("rt.pow", [b.op("rt.abs", [x]), scalar(b, ord, x)])], attrs)
+    return b.op("rt.pow", [total, scalar(b, 1 / ord, total)])
+
+
+def pairwise_distance(b: Builder, x1: Value, x2: Value, p=2, by_matmul: bool = False) -> Value:
+    """torch's cdist: [..., P, M] and [..., R, M] (batch dims broadcast) to [..., P, R], the `p`-norm of each
+    difference (`vector_norm`'s orders). With `by_matmul` (p 2) torch's faster form: |x1|^2 - 2 x1 x2^T + |x2|^2,
+    clamped at 0 and square-rooted, one matmul where the direct form holds P x R x M differences."""
+    if by_matmul:
+        squares = [b.op("rt.reduce", [b.op("rt.mul", [v, v])], {"kind": "sum", "axes": (v.type.rank - 1,),
+                                                                 "keepdims": True}) for v in (x1, x2)]
+        swap = tuple(range(x2.type.rank - 2)) + (x2.type.rank - 1, x2.type.rank - 2)
+        cross = b.op("rt.matmul", [b.op("rt.mul", [x1, scalar(b, -2, x1)]), b.op("rt.transpose", [x2], {"perm": swap})])
+        total = b.op("rt.add", [b.op("rt.add", [cross, squares[0]]),
+                                b.op("rt.transpose", [squares[1]], {"perm": swap})])
+        return b.op("rt.sqrt", [clamp(b, total, lo=0)])
+    *batch1, p1, m = x1.type.shape
+    *batch2, r2, _ = x2.type.shape
+    rows = b.op("rt.reshape", [x1], {"shape": (*batch1, p1, 1, m)})
+    columns = b.op("rt.reshape", [x2], {"shape": (*batch2, 1, r2, m)})
+    difference = b.op("rt.sub", [rows, columns])
+    return vector_norm(b, difference, (difference.type.rank - 1,), p)
 
 
 def conv2d(b: Builder, x: Value, w: Value, bias: Value | None, strides=(1, 1), pad=(0, 0, 0, 0),
@@ -1355,6 +1624,27 @@ def slice_scatter(b: Builder, x: Value, src: Value, axis: int, start: int, end: 
     return b.op("rt.select", [b.constant(mask), taken, x])
 
 
+def masked_scatter(b: Builder, x: Value, mask: Value, source: Value) -> Value:
+    """torch's masked_scatter: x where `mask` (broadcast to x) is false; where it is true, in row-major order, the
+    k-th such position takes source's k-th element (source read flattened). k is the mask's exclusive running
+    count (`cumulative_sum`); a gather of source there and a select. Static shapes."""
+    shape = x.type.shape
+    if any(isinstance(d, Sym) for d in (*shape, *source.type.shape)):
+        raise UnsupportedOpError(f"masked_scatter into {x.type} from {source.type}, sizes known only at run time",
+                                 hint="export with static shapes")
+    count, available = math.prod(shape), math.prod(source.type.shape)
+    if available == 0 or count == 0:  # then torch requires a mask with nothing true
+        return x
+    if mask.type.shape != shape:
+        mask = b.op("rt.broadcast", [mask], {"shape": shape})
+    flat_mask = b.op("rt.reshape", [mask], {"shape": (count,)})
+    taken = cumulative_sum(b, b.op("rt.cast", [flat_mask], {"dtype": "i32"}), 0, exclusive=True)
+    taken = b.op("rt.min", [taken, scalar(b, available - 1, taken)])  # past the last true position: unread
+    values = b.op("rt.gather", [b.op("rt.reshape", [source], {"shape": (available,)}), taken], {"axis": 0})
+    flat = b.op("rt.select", [flat_mask, values, b.op("rt.reshape", [x], {"shape": (count,)})])
+    return b.op("rt.reshape", [flat], {"shape": shape})
+
+
 def reverse(b: Builder, x: Value, axes) -> Value:
     """x with `axes` reversed: a gather of the reversed indices along each (size - 1 - iota where the size is known
     only at run time)."""
@@ -1451,6 +1741,21 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
                  "CPU (--fallback llvm-cpu)")
     if isinstance(n, int) and not (isinstance(k, int) and 0 <= k <= n):
         raise UnsupportedOpError(f"k = {k} is out of range for an axis of {n} elements")
+    rank = _stable_ranks(b, x, axis, descending)
+    # the index at each place p < k: an [.., k, n] compare of the ranks with p, reduced over i
+    inner = (1,) * (len(shape) - axis - 1)
+    rank = b.op("rt.reshape", [rank], {"shape": shape[:axis] + (1,) + shape[axis:]})
+    place, i = (b.op("rt.iota", [], {"shape": (k, n) + inner, "axis": a, "dtype": "i32"}) for a in (0, 1))
+    chosen = b.op("rt.select", [b.op("rt.cmp", [rank, place], {"predicate": "eq"}), i, scalar(b, 0, i)])
+    index = b.op("rt.reduce", [chosen], {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
+    index = b.op("rt.cast", [index], {"dtype": "i64"})
+    return take_along_axis(b, x, b.op("rt.cast", [index], {"dtype": "i32"}), axis), index
+
+
+def _stable_ranks(b: Builder, x: Value, axis: int, descending: bool) -> Value:
+    """Each element's place (i32, x's shape) in x stably sorted along `axis` (`sort`): the count of elements
+    before it, smaller ones (larger, `descending`), NaN larger than every number, or equal ones at j < i."""
+    shape, n = x.type.shape, x.type.shape[axis]
     keys = b.op("rt.cast", [x], {"dtype": "i32"}) if x.type.dtype.kind == "bool" else x
     inner = (1,) * (len(shape) - axis - 1)  # the axes after `axis`, which the [n, n] iotas broadcast over
     mine = b.op("rt.reshape", [keys], {"shape": shape[:axis + 1] + (1,) + shape[axis + 1:]})  # i at axis
@@ -1469,15 +1774,65 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
         equal = b.op("rt.or", [equal, both_nan])
     i, j = (b.op("rt.iota", [], {"shape": (n, n) + inner, "axis": a, "dtype": "i32"}) for a in (0, 1))
     counted = b.op("rt.or", [before, b.op("rt.and", [equal, compare(j, i, "lt")])])
-    rank = b.op("rt.reduce", [b.op("rt.cast", [counted], {"dtype": "i32"})],
+    return b.op("rt.reduce", [b.op("rt.cast", [counted], {"dtype": "i32"})],
                 {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
-    # the index at each place p < k: an [.., k, n] compare of the ranks with p, reduced over i
-    rank = b.op("rt.reshape", [rank], {"shape": shape[:axis] + (1,) + shape[axis:]})
-    place, i = (b.op("rt.iota", [], {"shape": (k, n) + inner, "axis": a, "dtype": "i32"}) for a in (0, 1))
-    chosen = b.op("rt.select", [compare(rank, place, "eq"), i, scalar(b, 0, i)])
-    index = b.op("rt.reduce", [chosen], {"kind": "sum", "axes": (axis + 1,), "keepdims": False})
-    index = b.op("rt.cast", [index], {"dtype": "i64"})
-    return take_along_axis(b, x, b.op("rt.cast", [index], {"dtype": "i32"}), axis), index
+
+
+def kth_smallest(b: Builder, x: Value, axis: int, k: int, keepdims: bool = False) -> tuple[Value, Value]:
+    """(value, int64 index) at place k (from 0) of x sorted ascending along `axis` as `sort` sorts it (NaN larger
+    than every number, equal values in their order along the axis): torch's kthvalue (place k - 1), and its lower
+    median. The ranks of `sort` (n * n comparisons a row), then one reduction over the axis for the place, not
+    the [k, n] one of a sort's first k."""
+    n = x.type.shape[axis]
+    if isinstance(n, Sym) or n > SORT_AXIS_LIMIT:
+        raise UnsupportedOpError(f"the k-th smallest of an axis of {n} elements: it compares every pair of elements "
+                                 f"along the axis, so the axis must be static and at most {SORT_AXIS_LIMIT} long",
+                                 hint="export with a static size for that axis, at most "
+                                      f"{SORT_AXIS_LIMIT}, or run this op on the CPU (--fallback llvm-cpu)")
+    if not 0 <= k < n:
+        raise UnsupportedOpError(f"place {k} is out of range for an axis of {n} elements")
+    rank = _stable_ranks(b, x, axis, False)
+    position = b.op("rt.iota", [], {"shape": x.type.shape, "axis": axis, "dtype": "i32"})
+    chosen = b.op("rt.select", [b.op("rt.cmp", [rank, scalar(b, k, rank)], {"predicate": "eq"}), position,
+                                scalar(b, 0, position)])
+    index = b.op("rt.reduce", [chosen], {"kind": "sum", "axes": (axis,), "keepdims": True})
+    value = take_along_axis(b, x, index, axis)
+    if not keepdims:
+        shape = x.type.shape[:axis] + x.type.shape[axis + 1:]
+        value, index = (b.op("rt.reshape", [v], {"shape": shape}) for v in (value, index))
+    return value, b.op("rt.cast", [index], {"dtype": "i64"})
+
+
+def search_sorted(b: Builder, sorted_values: Value, x: Value, right: bool = False, sorter: Value | None = None,
+                  dtype: str = "i64") -> Value:
+    """torch's searchsorted and bucketize: for each element v of x, the first position along sorted_values' last
+    axis whose value is >= v (> v with `right`), read through `sorter` (positions that sort it) if given. One
+    sequence [N] for all of x, or one a row ([..., N] against x [..., M]). As torch's CPU kernel, a binary search:
+    it moves right past a position unless that value is >= v (> v), so a NaN v lands at N and NaNs in the sequence
+    count as its search meets them. floor(log2(N)) + 1 halvings, unrolled: a gather and a few compares each."""
+    n = sorted_values.type.shape[-1]
+    if isinstance(n, Sym):
+        raise UnsupportedOpError(f"searching a sorted sequence of {n} values, a length known only at run time",
+                                 hint="export with a static length for the sorted sequence")
+    start = b.op("rt.broadcast", [b.constant(np.array(0, np.int32))], {"shape": x.type.shape})
+    end = b.op("rt.broadcast", [b.constant(np.array(n, np.int32))], {"shape": x.type.shape})
+    rows = sorted_values.type.rank > 1
+
+    def read(source: Value, position: Value) -> Value:
+        if rows:
+            return take_along_axis(b, source, position, source.type.rank - 1)
+        return b.op("rt.gather", [source, position], {"axis": 0})
+
+    for _ in range(n.bit_length()):
+        active = b.op("rt.cmp", [start, end], {"predicate": "lt"})
+        middle = b.op("rt.add", [start, b.op("rt.div", [b.op("rt.sub", [end, start]), scalar(b, 2, start)])])
+        at = b.op("rt.min", [middle, scalar(b, n - 1, middle)])  # an inactive search reads, and ignores, a value
+        value = read(sorted_values, at if sorter is None else _as_index(b, read(sorter, at), "i32"))
+        stop = b.op("rt.cmp", [value, x], {"predicate": "gt" if right else "ge"})
+        onward = b.op("rt.and", [active, b.op("rt.not", [stop])])
+        start = b.op("rt.select", [onward, b.op("rt.add", [middle, scalar(b, 1, middle)]), start])
+        end = b.op("rt.select", [b.op("rt.and", [active, stop]), middle, end])
+    return _as_index(b, start, dtype)
 
 
 def take_along_axis(b: Builder, x: Value, index: Value, axis: int, negative: bool = False) -> Value:
@@ -1578,7 +1933,58 @@ def tile(b: Builder, x: Value, repeats) -> Value:
 
 
 SCAN_DIRECT = 128  # the longest axis scanned by one masked reduction; longer ones are cut into blocks
-SCANS = {"sum": ("rt.add", 0, "a cumulative sum"), "prod": ("rt.mul", 1, "a cumulative product")}  # combine, identity
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A running combination `cumulative` computes: how two partial results combine, how a whole axis reduces (to
+    a kept axis of 1 with `keepdims`), and what it starts from for a dtype."""
+
+    what: str
+    combine: Callable[[Builder, Value, Value], Value]
+    reduce: Callable[[Builder, Value, int, bool], Value]
+    identity: Callable
+
+
+def _by_op(name: str) -> Callable[[Builder, Value, Value], Value]:
+    return lambda b, u, v: b.op(name, [u, v])
+
+
+def _by_reduce(kind: str) -> Callable[[Builder, Value, int, bool], Value]:
+    return lambda b, x, axis, keepdims: b.op("rt.reduce", [x], {"kind": kind, "axes": (axis,), "keepdims": keepdims})
+
+
+def _finite_or_zero(b: Builder, peak: Value) -> Value:
+    """`peak` where it is finite, else 0: the shift that keeps a log-sum-exp of infinities (or of NaN) from
+    computing inf - inf."""
+    finite = b.op("rt.cmp", [b.op("rt.abs", [peak]), scalar(b, math.inf, peak)], {"predicate": "lt"})
+    return b.op("rt.select", [finite, peak, scalar(b, 0, peak)])
+
+
+def logsumexp(b: Builder, x: Value, axis: int, keepdims: bool = False) -> Value:
+    """log(sum(exp(x))) along `axis`, shifted by the axis's largest value: -inf where every element is, inf where
+    one is, NaN where one is NaN."""
+    shift = _finite_or_zero(b, b.op("rt.reduce", [x], {"kind": "max", "axes": (axis,), "keepdims": True}))
+    total = b.op("rt.reduce", [b.op("rt.exp", [b.op("rt.sub", [x, shift])])],
+                 {"kind": "sum", "axes": (axis,), "keepdims": keepdims})
+    return b.op("rt.add", [b.op("rt.log", [total]), shift if keepdims else b.op("rt.reshape", [shift], {
+        "shape": total.type.shape})])
+
+
+def log_add_exp(b: Builder, u: Value, v: Value) -> Value:
+    """log(exp(u) + exp(v)), shifted by the larger (0 where that is infinite, as `logsumexp` shifts)."""
+    shift = _finite_or_zero(b, b.op("rt.max", [u, v]))
+    return b.op("rt.add", [b.op("rt.log", [b.op("rt.add", [b.op("rt.exp", [b.op("rt.sub", [u, shift])]),
+                                                           b.op("rt.exp", [b.op("rt.sub", [v, shift])])])]), shift])
+
+
+SCANS = {
+    "sum": Scan("a cumulative sum", _by_op("rt.add"), _by_reduce("sum"), lambda dtype: 0),
+    "prod": Scan("a cumulative product", _by_op("rt.mul"), _by_reduce("prod"), lambda dtype: 1),
+    "max": Scan("a cumulative maximum", _by_op("rt.max"), _by_reduce("max"), lambda dtype: extreme(dtype, low=True)),
+    "min": Scan("a cumulative minimum", _by_op("rt.min"), _by_reduce("min"), lambda dtype: extreme(dtype, low=False)),
+    "logsumexp": Scan("a cumulative log-sum-exp", log_add_exp, logsumexp, lambda dtype: -math.inf),
+}
 
 
 def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, reverse: bool = False) -> Value:
@@ -1588,27 +1994,28 @@ def cumulative_sum(b: Builder, x: Value, axis: int, exclusive: bool = False, rev
 
 def cumulative(b: Builder, x: Value, axis: int, kind: str = "sum", exclusive: bool = False,
                reverse: bool = False) -> Value:
-    """Running sums or products (`kind`, of `SCANS`) along `axis`, in x's element type: y[i] = the sum (product)
-    of x[j] over j <= i (j < i when `exclusive`; j >= i and j > i when `reverse`). The axis must be static. Up to
-    SCAN_DIRECT long, one reduction of x masked by position (`_masked_scan`): one kernel, n operations per element,
-    no constant. A longer axis is cut into blocks of about sqrt(n), each scanned so, combined with the exclusive
-    scan of the blocks' totals: about sqrt(n) + 2 operations per element and six kernels, where a matmul with a
-    triangular constant would hold n^2 values and do n multiply-adds (and could not multiply). A product is
-    multiplied, never taken through logarithms, so zeros and signs are exact."""
-    combine, identity, what = SCANS[kind]
+    """Running sums, products, maxima, minima or log-sum-exps (`kind`, of `SCANS`) along `axis`, in x's element
+    type: y[i] = the sum (product, ...) of x[j] over j <= i (j < i when `exclusive`; j >= i and j > i when
+    `reverse`). The axis must be static. Up to SCAN_DIRECT long, one reduction of x masked by position
+    (`_masked_scan`): one kernel, n operations per element, no constant. A longer axis is cut into blocks of about
+    sqrt(n), each scanned so, combined with the exclusive scan of the blocks' totals: about sqrt(n) + 2 operations
+    per element and six kernels, where a matmul with a triangular constant would hold n^2 values and do n
+    multiply-adds (and could not multiply). A product is multiplied, never taken through logarithms, so zeros and
+    signs are exact."""
+    scan = SCANS[kind]
     n = x.type.shape[axis]
-    _dynamic_axis_lowest(b, n, SCAN_DIRECT, what, "export with a static size for the scanned axis")
+    _dynamic_axis_lowest(b, n, SCAN_DIRECT, scan.what, "export with a static size for the scanned axis")
     if isinstance(n, Sym) or n <= SCAN_DIRECT:  # one masked reduction (a dynamic axis is short at every size)
         return _masked_scan(b, x, axis, kind, exclusive, reverse)
     shape, block = x.type.shape, math.isqrt(n - 1) + 1
     blocks = -(-n // block)
     if blocks * block != n:  # identities at the end, which change nothing that is kept
         high = tuple(blocks * block - n if d == axis else 0 for d in range(len(shape)))
-        x = b.op("rt.pad", [x], {"low": (0,) * len(shape), "high": high, "value": identity})
+        x = b.op("rt.pad", [x], {"low": (0,) * len(shape), "high": high, "value": scan.identity(x.type.dtype)})
     x = b.op("rt.reshape", [x], {"shape": shape[:axis] + (blocks, block) + shape[axis + 1:]})
     inside = cumulative(b, x, axis + 1, kind, exclusive, reverse)
-    totals = b.op("rt.reduce", [x], {"kind": kind, "axes": (axis + 1,), "keepdims": True})
-    y = b.op(combine, [inside, cumulative(b, totals, axis, kind, True, reverse)])  # with the blocks before it
+    totals = scan.reduce(b, x, axis + 1, True)
+    y = scan.combine(b, inside, cumulative(b, totals, axis, kind, True, reverse))  # with the blocks before it
     y = b.op("rt.reshape", [y], {"shape": shape[:axis] + (blocks * block,) + shape[axis + 1:]})
     return slice_axis(b, y, axis, 0, n)
 
@@ -1618,6 +2025,7 @@ def _masked_scan(b: Builder, x: Value, axis: int, kind: str, exclusive: bool, re
     identity elsewhere: the mask comes from i32 iotas, so the reduction's kernel computes it and nothing n x n is
     stored."""
     shape, n = x.type.shape, x.type.shape[axis]
+    scan = SCANS[kind]
     if n == 0 or (n == 1 and not exclusive):
         return x
     lifted = b.op("rt.reshape", [x], {"shape": shape[:axis] + (1, n) + shape[axis + 1:]})
@@ -1625,8 +2033,25 @@ def _masked_scan(b: Builder, x: Value, axis: int, kind: str, exclusive: bool, re
     out_pos, in_pos = (b.op("rt.iota", [], {"shape": square, "axis": a, "dtype": "i32"}) for a in (0, 1))
     predicate = {(False, False): "le", (True, False): "lt", (False, True): "ge", (True, True): "gt"}
     keep = b.op("rt.cmp", [in_pos, out_pos], {"predicate": predicate[exclusive, reverse]})
-    masked = b.op("rt.select", [keep, lifted, scalar(b, SCANS[kind][1], x)])
-    return b.op("rt.reduce", [masked], {"kind": kind, "axes": (axis + 1,), "keepdims": False})
+    masked = b.op("rt.select", [keep, lifted, scalar(b, scan.identity(x.type.dtype), x)])
+    return scan.reduce(b, masked, axis + 1, False)
+
+
+def cumulative_extreme(b: Builder, x: Value, axis: int, largest: bool = True) -> tuple[Value, Value]:
+    """(values, int64 indices) of torch's cummax (`largest`) or cummin along `axis`: the running maximum
+    (minimum), and where it was last reached, as torch's CPU kernel keeps it: an element equal to the running
+    value takes its place (>= for cummax), a NaN always does, and nothing replaces a NaN. Position j is such a
+    record where x[j] equals the running value there or is NaN; the index at i is the last record up to i, a
+    running maximum of the records' positions."""
+    keys = b.op("rt.cast", [x], {"dtype": "i32"}) if x.type.dtype.kind == "bool" else x
+    running = cumulative(b, keys, axis, "max" if largest else "min")
+    record = b.op("rt.cmp", [keys, running], {"predicate": "eq"})
+    if keys.type.dtype.is_float:
+        record = b.op("rt.or", [record, b.op("rt.cmp", [keys, keys], {"predicate": "ne"})])
+    position = b.op("rt.iota", [], {"shape": x.type.shape, "axis": axis, "dtype": "i32"})
+    last = cumulative(b, b.op("rt.select", [record, position, scalar(b, -1, position)]), axis, "max")
+    values = running if keys is x else b.op("rt.cast", [running], {"dtype": x.type.dtype.name})
+    return values, b.op("rt.cast", [last], {"dtype": "i64"})
 
 
 def adaptive_windows(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1666,6 +2091,35 @@ def adaptive_avg_pool2d(b: Builder, x: Value, size) -> Value:
         x = b.op("rt.matmul", [x, b.op("rt.transpose", [window], {"perm": (1, 0)})] if axis == -1 else [window, x])
         count = count * (ends - starts).reshape((-1, 1) if axis == -2 else (1, -1))
     return b.op("rt.div", [x, b.constant(count.astype(x.type.dtype.np_dtype))])
+
+
+def adaptive_avg_pool(b: Builder, x: Value, size) -> Value:
+    """PyTorch's adaptive average pooling of x's last len(size) axes to `size` (any number of them; 3-D pools'
+    too), an axis at a time, since each window is a product of one range an axis: where the axis tiles evenly a
+    reshape and a mean; else a sum over each window as a matmul with a 0/1 [out, in] window matrix (x viewed as
+    [before, in, after], so no transpose), divided by the windows' sizes."""
+    first = x.type.rank - len(size)
+    for axis, size_out in enumerate(size, first):
+        shape, size_in = x.type.shape, x.type.shape[axis]
+        if isinstance(size_in, Sym):
+            raise UnsupportedOpError(f"adaptive average pooling of an axis of {size_in}, a size known only at run "
+                                     "time", hint="export with static spatial sizes")
+        if size_in == size_out:
+            continue
+        if size_in % size_out == 0:
+            windows = shape[:axis] + (size_out, size_in // size_out) + shape[axis + 1:]
+            x = mean(b, b.op("rt.reshape", [x], {"shape": windows}), (axis + 1,))
+            continue
+        starts, ends = adaptive_windows(size_in, size_out)
+        positions = np.arange(size_in)
+        window = ((positions >= starts[:, None]) & (positions < ends[:, None])).astype(x.type.dtype.np_dtype)
+        before, after = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+        viewed = b.op("rt.reshape", [x], {"shape": (before, size_in, after)})
+        summed = b.op("rt.matmul", [b.constant(window), viewed])
+        sizes = b.constant((ends - starts).astype(x.type.dtype.np_dtype).reshape(size_out, 1))
+        pooled = b.op("rt.div", [summed, sizes])
+        x = b.op("rt.reshape", [pooled], {"shape": shape[:axis] + (size_out,) + shape[axis + 1:]})
+    return x
 
 
 def _as_nchw(b: Builder, x: Value, pool) -> Value:
@@ -1724,6 +2178,80 @@ def triangle(b: Builder, x: Value, k: int = 0, upper: bool = False) -> Value:
     offset = b.op("rt.sub", [cols, rows])
     keep = b.op("rt.cmp", [offset, b.constant(np.array(k, np.int32))], {"predicate": "ge" if upper else "le"})
     return b.op("rt.select", [keep, x, scalar(b, 0, x)])
+
+
+def diagonal(b: Builder, x: Value, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Value:
+    """numpy's and torch's diagonal: x[..., i, i + offset] over axis1 and axis2 (x[..., i - offset, i] for a
+    negative offset) as x's last axis, the other axes in their order before it: the two axes moved last and
+    merged, read every (columns + 1) elements from the diagonal's start."""
+    axis1, axis2 = normalize_axis(axis1, x.type.rank), normalize_axis(axis2, x.type.rank)
+    rows, columns = x.type.shape[axis1], x.type.shape[axis2]
+    if isinstance(rows, Sym) or isinstance(columns, Sym):
+        raise UnsupportedOpError(f"the diagonal of a {rows} x {columns} matrix, a size known only at run time",
+                                 hint="export with static sizes for the two axes")
+    rest = [d for d in range(x.type.rank) if d not in (axis1, axis2)]
+    lead = tuple(x.type.shape[d] for d in rest)
+    length = max(0, min(rows, columns - offset) if offset >= 0 else min(rows + offset, columns))
+    if length == 0:
+        return b.op("rt.broadcast", [scalar(b, 0, x)], {"shape": lead + (0,)})
+    perm = tuple(rest) + (axis1, axis2)
+    moved = x if perm == tuple(range(x.type.rank)) else b.op("rt.transpose", [x], {"perm": perm})
+    flat = b.op("rt.reshape", [moved], {"shape": lead + (rows * columns,)})
+    start = offset if offset >= 0 else -offset * columns
+    return slice_axis(b, flat, len(lead), start, start + (length - 1) * (columns + 1) + 1, columns + 1)
+
+
+DETERMINANT_LIMIT = 16  # the largest matrix whose LU decomposition is unrolled: one step a row
+
+
+def determinant(b: Builder, x: Value) -> Value:
+    """det of [..., n, n] matrices, by LU decomposition with partial pivoting as LAPACK's getrf factors them,
+    unrolled (n up to DETERMINANT_LIMIT): at each step the row with the largest magnitude in the column (the
+    first of equal ones) is swapped up, which flips the sign unless it is already there, its pivot joins the
+    product, and the rows below take away their multiple of it. A zero pivot (a singular matrix) leaves the rows
+    below as they are, as getrf does, so the product is 0 and nothing divides by 0."""
+    n = x.type.shape[-1]
+    if isinstance(n, Sym) or n != x.type.shape[-2]:
+        raise UnsupportedOpError(f"the determinant of {x.type}: square matrices of a size known when compiling")
+    if n > DETERMINANT_LIMIT:
+        raise UnsupportedOpError(f"the determinant of a {n} x {n} matrix: LU decomposition is unrolled for up to "
+                                 f"{DETERMINANT_LIMIT} x {DETERMINANT_LIMIT}",
+                                 hint="compute it outside the model, or from a factorization done elsewhere")
+    lead = x.type.shape[:-2]
+    det = b.op("rt.broadcast", [scalar(b, 1, x)], {"shape": lead})
+    rest = x
+    for size in range(n, 0, -1):
+        if size > 1:
+            column = b.op("rt.reshape", [slice_axis(b, rest, rest.type.rank - 1, 0, 1)], {"shape": lead + (size,)})
+            pivot_row = b.op("rt.argmax", [b.op("rt.abs", [column])], {"axis": len(lead), "keepdims": True})
+            pivot_row = b.op("rt.cast", [pivot_row], {"dtype": "i32"})
+            position = b.op("rt.iota", [], {"shape": lead + (size,), "axis": len(lead), "dtype": "i32"})
+            first = b.op("rt.cmp", [position, scalar(b, 0, position)], {"predicate": "eq"})
+            swapped = b.op("rt.cmp", [position, pivot_row], {"predicate": "eq"})
+            order = b.op("rt.select", [first, b.op("rt.broadcast", [pivot_row], {"shape": lead + (size,)}),
+                                       b.op("rt.select", [swapped, scalar(b, 0, position), position])])
+            order = b.op("rt.broadcast", [b.op("rt.reshape", [order], {"shape": lead + (size, 1)})],
+                         {"shape": lead + (size, size)})
+            rest = take_along_axis(b, rest, order, len(lead))
+            moved = b.op("rt.cmp", [pivot_row, scalar(b, 0, pivot_row)], {"predicate": "ne"})
+            det = b.op("rt.select", [b.op("rt.reshape", [moved], {"shape": lead}), b.op("rt.neg", [det]), det])
+        corner = b.op("rt.reshape", [b.op("rt.slice", [rest], {
+            "start": (0,) * rest.type.rank, "limit": lead + (1, 1), "stride": (1,) * rest.type.rank})], {"shape": lead})
+        det = b.op("rt.mul", [det, corner])
+        if size == 1:
+            break
+        pivot = b.op("rt.reshape", [corner], {"shape": lead + (1, 1)})
+        below = b.op("rt.slice", [rest], {"start": (0,) * len(lead) + (1, 0), "limit": lead + (size, 1),
+                                          "stride": (1,) * rest.type.rank})
+        zero = scalar(b, 0, x)
+        factor = b.op("rt.select", [b.op("rt.cmp", [pivot, zero], {"predicate": "eq"}), zero,
+                                    b.op("rt.div", [below, pivot])])
+        top = b.op("rt.slice", [rest], {"start": (0,) * len(lead) + (0, 1), "limit": lead + (1, size),
+                                        "stride": (1,) * rest.type.rank})
+        inner = b.op("rt.slice", [rest], {"start": (0,) * len(lead) + (1, 1), "limit": lead + (size, size),
+                                          "stride": (1,) * rest.type.rank})
+        rest = b.op("rt.sub", [inner, b.op("rt.mul", [factor, top])])
+    return det
 
 
 def einsum(b: Builder, equation: str, operands: list[Value]) -> Value:

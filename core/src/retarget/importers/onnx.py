@@ -1721,17 +1721,6 @@ def _one_hot(n):
     return n.b.op("rt.select", [n.b.op("rt.cmp", [position, index], {"predicate": "eq"}), on, off])
 
 
-def _lp_norm(b: Builder, x: Value, axes, p) -> Value:
-    """(sum of |x|^p over `axes`)^(1/p), kept as size-1 axes."""
-    attrs = {"kind": "sum", "axes": tuple(axes), "keepdims": True}
-    if p == 1:
-        return b.op("rt.reduce", [b.op("rt.abs", [x])], attrs)
-    if p == 2:
-        return b.op("rt.sqrt", [b.op("rt.reduce", [b.op("rt.mul", [x, x])], attrs)])
-    total = b.op("rt.reduce", [b.op("rt.pow", [b.op("rt.abs", [x]), C.scalar(b, p, x)])], attrs)
-    return b.op("rt.pow", [total, C.scalar(b, 1 / p, total)])
-
-
 @handles("LpNormalization")
 def _lp_normalization(n):
     """x / its L1 or L2 norm along the axis, 0 where the norm is 0 (x is 0 there: divided by 1); a half float's
@@ -1740,7 +1729,7 @@ def _lp_normalization(n):
     if p not in (1, 2):
         raise UnsupportedOpError(f"LpNormalization with p = {p} is not supported", hint="the spec takes p 1 or 2")
     wide = C.widen(n.b, x)
-    norm = _lp_norm(n.b, wide, (_axis(n, x, -1),), p)
+    norm = C.vector_norm(n.b, wide, (_axis(n, x, -1),), p, keepdims=True)
     zero = n.b.op("rt.cmp", [norm, C.scalar(n.b, 0, norm)], {"predicate": "eq"})
     norm = n.b.op("rt.select", [zero, C.scalar(n.b, 1, norm), norm])
     return C.narrow_to(n.b, n.b.op("rt.div", [wide, norm]), x)
@@ -1750,7 +1739,7 @@ def _lp_normalization(n):
 def _global_lp_pool(n):
     x = n(0)
     wide = C.widen(n.b, x)
-    return C.narrow_to(n.b, _lp_norm(n.b, wide, range(2, x.type.rank), n.attr("p", 2)), x)
+    return C.narrow_to(n.b, C.vector_norm(n.b, wide, range(2, x.type.rank), n.attr("p", 2), keepdims=True), x)
 
 
 @handles("MeanVarianceNormalization")

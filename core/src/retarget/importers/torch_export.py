@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import Builder, Function, Location, Module, Value
 from ..ir.dtypes import DTYPES, DType
-from ..ir.symbolic import Sym, SymbolRange, ceil_div, sanitize
+from ..ir.ops import broadcast_shapes
+from ..ir.symbolic import Sym, SymbolRange, bounds, ceil_div, sanitize
 from ..registry import registrar
 from . import compose as C
 
@@ -431,8 +432,8 @@ def _elementwise(rt_name):
 _UNARY_RT = set()
 for _aten, _rt in {
     "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh",
-    "sigmoid": "sigmoid", "erf": "erf", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos",
-    "reciprocal": "reciprocal", "sign": "sign", "log1p": "log1p", "expm1": "expm1", "round": "round",
+    "sigmoid": "sigmoid", "erf": "erf", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "tan": "tan",
+    "atan": "atan", "reciprocal": "reciprocal", "sign": "sign", "log1p": "log1p", "expm1": "expm1", "round": "round",
     "logical_not": "not", "bitwise_not": "not",
 }.items():
     _UNARY_RT.add(f"rt.{_rt}")
@@ -441,6 +442,46 @@ for _aten, _rt in {"mul": "mul", "maximum": "max", "minimum": "min", "pow": "pow
                    "atan2": "atan2", "bitwise_and": "and", "bitwise_or": "or",
                    "bitwise_xor": "xor", "logical_and": "and", "logical_or": "or", "logical_xor": "xor"}.items():
     HANDLERS[_aten] = _elementwise(f"rt.{_rt}")
+
+
+def _float_composite(compose):
+    """A composite (`compose.asin`, `compose.lgamma`, ...) of its operands in the result's float type, as torch
+    promotes integers and bools; a half float computed in f32 and rounded once, as torch's kernels compute it."""
+    def handler(cv, node, *args):
+        _, dtype = cv.out_type(node)
+        return cv.tensor(compose(cv.b, *(C.widen(cv.b, cv.tensor(a, dtype)) for a in args)), dtype)
+
+    return handler
+
+
+for _aten, _compose in {
+    "asin": C.asin, "acos": C.acos, "asinh": C.asinh, "acosh": C.acosh, "atanh": C.atanh, "sinh": C.sinh,
+    "cosh": C.cosh, "erfinv": C.erfinv, "lgamma": C.lgamma, "digamma": C.digamma, "hypot": C.hypot,
+    "log2": lambda b, x: C.log_base(b, x, 2), "log10": lambda b, x: C.log_base(b, x, 10),
+}.items():
+    HANDLERS[_aten] = _float_composite(_compose)
+
+
+@handles("trunc", "fix")
+def _trunc(cv, node, x):
+    return C.trunc(cv.b, x)
+
+
+@handles("frac")
+def _frac(cv, node, x):
+    """x - trunc(x), as torch's kernel: NaN for +-inf."""
+    return cv.b.op("rt.sub", [x, C.trunc(cv.b, x)])
+
+
+@handles("copysign")
+def _copysign(cv, node, x, other):
+    """copysign.Tensor (`compose.copysign`) and .Scalar, whose sign is known here."""
+    _, dtype = cv.out_type(node)
+    x = cv.tensor(x, dtype)
+    if isinstance(other, Value):
+        return C.copysign(cv.b, x, cv.tensor(other, dtype))
+    magnitude = cv.b.op("rt.abs", [x])
+    return cv.b.op("rt.neg", [magnitude]) if math.copysign(1.0, other) < 0 else magnitude
 
 
 @handles("add", "sub", "rsub")
@@ -531,6 +572,16 @@ def _clamp(cv, node, x, lo=None, hi=None):
     if hi is not None:
         x = cv.b.op("rt.min", [x, cv.tensor(hi, dtype)])
     return x
+
+
+@handles("clamp_min")
+def _clamp_min(cv, node, x, lo):
+    return _clamp(cv, node, x, lo)
+
+
+@handles("clamp_max")
+def _clamp_max(cv, node, x, hi):
+    return _clamp(cv, node, x, None, hi)
 
 
 @handles("relu")
@@ -803,19 +854,234 @@ def _cumsum(cv, node, x, dim, dtype=None):
 def _var(cv, node, x, dim=None, correction=None, keepdim=False, unbiased=None, **kwargs):
     """var.correction, and the training IR's var.dim, whose third argument `unbiased` (a bool) lands in
     `correction` when positional: True is a correction of 1, False of 0."""
+    variance, _ = _variance(cv, x, dim, correction, keepdim, unbiased)
+    return C.narrow_to(cv.b, variance, x)
+
+
+@handles("var_mean", "std_mean")
+def _var_mean(cv, node, x, *args, **kwargs):
+    """(variance or standard deviation, mean): var_mean.correction and std_mean.correction, and the training IR's
+    .dim overloads, which take `unbiased` instead of a correction."""
+    bound = _named_arguments(node)
+    variance, mean = _variance(cv, x, bound.get("dim"), bound.get("correction"), bound.get("keepdim", False),
+                               bound.get("unbiased"))
+    if str(node.target).startswith("aten.std_mean"):
+        variance = cv.b.op("rt.sqrt", [variance])
+    return _Multi((C.narrow_to(cv.b, variance, x), C.narrow_to(cv.b, mean, x)))
+
+
+def _variance(cv, x, dim, correction, keepdim, unbiased) -> tuple[Value, Value]:
+    """(variance, mean) over `dim`, in f32 for a half float (its squares are summed there); the variance divided
+    by n - correction."""
     axes = _axes(dim, x.type.rank)
     n = math.prod(x.type.shape[a] for a in axes)
     correction = int(unbiased) if unbiased is not None else 1 if correction is None else correction
-    wide = C.widen(cv.b, x)  # a half float's squares are summed in f32
+    wide = C.widen(cv.b, x)
     mu = C.mean(cv.b, wide, axes, keepdims=True)
     d = cv.b.op("rt.sub", [wide, mu])
     total = cv.b.op("rt.reduce", [cv.b.op("rt.mul", [d, d])], {"kind": "sum", "axes": axes, "keepdims": bool(keepdim)})
+    mean = mu if keepdim else cv.reshape(mu, total.type.shape)
     if isinstance(n, Sym):  # known at run time: divided by max(n - correction, 0), as torch divides (0 gives inf/NaN)
         dof = C.size_value(cv.b, n - correction, wide.type.dtype.name)
         dof = cv.b.op("rt.max", [dof, C.scalar(cv.b, 0, dof)])
-        return C.narrow_to(cv.b, cv.b.op("rt.div", [total, dof]), x)
+        return cv.b.op("rt.div", [total, dof]), mean
     scale = C.scalar(cv.b, 1.0 / max(n - correction, 0) if n > correction else math.inf, wide)
-    return C.narrow_to(cv.b, cv.b.op("rt.mul", [total, scale]), x)
+    return cv.b.op("rt.mul", [total, scale]), mean
+
+
+@handles("cumprod")
+def _cumprod(cv, node, x, dim, dtype=None):
+    x = cv.tensor(x, cv.out_type(node)[1])  # integers and bools multiply in int64, as torch's do, or in `dtype`
+    return C.cumulative(cv.b, x, C.normalize_axis(dim, x.type.rank), "prod") if x.type.rank else x
+
+
+@handles("cummax", "cummin")
+def _cummax(cv, node, x, dim):
+    """Values and indices (`compose.cumulative_extreme`: torch's tie rule, the latest equal element)."""
+    if x.type.rank == 0:
+        return _Multi((x, cv.tensor(0, DTYPES["i64"])))
+    largest = str(node.target).startswith("aten.cummax")
+    return _Multi(C.cumulative_extreme(cv.b, x, C.normalize_axis(dim, x.type.rank), largest))
+
+
+@handles("logcumsumexp")
+def _logcumsumexp(cv, node, x, dim):
+    if x.type.rank == 0:
+        return x
+    wide = C.widen(cv.b, x)
+    return C.narrow_to(cv.b, C.cumulative(cv.b, wide, C.normalize_axis(dim, x.type.rank), "logsumexp"), x)
+
+
+@handles("median", "kthvalue")
+def _median(cv, node, x, *args):
+    """median.default (of every element), median.dim (values and indices) and kthvalue: the k-th smallest
+    (`compose.kth_smallest`), the lower median (place (n - 1) // 2) for median; a median of a row with a NaN is
+    NaN, its index the first NaN's, as torch's. Of equal values torch's CPU kernels return whichever index
+    their selection leaves there (torch documents it as not determined); here the first in sort order, so indices
+    equal torch's where the chosen value is not repeated."""
+    bound = _named_arguments(node)
+    whole = "dim" not in bound
+    if whole:
+        x = cv.reshape(x, (x.type.num_elements,))
+    if x.type.rank == 0:
+        return _Multi((x, cv.tensor(0, DTYPES["i64"])))
+    axis = 0 if whole else C.normalize_axis(bound["dim"], x.type.rank)
+    keepdim = bool(bound.get("keepdim", False))
+    n = x.type.shape[axis]
+    median = "k" not in bound
+    value, index = C.kth_smallest(cv.b, x, axis, (n - 1) // 2 if median else int(bound["k"]) - 1, keepdim)
+    if median and x.type.dtype.is_float:
+        nan = cv.b.op("rt.cmp", [x, x], {"predicate": "ne"})
+        first_nan = cv.b.op("rt.argmax", [cv.b.op("rt.cast", [nan], {"dtype": "i32"})],
+                            {"axis": axis, "keepdims": keepdim})
+        some = cv.b.op("rt.reduce", [nan], {"kind": "or", "axes": (axis,), "keepdims": keepdim})
+        value = cv.b.op("rt.select", [some, C.scalar(cv.b, math.nan, value), value])
+        index = cv.b.op("rt.select", [some, first_nan, index])
+    return value if whole else _Multi((value, index))
+
+
+@handles("histc")
+def _histc(cv, node, x, bins=100, low=0, high=0):
+    """torch.histc as its CPU kernel bins: [low, high] cut into `bins` (where low equals high, as by default, the
+    data's least and greatest values instead, each moved out by 1 if those are equal too); an element in it goes
+    to bin trunc((v - low) * bins / (high - low)), computed in x's type, the last bin for v = high; NaN and
+    values outside count nowhere. The counts are a scatter-add of ones."""
+    b = cv.b
+    flat = cv.reshape(x, (x.type.num_elements,))
+    if isinstance(flat.type.shape[0], Sym):
+        raise UnsupportedOpError("histc of a tensor whose size is known only at run time",
+                                 hint="export with a static shape")
+    if low == high:  # torch's default (0, 0), or any empty range: the data's own
+        low, high = (b.op("rt.reduce", [flat], {"kind": kind, "axes": (0,), "keepdims": False})
+                     for kind in ("min", "max"))
+        same = b.op("rt.cmp", [low, high], {"predicate": "eq"})
+        low = b.op("rt.select", [same, b.op("rt.sub", [low, C.scalar(b, 1, low)]), low])
+        high = b.op("rt.select", [same, b.op("rt.add", [high, C.scalar(b, 1, high)]), high])
+    low, high = cv.tensor(low, x.type.dtype), cv.tensor(high, x.type.dtype)
+    inside = b.op("rt.and", [b.op("rt.cmp", [flat, low], {"predicate": "ge"}),
+                             b.op("rt.cmp", [flat, high], {"predicate": "le"})])
+    scaled = b.op("rt.div", [b.op("rt.mul", [b.op("rt.sub", [flat, low]), C.scalar(b, bins, flat)]),
+                             b.op("rt.sub", [high, low])])
+    position = b.op("rt.cast", [C.clamp(b, scaled, 0, bins - 1)], {"dtype": "i32"})
+    ones = b.op("rt.select", [inside, C.scalar(b, 1, flat), C.scalar(b, 0, flat)])
+    zeros = b.op("rt.broadcast", [C.scalar(b, 0, flat)], {"shape": (bins,)})
+    return C.scatter_elements(b, zeros, 0, position, ones, "sum")
+
+
+@handles("linalg_vector_norm")
+def _vector_norm(cv, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """Every order (`compose.vector_norm`), over `dim` (all of x for None or []), in `dtype` where given; a half
+    float's sum is taken in f32."""
+    x = cv.tensor(x, cv.out_type(node)[1])
+    norm = C.vector_norm(cv.b, C.widen(cv.b, x), _axes(dim, x.type.rank), float(ord), bool(keepdim))
+    return C.narrow_to(cv.b, norm, x)
+
+
+@handles("dist")
+def _dist(cv, node, x, other, p=2):
+    """The `p`-norm of x - other over every element."""
+    _, dtype = cv.out_type(node)
+    difference = C.widen(cv.b, cv.b.op("rt.sub", [cv.tensor(x, dtype), cv.tensor(other, dtype)]))
+    norm = C.vector_norm(cv.b, difference, tuple(range(difference.type.rank)), float(p))
+    return cv.tensor(norm, dtype)
+
+
+@handles("cosine_similarity")
+def _cosine_similarity(cv, node, x1, x2, dim=1, eps=1e-8):
+    """The training IR's op, as torch's composite computes it: both operands broadcast together, each divided by
+    its 2-norm along `dim` (at least eps), the products summed along `dim`."""
+    _, dtype = cv.out_type(node)
+    x1, x2 = cv.tensor(x1, dtype), cv.tensor(x2, dtype)
+    shape = broadcast_shapes(x1.type.shape, x2.type.shape)
+    axis = C.normalize_axis(dim, len(shape))
+    units = []
+    for x in (x1, x2):
+        x = cv.reshape(x, (1,) * (len(shape) - x.type.rank) + x.type.shape)
+        x = x if x.type.shape == shape else cv.b.op("rt.broadcast", [x], {"shape": shape})
+        norm = C.narrow_to(cv.b, C.vector_norm(cv.b, C.widen(cv.b, x), (axis,), 2, keepdims=True), x)
+        units.append(cv.b.op("rt.div", [x, C.clamp(cv.b, norm, lo=eps)]))
+    product = cv.b.op("rt.mul", units)
+    return cv.b.op("rt.reduce", [product], {"kind": "sum", "axes": (axis,), "keepdims": False})
+
+
+@handles("diagonal")
+def _diagonal(cv, node, x, offset=0, dim1=0, dim2=1):
+    return C.diagonal(cv.b, x, offset, dim1, dim2)
+
+
+_EUCLIDEAN_BY_MATMUL = 1  # cdist's compute_mode: 0 (None) by matmul past 25 rows, 1 always, 2 never
+
+
+@handles("_cdist_forward", "cdist")
+def _cdist(cv, node, x1, x2, p=2.0, compute_mode=None):
+    """torch.cdist (`compose.pairwise_distance`); for p = 2 by a matmul where torch's kernel uses one:
+    compute_mode 1, or None (0) with more than 25 rows in either operand. A number of rows known only at run time
+    counts as more unless its range keeps it to 25 (the direct form holds rows x rows x features differences)."""
+    mode = 0 if compute_mode is None else compute_mode
+    most = [bounds(x.type.shape[-2], cv.fn.symbols)[1] for x in (x1, x2)]
+    by_matmul = p == 2 and (mode == _EUCLIDEAN_BY_MATMUL or (mode == 0 and any(m is None or m > 25 for m in most)))
+    _, dtype = cv.out_type(node)
+    return C.pairwise_distance(cv.b, cv.tensor(x1, dtype), cv.tensor(x2, dtype), p, by_matmul)
+
+
+@handles("_pdist_forward", "pdist")
+def _pdist(cv, node, x, p=2.0):
+    """The distances between the rows of x [N, M] for each pair i < j, in row-major order: every pair's
+    distance (`compose.pairwise_distance`, as torch's kernel computes it: directly), then those above the
+    diagonal gathered."""
+    n = x.type.shape[0]
+    if isinstance(n, Sym):
+        raise UnsupportedOpError("pdist of a number of rows known only at run time",
+                                 hint="export with a static number of rows")
+    square = C.pairwise_distance(cv.b, x, x, p)
+    rows, columns = np.triu_indices(n, 1)
+    flat = cv.reshape(square, (n * n,))
+    return cv.b.op("rt.gather", [flat, cv.b.constant((rows * n + columns).astype(np.int32))], {"axis": 0})
+
+
+@handles("searchsorted", "bucketize")
+def _searchsorted(cv, node, *args, **kwargs):
+    """searchsorted (.Tensor, .Scalar; `right` or side="right", out_int32, sorter) and bucketize (.Tensor,
+    .Scalar, whose boundaries come second): `compose.search_sorted`, torch's binary search."""
+    bound = _named_arguments(node)
+    if str(node.target).startswith("aten.bucketize"):
+        sequence, values, sorter = args[1], args[0], None
+    else:
+        sequence, values, sorter = args[0], args[1], kwargs.get("sorter")
+    right = bool(bound.get("right")) or bound.get("side") == "right"
+    shape, dtype = cv.out_type(node)
+    values = cv.tensor(values, sequence.type.dtype)
+    found = C.search_sorted(cv.b, sequence, values, right, sorter, dtype.name)
+    return cv.reshape(found, shape)
+
+
+@handles("_adaptive_avg_pool3d", "adaptive_avg_pool3d")
+def _adaptive_avg_pool3d(cv, node, x, output_size):
+    return C.adaptive_avg_pool(cv.b, x, cv.out_type(node)[0][-3:])
+
+
+@handles("masked_scatter")
+def _masked_scatter(cv, node, x, mask, source):
+    return C.masked_scatter(cv.b, x, cv.tensor(mask, DTYPES["i1"]), cv.tensor(source, x.type.dtype))
+
+
+@handles("_linalg_det", "linalg_det", "det")
+def _det(cv, node, x):
+    """The determinant (`compose.determinant`); of _linalg_det's results (det, LU, pivots) only the first."""
+    det = C.determinant(cv.b, x)
+    return _Multi((det, None, None)) if str(node.target).startswith("aten._linalg_det") else det
+
+
+@handles("rrelu_with_noise_functional", "rrelu")
+def _rrelu(cv, node, x, *args, **kwargs):
+    """In eval mode a leaky ReLU of slope (lower + upper) / 2, the noise left as it is; training mode draws a
+    slope an element at random, which a compiled module cannot."""
+    bound = _named_arguments(node)
+    if bound["training"]:
+        raise UnsupportedOpError(f"'{node.target}' in training mode draws random slopes",
+                                 hint="export the model in eval mode (model.eval())")
+    y = C.leaky_relu(cv.b, x, (bound["lower"] + bound["upper"]) / 2)
+    return _Multi((y, args[0])) if "noise" in str(node.target) else y
 
 
 @handles("max_pool1d", "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d",
