@@ -393,3 +393,16 @@ def test_softmax_cross_entropy_with_weights_and_an_ignored_index_outside_the_cla
     model = model_of("SoftmaxCrossEntropyLoss", inputs, opset=21, outputs=("loss", "log_prob"), reduction=reduction,
                      ignore_index=-100)
     matches_reference(model, target, inputs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TRANSFORMER_TARGETS)
+def test_det_of_a_batch_with_a_singular_matrix_and_one_that_needs_pivoting(target):
+    """Det through compose.determinant (LU with partial pivoting): a zero pivot up front, a singular matrix, 5 x 5
+    random ones, against numpy in float64."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(F32)
+    x[0, 0, 0, 0] = 0.0  # the first pivot is 0: a row swap
+    x[1, 2, 4] = x[1, 2, 1] * 2  # two proportional rows
+    (out,) = compiled_outputs(model_of("Det", {"x": x}), target, x)
+    np.testing.assert_allclose(out, np.linalg.det(x.astype(np.float64)), rtol=2e-5, atol=2e-5)
+    assert abs(out[1, 2]) < 1e-4

@@ -596,6 +596,13 @@ def _trilu(n):
     return C.triangle(n.b, n(0), int(np.asarray(n.known_or(1, 0, "k"))), upper=bool(n.attr("upper", 1)))
 
 
+@handles("Det")
+def _det(n):
+    """The determinant of each square matrix of the last two axes (`compose.determinant`: LU with partial pivoting,
+    unrolled, up to 16 x 16)."""
+    return C.determinant(n.b, n(0))
+
+
 @handles("Einsum")
 def _einsum(n):
     return C.einsum(n.b, n.attr("equation"), n.inputs())
