@@ -224,3 +224,29 @@ def test_integer_pow_wraps_as_the_reference(dtype):
         np.testing.assert_array_equal(got[y >= 0], (x[y >= 0] ** y[y >= 0]).astype(dt.np_dtype))
     if signed:  # 1, -1, -2 and -3 to -3, -4, -1 and 2
         np.testing.assert_array_equal(got[-4:], np.array([-1, 1, 0, 9], dt.np_dtype))
+
+
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "tanh"])
+def test_exp_sigmoid_and_tanh_of_f32_are_within_3_ulp_and_keep_their_special_values(op):
+    """`exp_f32` and `tanh_f32` (vector code: LLVM made an expf call a lane of llvm.exp, 3.4x the LSTM's time): a
+    dense sweep over the range where results are normal, against numpy in float64, and NaN, +-inf, +-0 and the
+    overflow and underflow edges."""
+    sweep = np.concatenate([np.linspace(-87, 88.7, 200001), np.linspace(-1, 1, 20001)])
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.8, 89.0, -104.5, -200.0, 1e-30, -1e-30])
+    x = np.concatenate([sweep, special]).astype(np.float32)
+    arg = Value(TensorType(x.shape, dtypes.f32))
+    fn = Function("f", [arg])
+    fn.returns = [Builder(fn).op(f"rt.{op}", [arg])]
+    got = retarget.load(retarget.compile(Module({"f": fn}), "llvm-cpu"), "local-task").f(x).astype(np.float64)
+    wide = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        exact = {"exp": np.exp(wide), "sigmoid": 1 / (1 + np.exp(-wide)), "tanh": np.tanh(wide)}[op]
+    rounded = exact.astype(np.float32)
+    normal = np.isfinite(rounded) & (np.abs(rounded) >= np.finfo(np.float32).tiny)
+    ulps = np.abs(got[normal] - exact[normal]) / np.spacing(np.abs(rounded[normal])).astype(np.float64)
+    assert ulps.max() <= 3, (ulps.max(), x[normal][ulps.argmax()])
+    tail = got[-len(special):]
+    want = {"exp": [np.nan, np.inf, 0, 1, 1, np.inf, np.inf, 0, 0, 1, 1],
+            "sigmoid": [np.nan, 1, 0, 0.5, 0.5, 1, 1, 0, 0, 0.5, 0.5],
+            "tanh": [np.nan, 1, -1, 0, -0.0, 1, 1, -1, -1, 1e-30, -1e-30]}[op]
+    np.testing.assert_allclose(tail, np.array(want, dtype=np.float32).astype(np.float64), rtol=1e-6, atol=0)

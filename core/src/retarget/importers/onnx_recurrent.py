@@ -354,9 +354,9 @@ def _lstm(n):
     def step(x_t, states):
         h, cell = states
         gates = b.op("rt.add", [x_t, b.op("rt.matmul", [h, r_t])])
-        if peepholes is None:  # i, o and f in one
-            activated = u.activate(0, u.gates(gates, 0, 3))
-            input_gate, output_gate, forget_gate = (u.gates(activated, k) for k in range(3))
+        if peepholes is None:  # each gate on its own, so that each fuses into the one kernel that reads it (i and f
+            # into the cell's, o into h's): three kernels a step, where i, o and f together made a fourth
+            input_gate, output_gate, forget_gate = (u.activate(0, u.gates(gates, k)) for k in range(3))
         else:
             input_gate, forget_gate = peeped(gates, 0, cell), peeped(gates, 2, cell)
         if input_forget:

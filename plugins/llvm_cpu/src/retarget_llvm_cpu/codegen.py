@@ -46,6 +46,8 @@ ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.
          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
          -1.42647390514189e-02)
+EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)  # Cephes
+TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes tanhf
 FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -454,6 +456,13 @@ class _KernelBuilder:
             one = ir.Constant(ty, 1.0)
             if op == "neg":
                 return b.fneg(x, flags=FAST)
+            single = (ty.element if isinstance(ty, ir.VectorType) else ty) == F32
+            if single and op in ("exp", "sigmoid", "tanh"):  # in vector code, not a libm call a lane
+                if op == "exp":
+                    return self.exp_f32(x)
+                if op == "sigmoid":
+                    return b.fdiv(one, b.fadd(one, self.exp_f32(b.fneg(x))))
+                return self.tanh_f32(x)
             if op in INTRINSIC_UNARY:
                 return b.call(self.mb.intrinsic(INTRINSIC_UNARY[op], [ty]), [x], fastmath=FAST)
             if op == "erf" and (ty.element if isinstance(ty, ir.VectorType) else ty) == F32:
@@ -570,6 +579,49 @@ class _KernelBuilder:
 
         p = b.fmul(x, horner(ERF_P), flags=FAST)
         return b.fdiv(p, horner(ERF_Q), flags=FAST)
+
+    def exp_f32(self, x: ir.Value) -> ir.Value:
+        """exp in f32 that vectorizes (LLVM turns llvm.exp of a vector into an expf call a lane): x = n ln2 + r with
+        |r| <= ln2 / 2 (Cody-Waite, ln2 in two parts), Cephes' polynomial for e^r, times 2^n built from its bits, in
+        two halves so that results below the normal range come out subnormal. Within 2 ulp of exp; 0 below -104,
+        inf past 88.8, NaN stays NaN."""
+        b, ty = self.b, x.type
+        ity = ir.VectorType(I32, ty.count) if isinstance(ty, ir.VectorType) else I32
+        fma = self.mb.intrinsic("llvm.fma", [ty])
+        clamped = b.call(self.mb.intrinsic("llvm.minimum", [ty]),
+                         [b.call(self.mb.intrinsic("llvm.maximum", [ty]), [x, ir.Constant(ty, -104.0)]),
+                          ir.Constant(ty, 88.8)])
+        n = b.call(self.mb.intrinsic("llvm.roundeven", [ty]), [b.fmul(clamped, ir.Constant(ty, 1.4426950408889634))])
+        r = b.call(fma, [n, ir.Constant(ty, -0.693359375), clamped])
+        r = b.call(fma, [n, ir.Constant(ty, 2.12194440e-4), r])
+        poly = ir.Constant(ty, EXP_P[0])
+        for c in EXP_P[1:]:
+            poly = b.call(fma, [poly, r, ir.Constant(ty, c)])
+        y = b.fadd(b.call(fma, [poly, b.fmul(r, r), r]), ir.Constant(ty, 1.0))
+        nan = b.fcmp_unordered("uno", x, x)
+        whole = b.fptosi(b.select(nan, ir.Constant(ty, 0.0), n), ity)  # (fptosi of NaN would be poison)
+        half = b.ashr(whole, ir.Constant(ity, 1))
+
+        def power_of_two(e):  # 2^e for e in [-126, 127]
+            return b.bitcast(b.shl(b.add(e, ir.Constant(ity, 127)), ir.Constant(ity, 23)), ty)
+
+        y = b.fmul(b.fmul(y, power_of_two(half)), power_of_two(b.sub(whole, half)))
+        return b.select(nan, x, y)
+
+    def tanh_f32(self, x: ir.Value) -> ir.Value:
+        """Cephes' tanhf: an odd polynomial below 0.625 in magnitude, 1 - 2 / (e^2|x| + 1) (`exp_f32`) above; NaN
+        stays NaN, +-inf give +-1."""
+        b, ty = self.b, x.type
+        magnitude = b.call(self.mb.intrinsic("llvm.fabs", [ty]), [x])
+        z = b.fmul(x, x)
+        poly = ir.Constant(ty, TANH_P[0])
+        for c in TANH_P[1:]:
+            poly = b.fadd(b.fmul(poly, z), ir.Constant(ty, c))
+        small = b.fadd(x, b.fmul(b.fmul(x, z), poly))
+        e = self.exp_f32(b.fadd(magnitude, magnitude))
+        large = b.fsub(ir.Constant(ty, 1.0), b.fdiv(ir.Constant(ty, 2.0), b.fadd(e, ir.Constant(ty, 1.0))))
+        large = b.select(b.fcmp_ordered("<", x, ir.Constant(ty, 0.0)), b.fneg(large), large)
+        return b.select(b.fcmp_ordered("<", magnitude, ir.Constant(ty, 0.625)), small, large)
 
     def per_lane(self, fn, x: ir.Value) -> ir.Value:
         """`fn` (scalar -> scalar) applied to each lane of a vector, or to a scalar."""
