@@ -250,3 +250,23 @@ def test_exp_sigmoid_and_tanh_of_f32_are_within_3_ulp_and_keep_their_special_val
             "sigmoid": [np.nan, 1, 0, 0.5, 0.5, 1, 1, 0, 0, 0.5, 0.5],
             "tanh": [np.nan, 1, -1, 0, -0.0, 1, 1, -1, -1, 1e-30, -1e-30]}[op]
     np.testing.assert_allclose(tail, np.array(want, dtype=np.float32).astype(np.float64), rtol=1e-6, atol=0)
+
+
+
+def test_log_of_f32_is_within_1_ulp_from_subnormals_to_the_largest_float():
+    """`log_f32` (vector code, as `exp_f32`): a log-spaced sweep over every binade and a dense one around 1, against
+    numpy in float64; subnormal inputs, 0, -0, negatives, NaN and inf."""
+    sweep = np.concatenate([np.exp(np.linspace(-87, 88.7, 200001)), np.linspace(0.5, 2, 100001)])
+    special = np.array([1e-40, 1e-45, 0.0, -0.0, -1.0, -np.inf, np.nan, np.inf, 1.0, np.finfo(np.float32).max])
+    x = np.concatenate([sweep, special]).astype(np.float32)
+    arg = Value(TensorType(x.shape, dtypes.f32))
+    fn = Function("f", [arg])
+    fn.returns = [Builder(fn).op("rt.log", [arg])]
+    got = retarget.load(retarget.compile(Module({"f": fn}), "llvm-cpu"), "local-task").f(x).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.log(x.astype(np.float64))
+    rounded = exact.astype(np.float32)
+    finite = np.isfinite(rounded) & (rounded != 0)
+    ulps = np.abs(got[finite] - exact[finite]) / np.spacing(np.abs(rounded[finite])).astype(np.float64)
+    assert ulps.max() <= 1, (ulps.max(), x[finite][ulps.argmax()])
+    np.testing.assert_array_equal(got[-len(special):], rounded[-len(special):].astype(np.float64))

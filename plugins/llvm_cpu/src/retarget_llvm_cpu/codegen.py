@@ -19,6 +19,7 @@ Float ops allow reassociation and contraction (so reductions vectorize), but not
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -48,6 +49,8 @@ ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7
          -1.42647390514189e-02)
 EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)  # Cephes
 TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes tanhf
+LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+         2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)  # Cephes logf
 FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -457,9 +460,11 @@ class _KernelBuilder:
             if op == "neg":
                 return b.fneg(x, flags=FAST)
             single = (ty.element if isinstance(ty, ir.VectorType) else ty) == F32
-            if single and op in ("exp", "sigmoid", "tanh"):  # in vector code, not a libm call a lane
+            if single and op in ("exp", "sigmoid", "tanh", "log"):  # in vector code, not a libm call a lane
                 if op == "exp":
                     return self.exp_f32(x)
+                if op == "log":
+                    return self.log_f32(x)
                 if op == "sigmoid":
                     return b.fdiv(one, b.fadd(one, self.exp_f32(b.fneg(x))))
                 return self.tanh_f32(x)
@@ -607,6 +612,40 @@ class _KernelBuilder:
 
         y = b.fmul(b.fmul(y, power_of_two(half)), power_of_two(b.sub(whole, half)))
         return b.select(nan, x, y)
+
+    def log_f32(self, x: ir.Value) -> ir.Value:
+        """Cephes' logf in vector code: x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from its bits (subnormal x
+        scaled by 2^23 first), a polynomial in m - 1, and e ln2 in two parts. Within 1 ulp of log; log(0) = -inf,
+        log(inf) = inf, NaN below 0."""
+        b, ty = self.b, x.type
+        ity = ir.VectorType(I32, ty.count) if isinstance(ty, ir.VectorType) else I32
+
+        def f(v):
+            return ir.Constant(ty, v)
+
+        def i(v):
+            return ir.Constant(ity, v)
+
+        subnormal = b.fcmp_ordered("<", x, f(1.1754943508222875e-38))
+        scaled = b.select(subnormal, b.fmul(x, f(8388608.0)), x)
+        bits = b.bitcast(scaled, ity)
+        exponent = b.sub(b.lshr(bits, i(23)), b.select(subnormal, i(126 + 23), i(126)))
+        m = b.bitcast(b.or_(b.and_(bits, i(0x007FFFFF)), i(0x3F000000)), ty)  # in [0.5, 1)
+        low = b.fcmp_ordered("<", m, f(0.707106781186547524))
+        exponent = b.sub(exponent, b.zext(low, ity))
+        m = b.fsub(b.select(low, b.fadd(m, m), m), f(1.0))
+        e = b.sitofp(exponent, ty)
+        z = b.fmul(m, m)
+        poly = f(LOG_P[0])
+        for c in LOG_P[1:]:
+            poly = b.fadd(b.fmul(poly, m), f(c))
+        y = b.fmul(b.fmul(m, z), poly)
+        y = b.fadd(y, b.fmul(e, f(-2.12194440e-4)))
+        y = b.fsub(y, b.fmul(z, f(0.5)))
+        y = b.fadd(b.fadd(m, y), b.fmul(e, f(0.693359375)))
+        y = b.select(b.fcmp_ordered("==", x, f(math.inf)), x, y)
+        y = b.select(b.fcmp_ordered("==", x, f(0.0)), f(-math.inf), y)
+        return b.select(b.fcmp_unordered("ult", x, f(0.0)), f(math.nan), y)  # below 0, or NaN
 
     def tanh_f32(self, x: ir.Value) -> ir.Value:
         """Cephes' tanhf: an odd polynomial below 0.625 in magnitude, 1 - 2 / (e^2|x| + 1) (`exp_f32`) above; NaN
