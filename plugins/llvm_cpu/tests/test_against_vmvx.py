@@ -270,3 +270,25 @@ def test_log_of_f32_is_within_1_ulp_from_subnormals_to_the_largest_float():
     ulps = np.abs(got[finite] - exact[finite]) / np.spacing(np.abs(rounded[finite])).astype(np.float64)
     assert ulps.max() <= 1, (ulps.max(), x[finite][ulps.argmax()])
     np.testing.assert_array_equal(got[-len(special):], rounded[-len(special):].astype(np.float64))
+
+
+
+@pytest.mark.parametrize("op", ["log1p", "expm1"])
+def test_log1p_and_expm1_of_f32_are_within_3_ulp_near_0_and_far_from_it(op):
+    """Goldberg's log1p and Kahan's expm1 over the vector exp and log (the C-like targets' formulas), up to where
+    (e^x - 1) x would overflow; the special values as libm gives them."""
+    sweep = np.concatenate([np.linspace(-0.999, 1, 100001), np.exp(np.linspace(-80, 80, 100001)),
+                            -np.exp(np.linspace(-80, -0.001, 20001)), np.linspace(-100, 88, 20001)])
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1e-30, -1e-30, 86.0])
+    x = np.concatenate([sweep, special]).astype(np.float32)
+    arg = Value(TensorType(x.shape, dtypes.f32))
+    fn = Function("f", [arg])
+    fn.returns = [Builder(fn).op(f"rt.{op}", [arg])]
+    got = retarget.load(retarget.compile(Module({"f": fn}), "llvm-cpu"), "local-task").f(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        exact = getattr(np, op)(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    normal = np.isfinite(rounded) & (np.abs(rounded) >= np.finfo(np.float32).tiny)
+    ulps = np.abs(got[normal] - exact[normal]) / np.spacing(np.abs(rounded[normal])).astype(np.float64)
+    assert ulps.max() <= 3, (ulps.max(), x[normal][ulps.argmax()])
+    np.testing.assert_array_equal(got[-len(special):], rounded[-len(special):].astype(np.float64))

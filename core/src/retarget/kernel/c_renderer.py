@@ -113,7 +113,7 @@ HELPERS = [
     ("rt_expm1_$s", ("float",),
      "$Q $T rt_expm1_$s($T x) {\n  $T u = exp$f(x);\n  if (u == ($T)1) return x;\n"
      "  if (u - u != ($T)0) return u;  /* inf or NaN */\n  if (u - ($T)1 == ($T)-1) return ($T)-1;\n"
-     "  return (u - ($T)1) * x / log$f(u);\n}"),
+     "  return (u - ($T)1) * (x / log$f(u));  /* (u - 1) * x overflows past 85 */\n}"),
 ]
 # float -> integer casts saturate (NaN -> 0), as llvm's fptosi.sat; bounds are powers of two, exact in floats.
 CAST_HELPER = ("$Q $D rt_cast_${s}_$d($T x) "
@@ -481,7 +481,7 @@ WGSL_HELPERS = (
     ("rt_expm1_$s", ("float",),
      "fn rt_expm1_$s(x: $T) -> $T {\n  let u = exp(x);\n  if (u == $T(1)) { return x; }\n"
      f"  if (!{_WGSL_FINITE.format('u')}) {{ return u; }}\n  if (u - $T(1) == $T(-1)) {{ return $T(-1); }}\n"
-     "  return (u - $T(1)) * x / log(u);\n}"),
+     "  return (u - $T(1)) * (x / log(u));\n}"),
 )
 
 

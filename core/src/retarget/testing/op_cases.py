@@ -12,8 +12,9 @@ from ..ir import TensorType, dtypes
 from ..kernel import ir as k
 from ..vmvx.kernels import evaluate
 
+# (86: e^86 is finite, 86 (e^86 - 1) is not: expm1 as (u - 1) * x / log(u) overflowed there)
 F32_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 1e-3, -1e-4, 0.75, 3.0, -7.25,
-                      20.0, -20.0, 1e30, 0.3], dtype=np.float32)
+                      20.0, -20.0, 1e30, 0.3, 86.0], dtype=np.float32)
 # pairs for binary ops: NaN on either side and both, infinities (a finite number by an infinite one: fmod keeps it,
 # where a - b * trunc(a / b) is NaN), equal values, signs
 F32_A = np.array([np.nan, 1.0, np.nan, np.inf, -np.inf, 2.0, -3.5, 7.0, -7.0, 0.5, 3.0, 1e-3, 4.0, 5.5, -3.0, np.inf],

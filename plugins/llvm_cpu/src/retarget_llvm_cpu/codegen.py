@@ -460,11 +460,13 @@ class _KernelBuilder:
             if op == "neg":
                 return b.fneg(x, flags=FAST)
             single = (ty.element if isinstance(ty, ir.VectorType) else ty) == F32
-            if single and op in ("exp", "sigmoid", "tanh", "log"):  # in vector code, not a libm call a lane
+            if single and op in ("exp", "sigmoid", "tanh", "log", "log1p", "expm1"):  # vector code, not libm a lane
                 if op == "exp":
                     return self.exp_f32(x)
                 if op == "log":
                     return self.log_f32(x)
+                if op in ("log1p", "expm1"):
+                    return self.log1p_f32(x) if op == "log1p" else self.expm1_f32(x)
                 if op == "sigmoid":
                     return b.fdiv(one, b.fadd(one, self.exp_f32(b.fneg(x))))
                 return self.tanh_f32(x)
@@ -646,6 +648,33 @@ class _KernelBuilder:
         y = b.select(b.fcmp_ordered("==", x, f(math.inf)), x, y)
         y = b.select(b.fcmp_ordered("==", x, f(0.0)), f(-math.inf), y)
         return b.select(b.fcmp_unordered("ult", x, f(0.0)), f(math.nan), y)  # below 0, or NaN
+
+    def log1p_f32(self, x: ir.Value) -> ir.Value:
+        """Goldberg's log1p, as the C-like targets compute it: log(u) * x / (u - 1) with u = 1 + x (exact where 1 + x
+        rounds), x itself where u is 1, log(u) where u is inf or NaN."""
+        b, ty = self.b, x.type
+        one = ir.Constant(ty, 1.0)
+        u = b.fadd(one, x)
+        log_u = self.log_f32(u)
+        y = b.fmul(log_u, b.fdiv(x, b.fsub(u, one)))
+        y = b.select(b.fcmp_ordered("==", u, one), x, y)
+        return b.select(self.not_finite(u), log_u, y)
+
+    def expm1_f32(self, x: ir.Value) -> ir.Value:
+        """Kahan's expm1, as the C-like targets compute it: (u - 1) * (x / log(u)) with u = e^x, x itself where u is 1,
+        u where it is inf or NaN, -1 where u - 1 is."""
+        b, ty = self.b, x.type
+        one = ir.Constant(ty, 1.0)
+        u = self.exp_f32(x)
+        y = b.fmul(b.fsub(u, one), b.fdiv(x, self.log_f32(u)))  # x / log(u) first: (u - 1) x overflows past 85
+        y = b.select(b.fcmp_ordered("==", b.fsub(u, one), ir.Constant(ty, -1.0)), ir.Constant(ty, -1.0), y)
+        y = b.select(b.fcmp_ordered("==", u, one), x, y)
+        return b.select(self.not_finite(u), u, y)
+
+    def not_finite(self, u: ir.Value) -> ir.Value:
+        """u is inf or NaN: u - u is NaN."""
+        difference = self.b.fsub(u, u)
+        return self.b.fcmp_unordered("uno", difference, difference)
 
     def tanh_f32(self, x: ir.Value) -> ir.Value:
         """Cephes' tanhf: an odd polynomial below 0.625 in magnitude, 1 - 2 / (e^2|x| + 1) (`exp_f32`) above; NaN

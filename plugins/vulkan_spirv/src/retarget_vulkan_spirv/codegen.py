@@ -841,7 +841,7 @@ class _Codegen:
         if op == "expm1":
             u = self.ext("Exp", t, x)
             um1 = self.op("FSub", t, u, one)
-            general = self.op("FDiv", t, self.op("FMul", t, um1, x), self.ext("Log", t, u))
+            general = self.op("FMul", t, um1, self.op("FDiv", t, x, self.ext("Log", t, u)))  # (u - 1) x overflows
             out = self.select(self.op("FOrdEqual", self.t_bool, um1, self.const(-1, c)), self.const(-1, c), general, t)
             out = self.select(self.special(u), u, out, t)
             return self.select(self.op("FOrdEqual", self.t_bool, u, one), x, out, t)
