@@ -5,15 +5,15 @@ interleaved with it so that noise hits both alike.
     .venv/bin/python benchmarks/cpu/onnx_sequence_ops.py [--target llvm-cpu --device local-task] [--repeats 50]
         [--json out.json] [--only TEXT]
 
-Reported: compile time, medians in ms of a call (numpy in, numpy out) for ours, onnxruntime on 2 threads and on 1,
-and the ratio onnxruntime (2 threads) / ours (above 1: ours is faster).
+Reported: compile time, medians in ms of a call (numpy in, numpy out; `retarget.bench.timing.interleave`'s
+shuffled rounds) for ours, onnxruntime on 2 threads and on 1, and the ratio onnxruntime (2 threads) / ours (above
+1: ours is faster).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 import warnings
 
@@ -73,18 +73,10 @@ def models():
     return out
 
 
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def main():
     import onnxruntime as ort
     import retarget
+    from retarget.bench.timing import Runner, interleave
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="llvm-cpu")
@@ -111,16 +103,10 @@ def main():
         got = got[0] if isinstance(got, (list, tuple)) else got
         want = sessions[2].run(None, inputs)[0]
         error = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
-        runs = {"ours": lambda ours=ours, values=values: ours.main(*values),
-                **{f"ort{t}": (lambda s=s, inputs=inputs: s.run(None, inputs)) for t, s in sessions.items()}}
-        for fn in runs.values():
-            fn()
-        medians = {k: [] for k in runs}
-        for _ in range(5):  # interleaved rounds
-            for key, fn in runs.items():
-                medians[key].append(_median_ms(fn, max(1, args.repeats // 5)))
+        runners = [Runner("ours", lambda ours=ours, values=values: ours.main(*values)),
+                   *(Runner(f"ort{t}", lambda s=s, inputs=inputs: s.run(None, inputs)) for t, s in sessions.items())]
         row = {"model": name, "compile_s": round(compile_s, 2), "relative_error": error,
-               **{k: round(statistics.median(v), 3) for k, v in medians.items()}}
+               **{m.runner.label: round(m.wall.median_ms, 3) for m in interleave(runners, args.repeats)}}
         row["ort2_over_ours"] = round(row["ort2"] / row["ours"], 2)
         rows.append(row)
         print(f"{name:<62} compile {compile_s:5.2f} s  ours {row['ours']:8.3f} ms  ORT {row['ort2']:8.3f} ms "

@@ -336,6 +336,11 @@ class _Node:
                                           f"{', '.join(sorted(SYMBOLIC_FOLDS))}; other ops make it data")
         return v
 
+    def known_if_so(self, i: int) -> np.ndarray | None:
+        """Input `i` where it is there and known at import time as numbers (an initializer, a constant), else None."""
+        v = self.cv.env[self.node.input[i]] if self.has(i) else None
+        return v if isinstance(v, np.ndarray) and v.dtype != object else None
+
     def known_or(self, i: int, default, what=""):
         return self.known(i, what) if self.has(i) else default
 

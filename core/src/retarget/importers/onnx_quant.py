@@ -15,8 +15,6 @@ QLinearMatMul and QLinearConv. The numbers are `quant_common`'s, which PT2E's op
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import UnsupportedOpError
 from ..ir.core import Value
 from ..ir.dtypes import DTYPES, DType, f32, from_numpy
@@ -51,12 +49,6 @@ class _Operands:
 
 def _optional(n, i: int) -> Value | None:
     return n(i) if n.has(i) else None
-
-
-def _known(n, i: int) -> np.ndarray | None:
-    """Input `i` where it is known at import time (an initializer, a constant), else None."""
-    v = n.cv.env[n.node.input[i]] if n.has(i) else None
-    return v if isinstance(v, np.ndarray) and v.dtype != object else None
 
 
 def _type_of(n, i: int) -> tuple[tuple, DType]:
@@ -99,7 +91,7 @@ def _dequantize_linear(n):
     out_code = n.attr("output_dtype")
     out = _dtype(out_code, "DequantizeLinear's output_dtype") if out_code else _type_of(n, 1)[1]
     axis, block = _axis(n, len(_type_of(n, 0)[0])), n.attr("block_size", 0)
-    weight, scales, zeros = (_known(n, i) for i in range(3))
+    weight, scales, zeros = (n.known_if_so(i) for i in range(3))
     if weight is not None and scales is not None and (zeros is not None or not n.has(2)):
         per_tensor = scales.size == 1
         packed = Q.packed_weight(n.b, weight, scales, zeros, 0 if per_tensor else axis, out,

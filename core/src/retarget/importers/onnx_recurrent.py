@@ -85,15 +85,9 @@ def _activations(n, directions: int) -> list[tuple[Activation, ...]]:
     return [tuple(chosen[d * count:(d + 1) * count]) for d in range(directions)]
 
 
-def _known(n, i: int) -> np.ndarray | None:
-    """Input `i` where it is known at import time, else None."""
-    v = n.cv.env[n.node.input[i]] if n.has(i) else None
-    return v if isinstance(v, np.ndarray) and v.dtype != object else None
-
-
 def _given(n, i: int) -> bool:
     """Whether optional input `i` is there and can matter (one known to be zeros is the same as none)."""
-    known = _known(n, i)
+    known = n.known_if_so(i)
     return n.has(i) and (known is None or bool(np.any(known)))
 
 
@@ -278,7 +272,7 @@ def _unrolled(n) -> _Unrolled:
                          f"[{directions}, {gates}, {size}] and R [{directions}, {gates}, {hidden}]; got {n(1).type} "
                          f"and {n(2).type}", hint="check the model's weights against its attributes")
     lengths, maybe_empty = None, False
-    known = _known(n, 4)
+    known = n.known_if_so(4)
     if n.has(4) and (known is None or np.any(known != seq)):  # all of them full: no mask
         lengths = b.op("rt.cast", [n(4)], {"dtype": "i32"})
         lengths = C.clamp(b, b.op("rt.reshape", [lengths], {"shape": (1, 1, batch, 1)}), 0, seq)
@@ -445,7 +439,7 @@ def _linear_attention(n):
     def at(x: Value, t: int) -> Value:
         return b.op("rt.reshape", [C.slice_axis(b, x, 0, t, t + 1)], {"shape": x.type.shape[1:]})
 
-    q = per_step(b.op("rt.reshape", [query], {"shape": (batch, steps, kv_heads * group * d_k)}), kv_heads * group)
+    q = per_step(query, q_heads)
     q = b.op("rt.reshape", [q], {"shape": (steps, batch, kv_heads, group, d_k)})  # a kv head's query heads together
     k, v = per_step(key, kv_heads), per_step(value, kv_heads)
     decay = beta = None

@@ -30,7 +30,6 @@ import numpy as np
 
 from ..errors import InputError, UnsupportedOpError
 from ..ir.core import Builder, Value
-from ..ir.dtypes import f32
 from ..ir.symbolic import Sym
 from . import compose as C
 from .onnx import SHAPE_OPERANDS, _dtype, handles
@@ -42,9 +41,6 @@ DIRECT_LIMIT = 256
 # operands that size a result or make a constant: known at import time (ONNX's node tests bind them there)
 SHAPE_OPERANDS.update({"DFT": (1, 2), "STFT": (1, 3), "HannWindow": (0,), "HammingWindow": (0,),
                        "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4)})
-
-_HALF_FLOATS = ("f16", "bf16")  # too few digits to sum a long transform in: computed in f32
-
 
 def _known(n, i: int, what: str) -> np.ndarray:
     """Input `i` (the op's `what`) as an array known at import time, else a refusal that names it."""
@@ -201,10 +197,6 @@ def _real_signal(b: Builder, x: Value, length: int) -> Value:
     return C.slice_axis(b, y, y.type.rank - 1, 0, 1)
 
 
-def _computed(b: Builder, x: Value) -> Value:
-    return b.op("rt.cast", [x], {"dtype": f32.name}) if x.type.dtype.name in _HALF_FLOATS else x
-
-
 def _moved(b: Builder, x: Value, source: int, destination: int) -> Value:
     if source == destination:
         return x
@@ -235,7 +227,7 @@ def _dft(n):
     length = _known_int(n, 1, "dft_length") if n.has(1) else 2 * (size - 1) if irfft else size
     if length < 1:
         raise InputError(f"DFT of {x.type} along axis {axis} with dft_length {length}: the length must be positive")
-    y = _moved(b, _computed(b, x), axis, rank - 2)
+    y = _moved(b, C.widen(b, x), axis, rank - 2)
     if irfft:
         y = _real_signal(b, y, length)
     else:
@@ -264,10 +256,10 @@ def _stft(n):
         raise InputError(f"STFT of {signal.type} with frame_step {step} and frame_length {frame_length}: the step "
                          f"must be positive and the frame from 1 to the signal's length")
     starts = np.arange((size - frame_length) // step + 1) * step
-    frames = b.op("rt.gather", [_computed(b, signal), b.constant(
+    frames = b.op("rt.gather", [C.widen(b, signal), b.constant(
         (starts[:, None] + np.arange(frame_length)[None, :]).astype(np.int32))], {"axis": 1})
     if window is not None:
-        weights = b.op("rt.reshape", [_computed(b, window)], {"shape": (frame_length, 1)})
+        weights = b.op("rt.reshape", [C.widen(b, window)], {"shape": (frame_length, 1)})
         if weights.type.dtype != frames.type.dtype:
             weights = b.op("rt.cast", [weights], {"dtype": frames.type.dtype.name})
         frames = b.op("rt.mul", [frames, weights])

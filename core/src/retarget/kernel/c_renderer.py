@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
+from .approximations import ERF_P, ERF_Q, TANH_P
 from .index32 import I32, as_i32, fits, narrow_indices
 from .portable import expand_fragments, expand_vector_copies, serialize_threads, vector_copy_elements
 
@@ -73,11 +74,6 @@ FALLBACK_OPS = {"erf.float": "rt_erf_{s}({0})", "log1p.float": "rt_log1p_{s}({0}
                 "expm1.float": "rt_expm1_{s}({0})"}
 
 # Helpers, instantiated per dtype of a kind: (name, kinds, body). Only those a module calls are emitted.
-TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes tanhf
-_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
-_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
-          -1.42647390514189e-02)
 
 
 def _horner(coefficients) -> str:
@@ -106,7 +102,7 @@ HELPERS = [
      "  for (; b > 0; b >>= 1) { if (b & 1) r = ($T)(r * a); a = ($T)(a * a); }\n  return r;\n}"),
     ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
      "$Q $T rt_erf_$s($T x) {\n  x = x != x ? x : x < ($T)-4 ? ($T)-4 : x > ($T)4 ? ($T)4 : x;\n  $T x2 = x * x;\n"
-     f"  return x * ({_horner(_ERF_P)} / {_horner(_ERF_Q)});\n}}"),
+     f"  return x * ({_horner(ERF_P)} / {_horner(ERF_Q)});\n}}"),
     ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
      "$Q $T rt_log1p_$s($T x) {\n  $T u = ($T)1 + x;\n  if (u - u != ($T)0) return log$f(u);  /* inf or NaN */\n"
      "  return u == ($T)1 ? x : log$f(u) * (x / (u - ($T)1));\n}"),
@@ -474,7 +470,7 @@ WGSL_HELPERS = (
     ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
      f"fn rt_erf_$s(x0: $T) -> $T {{\n  let x = select(clamp(x0, $T(-4), $T(4)), x0, {_WGSL_NAN.format('x0')});\n"
      "  let x2 = x * x;\n"
-     f"  return x * {_wgsl_horner(_ERF_P)} / {_wgsl_horner(_ERF_Q)};\n}}"),
+     f"  return x * {_wgsl_horner(ERF_P)} / {_wgsl_horner(ERF_Q)};\n}}"),
     ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
      f"fn rt_log1p_$s(x: $T) -> $T {{\n  let u = $T(1) + x;\n  if (!{_WGSL_FINITE.format('u')}) {{ return log(u); }}\n"
      "  if (u == $T(1)) { return x; }\n  return log(u) * (x / (u - $T(1)));\n}"),

@@ -28,6 +28,7 @@ from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DType
 from retarget.ir.dtypes import f32 as DTYPE_F32
 from retarget.kernel import ir as k
+from retarget.kernel.approximations import ERF_P, ERF_Q, TANH_P
 
 from .vectorize import VectorLanes, forget, free_vars, loads_from, vectorizable
 
@@ -43,12 +44,7 @@ INTRINSIC_UNARY = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "a
                    "sin": "llvm.sin", "cos": "llvm.cos"}
 LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "tan": "tan", "atan": "atan", "log1p": "log1p", "expm1": "expm1"}
 LIBM_BINARY = {"atan2": "atan2"}
-ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-         -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
-ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
-         -1.42647390514189e-02)
 EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)  # Cephes
-TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes tanhf
 LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
          2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)  # Cephes logf
 FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -33,6 +33,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
+from retarget.kernel.approximations import ERF_P, ERF_Q, TANH_P
 from retarget.kernel.index32 import as_i32, narrow_indices
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
@@ -63,10 +64,6 @@ BINARY_BY_KIND = {"float": set(k.BINARY_OPS) - {"and", "or", "xor", "shr"}, "int
                   "bool": {"and", "or", "xor", "max", "min", "add", "mul"}}
 F64_MATH = ("neg", "abs", "sign", "floor", "ceil", "round", "sqrt", "reciprocal",
             "add", "sub", "mul", "div", "rem", "max", "min", "pow")
-_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
-_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
-          -1.42647390514189e-02)
 
 
 @dataclass(frozen=True)
@@ -940,8 +937,7 @@ class _Codegen:
         t, tb = self.t_f32, self.t_bool
         ax = self.ext("FAbs", t, x)
         z = self.fmul(x, x)
-        poly = self.fpoly(z, (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
-                              -3.33332819422e-1))
+        poly = self.fpoly(z, TANH_P)
         small = self.fadd(x, self.fmul(self.fmul(x, z), poly))
         e = self.ext("Exp", t, self.fadd(ax, ax))
         large = self.op("FSub", t, self.f32(1), self.op("FDiv", t, self.f32(2), self.fadd(e, self.f32(1))))
@@ -964,7 +960,7 @@ class _Codegen:
                 acc = self.op("FAdd", t, self.op("FMul", t, acc, x2), self.const(coefficient, c))
             return acc
 
-        value = self.op("FMul", t, clamped, self.op("FDiv", t, horner(_ERF_P), horner(_ERF_Q)))  # x * (P / Q):
+        value = self.op("FMul", t, clamped, self.op("FDiv", t, horner(ERF_P), horner(ERF_Q)))  # x * (P / Q):
         # (x * P) / Q would flush a subnormal x
         return self.select(self.op("IsNan", self.t_bool, x), x, value, t)
 
