@@ -41,7 +41,8 @@ SHAPE_OPERANDS["Loop"] = (0, 1)  # the trip count and the condition decide how f
 MAX_UNROLLED_NODES = 1 << 16
 _ABSENT = object()
 _UNROLL_HINT = ("the graph IR has no loops, so the importer unrolls them: their trip counts and conditions must be "
-                "known at import time (fix the sizes they are computed from with input_shapes= or bind_inputs=)")
+                "known at import time; export with static sizes, or fix them with retarget.compile's input_shapes= "
+                "or bind_inputs=")
 
 
 # -- subgraphs --------------------------------------------------------------------------------------------------
