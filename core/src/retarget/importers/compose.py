@@ -1029,15 +1029,10 @@ def resample(b: Builder, x: Value, axis: int, low: np.ndarray, high: np.ndarray 
              weight: np.ndarray | None = None) -> Value:
     """`x` read along `axis` at input positions `low` (nearest neighbours), or at `low` and `high` mixed by
     `weight` (linear: x[low] * (1 - weight) + x[high] * weight). Positions are already inside the axis."""
-    lo = b.op("rt.gather", [x, b.constant(np.asarray(low, dtype=np.int32))], {"axis": axis})
     if high is None:
-        return lo
-    hi = b.op("rt.gather", [x, b.constant(np.asarray(high, dtype=np.int32))], {"axis": axis})
-    shape = [1] * x.type.rank
-    shape[axis] = len(weight)
-    w1 = np.asarray(weight, dtype=np.float64).reshape(shape)
-    w0, w1 = (b.constant(w.astype(x.type.dtype.np_dtype)) for w in (1 - w1, w1))
-    return b.op("rt.add", [b.op("rt.mul", [lo, w0]), b.op("rt.mul", [hi, w1])])
+        return b.op("rt.gather", [x, b.constant(np.asarray(low, dtype=np.int32))], {"axis": axis})
+    weight = np.asarray(weight, dtype=np.float64)
+    return resample_taps(b, x, axis, np.stack([low, high], 1), np.stack([1 - weight, weight], 1))
 
 
 MAX_GATHERED_TAPS = 8  # past this many taps an output reads, a matrix product along the axis does less work
