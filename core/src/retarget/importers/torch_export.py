@@ -1473,20 +1473,26 @@ def _torch_positions(size_in: int, size_out: int, factor, align_corners: bool, m
 _SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w")}  # the factors' names in the non-`vec` overloads
 
 
+def _resize_arguments(cv, node, x) -> tuple:
+    """An upsample node's output shape, its scale factor a spatial axis (None: from the sizes) and align_corners,
+    the sizes static (they are constants in the node itself)."""
+    shape, _ = cv.out_type(node)
+    if any(isinstance(d, Sym) for d in (*shape[2:], *x.type.shape[2:])):
+        raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
+                                 hint="export with static image sizes")
+    bound = _named_arguments(node)
+    factors = bound.get("scale_factors") or [bound.get(name) for name in _SCALE_NAMES[x.type.rank - 2]]
+    return shape, factors, bool(bound.get("align_corners", False))
+
+
 def _upsample(mode: str):
     """upsample_nearest1d/2d, _upsample_nearest_exact1d/2d and upsample_bilinear2d (every overload): gathers
     along each spatial axis of positions computed here, so every target runs them with no op of its own."""
     def handler(cv, node, x, *args, **kwargs):
-        shape, _ = cv.out_type(node)
-        if any(isinstance(d, Sym) for d in (*shape[2:], *x.type.shape[2:])):
-            raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
-                                     hint="export with static image sizes")
+        shape, factors, align_corners = _resize_arguments(cv, node, x)
         spatial = x.type.rank - 2
-        bound = _named_arguments(node)  # the sizes and factors: constants in the node itself
-        factors = bound.get("scale_factors") or [bound.get(name) for name in _SCALE_NAMES[spatial]]
         for axis, factor in zip(range(2, x.type.rank), factors):
-            positions = _torch_positions(x.type.shape[axis], shape[axis], factor,
-                                         bool(bound.get("align_corners", False)), mode, spatial)
+            positions = _torch_positions(x.type.shape[axis], shape[axis], factor, align_corners, mode, spatial)
             if positions is not None:
                 x = C.resample(cv.b, x, axis, *(positions if mode == "bilinear" else (positions,)))
         return x
@@ -1518,15 +1524,9 @@ def _antialiased_upsample(mode: str):
         import torch  # here, not at import: the importer loads without torch until a program comes
 
         op = getattr(torch.ops.aten, f"_upsample_{mode}2d_aa").default
-        shape, _ = cv.out_type(node)
-        if any(isinstance(d, Sym) for d in (*shape[2:], *x.type.shape[2:])):
-            raise UnsupportedOpError(f"{node.target} with sizes known only at run time is not supported",
-                                     hint="export with static image sizes")
-        bound = _named_arguments(node)
-        factors = bound.get("scale_factors") or [bound.get("scales_h"), bound.get("scales_w")]
+        shape, factors, align_corners = _resize_arguments(cv, node, x)
         for axis in (0, 1):
-            matrix = _aten_filter(op, x.type.shape[2 + axis], shape[2 + axis], axis,
-                                  bool(bound.get("align_corners", False)), factors[axis])
+            matrix = _aten_filter(op, x.type.shape[2 + axis], shape[2 + axis], axis, align_corners, factors[axis])
             if matrix is not None:
                 x = C.resample_matrix(cv.b, x, 2 + axis, matrix)
         return x
