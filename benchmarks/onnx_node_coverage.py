@@ -1,11 +1,12 @@
 """Per-op pass counts of ONNX's backend node tests for the ops the onnx importer claims.
 
-    python benchmarks/onnx_node_coverage.py [-v] [--target TARGET --device DEVICE] [--json FILE]
+    python benchmarks/onnx_node_coverage.py [-v] [--target TARGET --device DEVICE] [--only REGEX] [--json FILE]
 
 Uses the selection and comparison of core/tests/importers/test_onnx_node_tests.py. With no target, each imported
 graph runs on vmvx's interpreter (what the tests do); with one (`--target llvm-cpu --device local-task`, `--target
 cuda --device cuda`, `--target vulkan-spirv --device vulkan`, ...) each case is compiled for it and run there, with
-the same tolerances: the node tests as a check of a backend's code generation.
+the same tolerances: the node tests as a check of a backend's code generation. `--only` runs the cases whose names
+match a regular expression, and prints each failure whole (a mismatch's worst elements, a refusal's reason).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import collections
 import importlib.util
 import json
 import pathlib
+import re
 import time
 
 import numpy as np
@@ -27,11 +29,13 @@ spec.loader.exec_module(tests)
 
 
 def main(verbose: bool = False, target: str | None = None, device: str | None = None,
-         json_out: str | None = None) -> float:
+         json_out: str | None = None, only: str | None = None) -> float:
     passed, total = collections.Counter(), collections.Counter()
     failures, expected, kinds = [], collections.Counter(), collections.Counter()
     start = time.perf_counter()
     for name, case in tests.node_cases():
+        if only and not re.search(only, name):
+            continue
         op = tests.claimed_op(case)
         total[op] += 1
         try:
@@ -43,8 +47,12 @@ def main(verbose: bool = False, target: str | None = None, device: str | None = 
             expected[reason] += reason is not None
             kinds[_kind(e)] += reason is None
             failures.append((name, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"))
-            if verbose:  # as they come: a run cut short still tells what failed
+            if only:  # a few cases, looked into: the whole message
+                print(f"FAIL {name}: {type(e).__name__}: {str(e).strip()}", flush=True)
+            elif verbose:  # as they come: a run cut short still tells what failed
                 print(f"FAIL {name}: {failures[-1][1][:200]}", flush=True)
+    if not total:
+        raise SystemExit(f"no node test's name matches --only {only!r}")
     width = max(map(len, total))
     for op in sorted(total):
         print(f"{op:<{width}}  {passed[op]:>3}/{total[op]:<3}")
@@ -80,9 +88,10 @@ if __name__ == "__main__":
     parser.add_argument("--target", help="compile each case for this target (default: vmvx's interpreter)")
     parser.add_argument("--device", help="the device to run the target's code on (default: the target's own)")
     parser.add_argument("--json", dest="json_out", help="write the counts and failures to this file")
+    parser.add_argument("--only", metavar="REGEX", help="only the cases whose names match (each failure printed whole)")
     args = parser.parse_args()
     if args.target and not args.device:
         from retarget.testing.torch_cases import device_of
 
         args.device = device_of(args.target)
-    main(args.verbose, args.target, args.device, args.json_out)
+    main(args.verbose, args.target, args.device, args.json_out, args.only)

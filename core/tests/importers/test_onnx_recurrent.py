@@ -273,8 +273,6 @@ def normal(*shape, scale=1.0, seed=0, dtype=F32):
 @pytest.mark.parametrize("target", ALL_TARGETS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_causal_conv_with_state_continues_its_past_state(dtype, target):
-    if dtype == np.float16 and target.startswith("webgpu"):
-        pytest.skip("the webgpu-spirv target does not assume shader-f16")
     x, weight = normal(2, 6, 5, dtype=dtype), normal(6, 1, 4, scale=0.5, seed=1, dtype=dtype)
     bias, past = normal(6, seed=2, dtype=dtype), normal(2, 6, 3, seed=3, dtype=dtype)
     inputs = {"x": x, "weight": weight, "bias": bias, "past": past}

@@ -9,3 +9,12 @@ ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7
          -1.42647390514189e-02)
 # tanh(x) = x + x z P(z), z = x^2, below 0.625 in magnitude (Cephes' tanhf), highest power first
 TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+# e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (Cephes' expf), highest power first: so expm1(r) = r + r^2 P(r) there
+EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+EXPM1_NEAR = 0.34657359027997264  # ln2 / 2
+# log(1 + f) = f - f^2 / 2 + f^3 P(f) for 1 + f in [sqrt(1/2), sqrt(2)) (Cephes' logf), highest power first: log1p
+# of such an f is that polynomial in f itself, with no log of 1 + f (a GPU driver's log is accurate near 1 only to
+# 2^-22 absolutely, which is a relative error of 2^-22 / f: Mish of -10 was 0.5% off on NVIDIA's Vulkan)
+LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+         2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+LOG1P_NEAR = (-0.29289321881345254, 0.41421356237309515)  # sqrt(1/2) - 1, sqrt(2) - 1

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir.dtypes import DTYPES, DType
 from . import ir as k
-from .approximations import ERF_P, ERF_Q, TANH_P
+from .approximations import ERF_P, ERF_Q, EXP_P, EXPM1_NEAR, LOG1P_NEAR, LOG_P, TANH_P
 from .index32 import I32, as_i32, fits, narrow_indices
 from .portable import expand_fragments, expand_vector_copies, serialize_threads, vector_copy_elements
 
@@ -76,10 +76,10 @@ FALLBACK_OPS = {"erf.float": "rt_erf_{s}({0})", "log1p.float": "rt_log1p_{s}({0}
 # Helpers, instantiated per dtype of a kind: (name, kinds, body). Only those a module calls are emitted.
 
 
-def _horner(coefficients) -> str:
+def _horner(coefficients, var: str = "x2") -> str:
     out = f"($T){coefficients[0]!r}"
     for c in coefficients[1:]:
-        out = f"({out} * x2 + ($T){c!r})"
+        out = f"({out} * {var} + ($T){c!r})"
     return out
 
 
@@ -103,12 +103,18 @@ HELPERS = [
     ("rt_erf_$s", ("float",),  # Eigen's and XLA's rational erf, within 5e-7 of erf
      "$Q $T rt_erf_$s($T x) {\n  x = x != x ? x : x < ($T)-4 ? ($T)-4 : x > ($T)4 ? ($T)4 : x;\n  $T x2 = x * x;\n"
      f"  return x * ({_horner(ERF_P)} / {_horner(ERF_Q)});\n}}"),
-    ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
-     "$Q $T rt_log1p_$s($T x) {\n  $T u = ($T)1 + x;\n  if (u - u != ($T)0) return log$f(u);  /* inf or NaN */\n"
-     "  return u == ($T)1 ? x : log$f(u) * (x / (u - ($T)1));\n}"),
+    # log1p and expm1 near 0 are polynomials (`approximations`), where a driver's log is not accurate enough; away
+    # from 0, Goldberg's and Kahan's tricks (exact where 1 + x or e^x rounds)
+    ("rt_log1p_$s", ("float",),
+     f"$Q $T rt_log1p_$s($T x) {{\n  if (x > ($T){LOG1P_NEAR[0]!r} && x < ($T){LOG1P_NEAR[1]!r}) {{\n"
+     f"    $T x2 = x * x;\n    return x + (x * x2 * {_horner(LOG_P, 'x')} - ($T)0.5 * x2);\n  }}\n"
+     "  $T u = ($T)1 + x;\n  if (u - u != ($T)0) return log$f(u);  /* inf or NaN */\n"
+     "  return log$f(u) * (x / (u - ($T)1));\n}"),
     ("rt_expm1_$s", ("float",),
-     "$Q $T rt_expm1_$s($T x) {\n  $T u = exp$f(x);\n  if (u == ($T)1) return x;\n"
-     "  if (u - u != ($T)0) return u;  /* inf or NaN */\n  if (u - ($T)1 == ($T)-1) return ($T)-1;\n"
+     f"$Q $T rt_expm1_$s($T x) {{\n  if (x > ($T)-{EXPM1_NEAR!r} && x < ($T){EXPM1_NEAR!r}) "
+     f"return x + x * x * {_horner(EXP_P, 'x')};\n"
+     "  $T u = exp$f(x);\n  if (u - u != ($T)0) return u;  /* inf or NaN */\n"
+     "  if (u - ($T)1 == ($T)-1) return ($T)-1;\n"
      "  return (u - ($T)1) * (x / log$f(u));  /* (u - 1) * x overflows past 85 */\n}"),
 ]
 # float -> integer casts saturate (NaN -> 0), as llvm's fptosi.sat; bounds are powers of two, exact in floats.
@@ -408,10 +414,10 @@ WGSL_OPS = {
 }
 
 
-def _wgsl_horner(coefficients) -> str:
+def _wgsl_horner(coefficients, var: str = "x2") -> str:
     out = f"$T({coefficients[0]!r})"
     for c in coefficients[1:]:
-        out = f"({out} * x2 + $T({c!r}))"
+        out = f"({out} * {var} + $T({c!r}))"
     return out
 
 
@@ -471,13 +477,16 @@ WGSL_HELPERS = (
      f"fn rt_erf_$s(x0: $T) -> $T {{\n  let x = select(clamp(x0, $T(-4), $T(4)), x0, {_WGSL_NAN.format('x0')});\n"
      "  let x2 = x * x;\n"
      f"  return x * {_wgsl_horner(ERF_P)} / {_wgsl_horner(ERF_Q)};\n}}"),
-    ("rt_log1p_$s", ("float",),  # Goldberg's trick: exact where 1 + x rounds
-     f"fn rt_log1p_$s(x: $T) -> $T {{\n  let u = $T(1) + x;\n  if (!{_WGSL_FINITE.format('u')}) {{ return log(u); }}\n"
-     "  if (u == $T(1)) { return x; }\n  return log(u) * (x / (u - $T(1)));\n}"),
+    ("rt_log1p_$s", ("float",),  # as the C helper
+     f"fn rt_log1p_$s(x: $T) -> $T {{\n  if (x > $T({LOG1P_NEAR[0]!r}) && x < $T({LOG1P_NEAR[1]!r})) {{\n"
+     f"    let x2 = x * x;\n    return x + (x * x2 * {_wgsl_horner(LOG_P, 'x')} - $T(0.5) * x2);\n  }}\n"
+     f"  let u = $T(1) + x;\n  if (!{_WGSL_FINITE.format('u')}) {{ return log(u); }}\n"
+     "  return log(u) * (x / (u - $T(1)));\n}"),
     ("rt_expm1_$s", ("float",),
-     "fn rt_expm1_$s(x: $T) -> $T {\n  let u = exp(x);\n  if (u == $T(1)) { return x; }\n"
-     f"  if (!{_WGSL_FINITE.format('u')}) {{ return u; }}\n  if (u - $T(1) == $T(-1)) {{ return $T(-1); }}\n"
-     "  return (u - $T(1)) * (x / log(u));\n}"),
+     f"fn rt_expm1_$s(x: $T) -> $T {{\n  if (x > $T({-EXPM1_NEAR!r}) && x < $T({EXPM1_NEAR!r})) {{ "
+     f"return x + x * x * {_wgsl_horner(EXP_P, 'x')}; }}\n"
+     f"  let u = exp(x);\n  if (!{_WGSL_FINITE.format('u')}) {{ return u; }}\n"
+     "  if (u - $T(1) == $T(-1)) { return $T(-1); }\n  return (u - $T(1)) * (x / log(u));\n}"),
 )
 
 

@@ -36,10 +36,21 @@ def model_of(op, inputs: dict, constants: dict | None = None, opset=21, outputs=
 
 
 def compiled_outputs(model, target, *inputs, **compile_options) -> list[np.ndarray]:
-    """The model compiled for `target` and run on its device (skipped, saying why, where it cannot run here)."""
+    """The model compiled for `target` and run on its device (skipped, saying why, where it cannot run here: no
+    such device, or a WebGPU adapter without shader-f16 for a model of halves)."""
+    from retarget.passes.placement import PlacementError
+
     device = device_of(target)
     skip_unless_runs(target, device)
-    outs = retarget.load(retarget.compile(model, target, **compile_options), device=device).main(*inputs)
+    try:
+        compiled = retarget.compile(model, target, **compile_options)
+    except PlacementError as e:
+        if "shader-f16" not in str(e):
+            raise
+        import pytest
+
+        pytest.skip(f"{target} computes no f16 on this adapter: {e.oneline()}")
+    outs = retarget.load(compiled, device=device).main(*inputs)
     return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
 

@@ -28,7 +28,7 @@ from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DType
 from retarget.ir.dtypes import f32 as DTYPE_F32
 from retarget.kernel import ir as k
-from retarget.kernel.approximations import ERF_P, ERF_Q, TANH_P
+from retarget.kernel.approximations import ERF_P, ERF_Q, EXP_P, LOG_P, TANH_P
 
 from .vectorize import VectorLanes, forget, free_vars, loads_from, vectorizable
 
@@ -44,9 +44,6 @@ INTRINSIC_UNARY = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "a
                    "sin": "llvm.sin", "cos": "llvm.cos"}
 LIBM_UNARY = {"tanh": "tanh", "erf": "erf", "tan": "tan", "atan": "atan", "log1p": "log1p", "expm1": "expm1"}
 LIBM_BINARY = {"atan2": "atan2"}
-EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)  # Cephes
-LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
-         2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)  # Cephes logf
 FLOAT_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -646,8 +643,9 @@ class _KernelBuilder:
         return b.select(b.fcmp_unordered("ult", x, f(0.0)), f(math.nan), y)  # below 0, or NaN
 
     def log1p_f32(self, x: ir.Value) -> ir.Value:
-        """Goldberg's log1p, as the C-like targets compute it: log(u) * x / (u - 1) with u = 1 + x (exact where 1 + x
-        rounds), x itself where u is 1, log(u) where u is inf or NaN."""
+        """Goldberg's log1p: log(u) * x / (u - 1) with u = 1 + x (exact where 1 + x rounds), x itself where u is 1,
+        log(u) where u is inf or NaN. (GPU targets take a polynomial near 0, where a driver's log is not accurate
+        enough; `log_f32` is within 1 ulp there.)"""
         b, ty = self.b, x.type
         one = ir.Constant(ty, 1.0)
         u = b.fadd(one, x)
@@ -657,8 +655,8 @@ class _KernelBuilder:
         return b.select(self.not_finite(u), log_u, y)
 
     def expm1_f32(self, x: ir.Value) -> ir.Value:
-        """Kahan's expm1, as the C-like targets compute it: (u - 1) * (x / log(u)) with u = e^x, x itself where u is 1,
-        u where it is inf or NaN, -1 where u - 1 is."""
+        """Kahan's expm1: (u - 1) * (x / log(u)) with u = e^x, x itself where u is 1, u where it is inf or NaN, -1 where
+        u - 1 is (GPU targets, as `log1p_f32` says, take a polynomial near 0)."""
         b, ty = self.b, x.type
         one = ir.Constant(ty, 1.0)
         u = self.exp_f32(x)

@@ -33,7 +33,7 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
-from retarget.kernel.approximations import ERF_P, ERF_Q, TANH_P
+from retarget.kernel.approximations import ERF_P, ERF_Q, EXP_P, EXPM1_NEAR, LOG1P_NEAR, LOG_P, TANH_P
 from retarget.kernel.index32 import as_i32, narrow_indices
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
@@ -829,19 +829,27 @@ class _Codegen:
             return self.tanh(x)
         if op == "erf":
             return self.erf(x, t, c)
-        if op == "log1p":  # Goldberg: exact where 1 + x rounds
+        if op == "log1p":  # a polynomial near 0 (`approximations`), Goldberg's trick away from it
             u = self.op("FAdd", t, one, x)
             ratio = self.op("FDiv", t, x, self.op("FSub", t, u, one))
-            general = self.op("FMul", t, self.ext("Log", t, u), ratio)
-            near = self.select(self.op("FOrdEqual", self.t_bool, u, one), x, general, t)
-            return self.select(self.special(u), self.ext("Log", t, u), near, t)
-        if op == "expm1":
+            general = self.select(self.special(u), self.ext("Log", t, u),
+                                  self.op("FMul", t, self.ext("Log", t, u), ratio), t)
+            z = self.fmul(x, x)
+            near = self.fadd(x, self.op("FSub", t, self.fmul(self.fmul(x, z), self.fpoly(x, LOG_P)),
+                                        self.fmul(self.f32(0.5), z)))
+            inside = self.op("LogicalAnd", self.t_bool, self.fless(self.f32(LOG1P_NEAR[0]), x),
+                             self.fless(x, self.f32(LOG1P_NEAR[1])))
+            return self.select(inside, near, general, t)
+        if op == "expm1":  # a polynomial near 0, Kahan's trick away from it
             u = self.ext("Exp", t, x)
             um1 = self.op("FSub", t, u, one)
             general = self.op("FMul", t, um1, self.op("FDiv", t, x, self.ext("Log", t, u)))  # (u - 1) x overflows
-            out = self.select(self.op("FOrdEqual", self.t_bool, um1, self.const(-1, c)), self.const(-1, c), general, t)
-            out = self.select(self.special(u), u, out, t)
-            return self.select(self.op("FOrdEqual", self.t_bool, u, one), x, out, t)
+            general = self.select(self.op("FOrdEqual", self.t_bool, um1, self.const(-1, c)), self.const(-1, c),
+                                  general, t)
+            general = self.select(self.special(u), u, general, t)
+            near = self.fadd(x, self.fmul(self.fmul(x, x), self.fpoly(x, EXP_P)))
+            inside = self.fless(self.ext("FAbs", t, x), self.f32(EXPM1_NEAR))
+            return self.select(inside, near, general, t)
         raise self.fail(f"unary op '{op}' on {c} is not supported")
 
     # f32 arithmetic helpers for the math below
