@@ -39,6 +39,7 @@ from ..ir.dtypes import DTYPES, DType
 from . import ir as k
 from .approximations import ERF_P, ERF_Q, EXP_P, EXPM1_NEAR, LOG1P_NEAR, LOG_P, TANH_P
 from .index32 import I32, as_i32, fits, narrow_indices
+from .narrow import NARROW_TYPES
 from .portable import expand_fragments, expand_vector_copies, serialize_threads, vector_copy_elements
 
 F32 = DTYPES["f32"]
@@ -683,7 +684,7 @@ def support_table(dialect: Dialect):
         ops.update({f"rt.{op}:{name}": f"{dialect.name} renderer: no {op} of {name} values"
                     for op in (*k.UNARY_OPS, *k.BINARY_OPS)
                     if op not in table.ops and f"rt.{op}:{DTYPES[name].kind}" not in ops})
-    dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES
+    dtypes = {name: f"{dialect.name} renderer: no {name} type" for name in DTYPES if name not in NARROW_TYPES
               if (F32.name if name in HALVES else name) not in dialect.types
               or (name in HALVES and name not in dialect.storage and name not in dialect.word_parts)}
     return SupportTable(ops, dtypes)

@@ -65,6 +65,7 @@ from .ir import (
     Var,
     VectorCopy,
 )
+from .narrow import expand_narrow_types
 
 I32 = DTYPES["i32"]
 ROOTS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax", "rt.quantized_matmul",
@@ -99,7 +100,7 @@ def lower_dispatch(fn: Function, desc: TargetDesc) -> Kernel:
             check_kernel(kernel, symbols={k.symbol_var(s).name: (v, v) for s, v in sizes.items()})
     else:
         check_kernel(kernel)  # every load and store proved inside its buffer, or a KernelBoundsError
-    return kernel
+    return expand_narrow_types(kernel)  # float8, float4 and sub-byte integers as bytes: no code generator spells them
 
 
 def _sample_sizes(fn: Function, symbols) -> list[dict[str, int]]:

@@ -127,6 +127,39 @@ def op_cases() -> dict:
         add(f"{name}_to_i32", lambda x: k.Cast(x, i32), [a], i32, a.astype(np.int32))
         add(f"i32_to_{name}", lambda x, dt=dt: k.Cast(x, dt), [I32_X], dt, I32_X.astype(dt.np_dtype))
         add(f"f32_to_{name}", lambda x, dt=dt: k.Cast(x, dt), [wide], dt, ref("rt.cast", [wide], dt, {"dtype": name}))
+    cases.update(_narrow_cases(ref))
     return cases
 
 
+# f32 -> narrow: ties to even at each type's top and bottom, past the largest value, NaN, infinities, f32 subnormals,
+# negatives that round to zero (they keep their sign). Not -0.0 itself, which becomes +0 (`kernel.narrow`).
+NARROW_FROM = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, -1.0, 0.3, -2.7, 448.0, 464.0, 480.0, -500.0, 240.0, 248.0,
+                        57344.0, 61440.0, 1e6, 6.0, 7.0, 5.0, 0.25, 0.75, 2.0 ** -9, 2.0 ** -10, 1.5 * 2.0 ** -10,
+                        2.0 ** -16, 1.5 * 2.0 ** -16, 2.0 ** -17, -1e-9, 1e-40, 3.3, -100.5, 9.0, -9.0, 127.5, 1.75],
+                       dtype=np.float32)
+NARROW_INTS_FROM = np.array([0, 1, -1, 7, -8, 8, -9, 15, 16, 100, -100, 3, -2, 2147483647], dtype=np.int32)
+
+
+def _narrow_cases(ref) -> dict:
+    """Every code of each narrow type decoded to f32 (or i32), and f32 (and i32) values encoded, compared as bytes:
+    what `kernel.narrow` makes of a cast, on each backend (the kernels come expanded, as `lower_dispatch` gives them
+    to a backend)."""
+    from ..kernel.narrow import FORMATS, expand_narrow_types
+
+    cases = {}
+
+    def add(name, inputs, out, expected):
+        kern = elementwise("op_" + name, lambda x: k.Cast(x, out), [dtypes.from_numpy(x.dtype) for x in inputs], out,
+                           len(inputs[0]))
+        cases[name] = (expand_narrow_types(kern), inputs,
+                       np.asarray(expected).view(np.uint8) if out.name in FORMATS else expected)
+
+    for name in FORMATS:
+        dt = dtypes.DTYPES[name]
+        codes = np.arange(1 << min(dt.bits, 8), dtype=np.uint8).view(dt.np_dtype)
+        wide = dtypes.f32 if dt.is_float else dtypes.i32
+        add(f"{name}_to_{wide}", [codes], wide, codes.astype(wide.np_dtype))
+        add(f"f32_to_{name}", [NARROW_FROM], dt, ref("rt.cast", [NARROW_FROM], dt, {"dtype": name}))
+        if not dt.is_float:
+            add(f"i32_to_{name}", [NARROW_INTS_FROM], dt, ref("rt.cast", [NARROW_INTS_FROM], dt, {"dtype": name}))
+    return cases

@@ -67,17 +67,18 @@ NOT_ON_FLOATS = ("not", "and", "or", "xor", "shr")
 
 def support_table():
     """What this code generator refuses, as a SupportTable: float math of integers, bitwise ops of floats,
-    and the element types `_scalar` cannot hold (i4)."""
+    and no element type (the narrow ones never reach it: `retarget.kernel.narrow`)."""
     from retarget.ir.dtypes import DTYPES
     from retarget.kernel.ir import BINARY_OPS, UNARY_OPS
+    from retarget.kernel.narrow import NARROW_TYPES
     from retarget.protocols import SupportTable
 
     ops = {f"rt.{op}:{kind}": f"llvm-cpu computes {op} of floats only"
            for op in (*UNARY_OPS, *BINARY_OPS) if op not in INTEGER_UNARY + INTEGER_BINARY
            for kind in ("int", "uint", "bool")}
     ops.update({f"rt.{op}:float": "llvm-cpu computes bitwise ops of integers only" for op in NOT_ON_FLOATS})
-    held = {"f64", "f32", "f16", "bf16", "i1"} | {name for name, dt in DTYPES.items()
-                                                   if dt.kind in ("int", "uint") and dt.bits in (8, 16, 32, 64)}
+    held = {"f64", "f32", "f16", "bf16", "i1", *NARROW_TYPES} | {
+        name for name, dt in DTYPES.items() if dt.kind in ("int", "uint") and dt.bits in (8, 16, 32, 64)}
     return SupportTable(ops, {name: "llvm-cpu has no such machine type" for name in DTYPES if name not in held})
 
 

@@ -35,6 +35,7 @@ from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
 from retarget.kernel.approximations import ERF_P, ERF_Q, EXP_P, EXPM1_NEAR, LOG1P_NEAR, LOG_P, TANH_P
 from retarget.kernel.index32 import as_i32, narrow_indices
+from retarget.kernel.narrow import NARROW_TYPES
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
 
 from . import spirv
@@ -95,10 +96,10 @@ def support_table(features):
             ops[f"rt.{op}:f64"] = "GLSL.std.450 computes it in 32 bits only; cast the model to f32"
     dtypes = {} if "Float64" in features else {
         "f64": "needs the SPIR-V capability Float64, which the target does not have"}
-    dtypes.update({name: "the SPIR-V code generator has no such type" for name, dt in DTYPES.items() if dt.storage})
-    buffers = {"i4": "SPIR-V buffers hold no 4-bit integers"}
-    buffers.update({name: f"needs the SPIR-V capability {cap}, which the target does not have"
-                    for name, (_, cap) in STORAGE_CAPABILITY.items() if cap not in features})
+    buffers = {name: f"needs the SPIR-V capability {cap}, which the target does not have"
+               for name, (_, cap) in STORAGE_CAPABILITY.items() if cap not in features}
+    if "ui8" in buffers:  # the narrow types are bytes by then (`retarget.kernel.narrow`)
+        buffers.update({name: buffers["ui8"] for name in NARROW_TYPES})
     return SupportTable(ops, dtypes, buffers)
 
 

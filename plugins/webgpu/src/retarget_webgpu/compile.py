@@ -78,13 +78,16 @@ SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not 
 
 def support(desc: TargetDesc):
     """What webgpu-spirv cannot run: the WGSL renderer table's gaps (the core's: f64, bf16, 8/16-bit integers,
-    `exp` of integers, ...), and buffers of the types `_check_types` refuses."""
+    `exp` of integers, ...), and buffers of the types `_check_types` refuses (not the narrow types: `lower_dispatch`
+    makes them bytes)."""
     from retarget.ir.dtypes import DTYPES
     from retarget.kernel.c_renderer import WGSL, support_table
+    from retarget.kernel.narrow import NARROW_TYPES
     from retarget.protocols import SupportTable
 
     table = support_table(WGSL)
-    buffers = {name: REFUSED_BUFFERS.get(name, BUFFER_TYPES_NOTE) for name in DTYPES if name not in STORAGE_TYPES}
+    buffers = {name: REFUSED_BUFFERS.get(name, BUFFER_TYPES_NOTE) for name in DTYPES
+               if name not in STORAGE_TYPES and name not in NARROW_TYPES}  # those are bytes by then (ui8)
     if "shader-f16" not in desc.features:
         buffers["f16"] = SHADER_F16_NOTE
     return SupportTable(table.ops, table.dtypes, buffers)
