@@ -14,6 +14,8 @@
 #             of its own;
 #  onnx_ops:  the ONNX importer's tests that run on RETARGET_IMPORTER_TARGETS (transformer ops, Resize, the recurrent,
 #             signal, control-flow and image ops) on cuda, vulkan and webgpu;
+#  narrow:    float8, float4 and the 4- and 2-bit integers (kernel/narrow.py) on cuda, vulkan and webgpu, bit for bit
+#             against ml_dtypes, and the scalar op cases (log1p and expm1 near 0 among them) on vulkan and webgpu;
 #  nodes:     ONNX's node tests of every claimed op compiled for each of NODE_TARGETS (cuda vulkan-spirv webgpu-spirv)
 #             and run there (benchmarks/onnx_node_coverage.py --target): $OUT/nodes-TARGET.txt and .json;
 #  new_ops:   benchmarks/new_ops.py on cuda, vulkan and webgpu beside torch's CUDA;
@@ -82,6 +84,11 @@ if step onnx_ops; then
     core/tests/importers/test_onnx_recurrent.py core/tests/importers/test_onnx_signal.py \
     core/tests/importers/test_onnx_control.py core/tests/importers/test_onnx_image.py 2>&1 | tail -4 \
     | tee "$OUT/onnx-ops-gpu.txt"
+fi
+if step narrow; then
+  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    core/tests/importers/test_onnx_narrow_types.py plugins/vulkan_spirv/tests/test_numerics.py \
+    plugins/webgpu/tests/test_device.py -k "narrow or scalar_op or each_op" 2>&1 | tail -4 | tee "$OUT/narrow-gpu.txt"
 fi
 if step nodes; then
   for target in ${NODE_TARGETS:-cuda vulkan-spirv webgpu-spirv}; do
