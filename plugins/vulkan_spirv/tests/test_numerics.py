@@ -85,6 +85,37 @@ def test_zoo_model_on_vulkan_matches_torch(vulkan_device, name):
 
 
 
+F64_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 709.7, 709.79, 710.0, -745.2, -745.0, -708.5,
+                      1e-300, 5e-324, 8.7e-311, 1e308, -1e-5, 2.0 ** -1030, 1 + 1e-12, 1 - 3e-4])
+
+
+@pytest.mark.parametrize("op, exact, ulps", [("exp", np.exp, 1), ("log", np.log, 1)])
+def test_f64_exp_and_log_are_computed_in_f64(vulkan_device, op, exact, ulps):
+    """GLSL.std.450's Exp and Log are 32-bit only: the emitter computes them in f64 itself (ReduceLogSumExp of
+    doubles), within an ulp over the whole range, subnormals, infinities and NaN included."""
+    from retarget.ir import dtypes
+    from retarget.kernel import ir as k
+    from retarget.testing.op_cases import elementwise
+    from retarget_vulkan_spirv import targets
+
+    desc = targets.describe_device(vulkan_device.info)
+    if "Float64" not in desc.features:
+        pytest.skip(f"{vulkan_device.info.name} has no Float64")
+    rng = np.random.default_rng(0)
+    x = np.concatenate([F64_EDGES, rng.uniform(-700, 700, 2000), np.exp(rng.uniform(-700, 700, 2000)),
+                        1 + rng.uniform(-1e-3, 1e-3, 500)])
+    f64 = dtypes.DTYPES["f64"]
+    kern = elementwise(f"op_f64_{op}", lambda a: k.Unary(op, a), [f64], f64, len(x))
+    got = _run(vulkan_device, vulkan_device.load_executable(compile_kernels([kern], desc)), 0, kern, [x])
+    with np.errstate(all="ignore"):
+        expected = exact(x)
+    normal = np.isfinite(expected) & (np.abs(expected) >= 2.0 ** -1022)  # below, Ldexp may flush to 0
+    off = np.abs(got[normal] - expected[normal]) / np.spacing(np.abs(expected[normal]))
+    assert off.max() <= ulps, (x[normal][off.argmax()], off.max())
+    np.testing.assert_array_equal(got[~normal & (np.abs(expected) >= 2.0 ** -1022)],
+                                  expected[~normal & (np.abs(expected) >= 2.0 ** -1022)])  # inf, -inf, NaN
+
+
 @pytest.mark.parametrize("spread", [False, True], ids=["one-buffer", "two-buffers"])
 def test_params_sharing_a_binding_find_their_tensors_in_one_or_several_buffers(vulkan_device, spread):
     """Past the target's storage buffers per stage, params of one element type share a binding: the driver binds

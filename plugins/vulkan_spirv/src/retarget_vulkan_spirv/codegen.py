@@ -44,6 +44,7 @@ from .spirv import GLSL, Module
 F32 = DTYPES["f32"]
 I32 = DTYPES["i32"]
 I64 = DTYPES["i64"]
+F64 = DTYPES["f64"]
 UNROLL_LIMIT = 64  # `unroll` loops up to this many iterations are unrolled here; longer ones get the hint
 # (storage bits, capability) of each buffer element type other than the 32-bit ones.
 STORAGE_CAPABILITY = {
@@ -63,8 +64,9 @@ UNARY_BY_KIND = {"float": set(k.UNARY_OPS) - {"not"}, "int": {"neg", "abs", "not
                  "bool": {"abs", "not", "sign"}}
 BINARY_BY_KIND = {"float": set(k.BINARY_OPS) - {"and", "or", "xor", "shr"}, "int": set(k.BINARY_OPS) - {"atan2"},
                   "bool": {"and", "or", "xor", "max", "min", "add", "mul"}}
-F64_MATH = ("neg", "abs", "sign", "floor", "ceil", "round", "sqrt", "reciprocal",
+F64_MATH = ("neg", "abs", "sign", "floor", "ceil", "round", "sqrt", "reciprocal", "exp", "log",  # exp, log: ours
             "add", "sub", "mul", "div", "rem", "max", "min", "pow")
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # fdlibm's: n * LN2_HI is exact
 
 
 @dataclass(frozen=True)
@@ -811,6 +813,8 @@ class _Codegen:
             raise self.fail(f"{op} on f64: GLSL.std.450 computes it in 32 bits only; cast the model to f32")
         # Vulkan lets Sin, Cos, Tan be off by 2^-11 and Atan by 4096 ulp, and Tanh inherits exp's overflow and
         # cancellation: those are computed here (Cephes' single-precision algorithms), the same on every driver.
+        if c.bits == 64 and op in ("exp", "log"):
+            return self.exp_f64(x) if op == "exp" else self.log_f64(x)
         direct = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "rsqrt": "InverseSqrt", "floor": "Floor",
                   "ceil": "Ceil", "round": "RoundEven"}
         one = self.const(1, c)
@@ -852,6 +856,58 @@ class _Codegen:
             inside = self.fless(self.ext("FAbs", t, x), self.f32(EXPM1_NEAR))
             return self.select(inside, near, general, t)
         raise self.fail(f"unary op '{op}' on {c} is not supported")
+
+    def exp_f64(self, x: int) -> int:
+        """e^x in f64 (GLSL.std.450's Exp is 32-bit only): x = n ln2 + r, |r| <= ln2 / 2, with ln2 in two parts;
+        e^r by Taylor's series to r^13 (its remainder below 1e-17); 2^n by Ldexp, kept within its defined range.
+        Within 1 ulp.
+        inf past 709.78, 0 below -745.13 (results below 2^-1022 may be flushed to 0, as Ldexp allows)."""
+        t, tb, c = self.m.type_float(64), self.t_bool, F64
+        clamped = self.ext("FClamp", t, x, self.const(-746, c), self.const(710, c))
+        n = self.ext("RoundEven", t, self.op("FMul", t, clamped, self.const(1 / math.log(2), c)))
+        r = self.op("FSub", t, clamped, self.op("FMul", t, n, self.const(LN2_HI, c)))
+        r = self.op("FSub", t, r, self.op("FMul", t, n, self.const(LN2_LO, c)))
+        p = self.const(1 / math.factorial(13), c)
+        for power in range(12, -1, -1):
+            p = self.op("FAdd", t, self.op("FMul", t, p, r), self.const(1 / math.factorial(power), c))
+        whole = self.op("ConvertFToS", self.t_i32, n)
+        y = self.ext("Ldexp", t, p, self.op("ISub", self.t_i32, whole, self.i32(1)))  # 2^(n - 1) stays defined at
+        y = self.op("FMul", t, y, self.const(2, c))  # n = 1024 (e^709.7 = 0.9 * 2^1024 is finite)
+        y = self.select(self.op("FOrdGreaterThan", tb, x, self.const(709.782712893384, c)), self.const(math.inf, c),
+                        y, t)
+        y = self.select(self.op("FOrdLessThan", tb, x, self.const(-745.1332191019412, c)), self.const(0, c), y, t)
+        return self.select(self.op("IsNan", tb, x), x, y, t)
+
+    def log_f64(self, x: int) -> int:
+        """log(x) in f64: x = m 2^e (FrexpStruct), m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s), s = (m - 1) /
+        (m + 1), |s| < 0.172, by its odd series to s^23 in fdlibm's arrangement; e ln2 in two parts. Within 1 ulp,
+        subnormal x too; log(0) = -inf, log(inf) = inf, NaN below 0."""
+        t, tb, c = self.m.type_float(64), self.t_bool, F64
+        subnormal = self.op("FOrdLessThan", tb, x, self.const(2.0 ** -1022, c))  # scaled up first: drivers' Frexp
+        scaled = self.select(subnormal, self.op("FMul", t, x, self.const(2.0 ** 54, c)), x, t)  # may flush them
+        parts = self.ext("FrexpStruct", self.m.type("TypeStruct", t, self.t_i32), scaled)
+        m = self.op("CompositeExtract", t, parts, 0)
+        e = self.op("CompositeExtract", self.t_i32, parts, 1)
+        e = self.select(subnormal, self.op("ISub", self.t_i32, e, self.i32(54)), e, self.t_i32)
+        low = self.op("FOrdLessThan", tb, m, self.const(math.sqrt(0.5), c))
+        m = self.select(low, self.op("FMul", t, m, self.const(2, c)), m, t)
+        e = self.select(low, self.op("ISub", self.t_i32, e, self.i32(1)), e, self.t_i32)
+        f = self.op("FSub", t, m, self.const(1, c))
+        s = self.op("FDiv", t, f, self.op("FAdd", t, m, self.const(1, c)))
+        z = self.op("FMul", t, s, s)
+        series = self.const(2 / 23, c)  # R = 2 (z/3 + z^2/5 + ...)
+        for odd in range(21, 1, -2):
+            series = self.op("FAdd", t, self.op("FMul", t, series, z), self.const(2 / odd, c))
+        r = self.op("FMul", t, z, series)
+        half_square = self.op("FMul", t, self.const(0.5, c), self.op("FMul", t, f, f))  # fdlibm's arrangement:
+        correction = self.op("FMul", t, s, self.op("FAdd", t, half_square, r))  # f - (f^2/2 - s (f^2/2 + R))
+        log_m = self.op("FSub", t, f, self.op("FSub", t, half_square, correction))
+        ef = self.op("ConvertSToF", t, e)
+        y = self.op("FAdd", t, self.op("FMul", t, ef, self.const(LN2_HI, c)),
+                    self.op("FAdd", t, log_m, self.op("FMul", t, ef, self.const(LN2_LO, c))))
+        y = self.select(self.op("FOrdEqual", tb, x, self.const(math.inf, c)), x, y, t)
+        y = self.select(self.op("FOrdEqual", tb, x, self.const(0, c)), self.const(-math.inf, c), y, t)
+        return self.select(self.op("FUnordLessThan", tb, x, self.const(0, c)), self.const(math.nan, c), y, t)
 
     # f32 arithmetic helpers for the math below
     def fadd(self, a: int, b: int) -> int:

@@ -29,7 +29,8 @@ OP = {
     "Select": 169, "IEqual": 170, "INotEqual": 171, "UGreaterThan": 172, "SGreaterThan": 173,
     "UGreaterThanEqual": 174, "SGreaterThanEqual": 175, "ULessThan": 176, "SLessThan": 177,
     "ULessThanEqual": 178, "SLessThanEqual": 179, "FOrdEqual": 180, "FOrdNotEqual": 182, "FUnordNotEqual": 183,
-    "FOrdLessThan": 184, "FOrdGreaterThan": 186, "FOrdLessThanEqual": 188, "FOrdGreaterThanEqual": 190,
+    "FOrdLessThan": 184, "FUnordLessThan": 185, "FOrdGreaterThan": 186, "FOrdLessThanEqual": 188,
+    "FOrdGreaterThanEqual": 190,
     "ShiftRightLogical": 194, "ShiftRightArithmetic": 195, "ShiftLeftLogical": 196, "BitwiseOr": 197,
     "BitwiseXor": 198, "BitwiseAnd": 199, "Not": 200,
     "ControlBarrier": 224, "Phi": 245, "LoopMerge": 246, "SelectionMerge": 247, "Label": 248, "Branch": 249,
@@ -66,6 +67,7 @@ GLSL = {  # GLSL.std.450 instruction numbers
     "RoundEven": 2, "FAbs": 4, "SAbs": 5, "FSign": 6, "SSign": 7, "Floor": 8, "Ceil": 9, "Sin": 13, "Cos": 14,
     "Tan": 15, "Atan": 18, "Tanh": 21, "Atan2": 25, "Pow": 26, "Exp": 27, "Log": 28, "Sqrt": 31,
     "InverseSqrt": 32, "FMin": 37, "UMin": 38, "SMin": 39, "FMax": 40, "UMax": 41, "SMax": 42, "FClamp": 43,
+    "FrexpStruct": 52, "Ldexp": 53,
 }
 
 
