@@ -73,12 +73,15 @@ def models():
     return out
 
 
-def main():
+def compare(cases, description: str) -> None:
+    """Compile each (name, model, inputs) of `cases`, check it against onnxruntime, time it interleaved with
+    onnxruntime on 2 threads and on 1, and print a row (and write --json): the command line of this script and of
+    others that time other models the same way (`onnx_math_ops.py`)."""
     import onnxruntime as ort
     import retarget
     from retarget.bench.timing import Runner, interleave
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--target", default="llvm-cpu")
     parser.add_argument("--device", default="local-task")
     parser.add_argument("--repeats", type=int, default=50)
@@ -86,7 +89,7 @@ def main():
     parser.add_argument("--only", default="")
     args = parser.parse_args()
     rows = []
-    for name, model, inputs in models():
+    for name, model, inputs in cases:
         if args.only not in name:
             continue
         start = time.perf_counter()
@@ -117,4 +120,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    compare(models(), __doc__.splitlines()[0])

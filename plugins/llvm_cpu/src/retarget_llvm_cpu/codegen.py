@@ -28,7 +28,17 @@ from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DType
 from retarget.ir.dtypes import f32 as DTYPE_F32
 from retarget.kernel import ir as k
-from retarget.kernel.approximations import ERF_P, ERF_Q, EXP_P, LOG_P, TANH_P
+from retarget.kernel.approximations import (
+    COS_P,
+    ERF_P,
+    ERF_Q,
+    EXP_P,
+    LOG_P,
+    PI_4_PARTS,
+    SIN_P,
+    TANH_P,
+    TRIG_EXACT_BELOW,
+)
 
 from .vectorize import VectorLanes, forget, free_vars, loads_from, vectorizable
 
@@ -454,7 +464,9 @@ class _KernelBuilder:
             if op == "neg":
                 return b.fneg(x, flags=FAST)
             single = (ty.element if isinstance(ty, ir.VectorType) else ty) == F32
-            if single and op in ("exp", "sigmoid", "tanh", "log", "log1p", "expm1"):  # vector code, not libm a lane
+            if single and op in ("exp", "sigmoid", "tanh", "log", "log1p", "expm1", "sin", "cos"):  # vector code,
+                if op in ("sin", "cos"):  # not libm a lane
+                    return self.sin_cos_f32(x, op)
                 if op == "exp":
                     return self.exp_f32(x)
                 if op == "log":
@@ -580,6 +592,67 @@ class _KernelBuilder:
 
         p = b.fmul(x, horner(ERF_P), flags=FAST)
         return b.fdiv(p, horner(ERF_Q), flags=FAST)
+
+    def sin_cos_f32(self, x: ir.Value, which: str) -> ir.Value:
+        """Cephes' sinf or cosf in vector code (as the SPIR-V emitter's): x reduced by pi/4 in three parts, exact while
+        |x| < TRIG_EXACT_BELOW, then a polynomial on [-pi/4, pi/4]; within 2 ulp. Lanes past that (and inf, NaN)
+        take libm's, on a branch taken only when a vector holds one, so that the common case stays vector code."""
+        b, ty = self.b, x.type
+        vector = isinstance(ty, ir.VectorType)
+        ity = ir.VectorType(I32, ty.count) if vector else I32
+
+        def f(v):
+            return ir.Constant(ty, v)
+
+        def i(v):
+            return ir.Constant(ity, v)
+
+        magnitude = b.call(self.mb.intrinsic("llvm.fabs", [ty]), [x])
+        far = b.fcmp_unordered("uge", magnitude, f(TRIG_EXACT_BELOW))  # NaN too
+        reduced = b.select(far, f(0.0), magnitude)  # (fptosi of a far lane would be poison)
+        j = b.fptosi(b.fmul(reduced, f(4 / math.pi)), ity)
+        j = b.add(j, b.and_(j, i(1)))  # to even
+        y = b.sitofp(j, ty)
+        octant = b.and_(j, i(7))
+        r = reduced
+        for part in PI_4_PARTS:
+            r = b.fsub(r, b.fmul(y, f(part)))
+        z = b.fmul(r, r)
+
+        def poly(coefficients):
+            acc = f(coefficients[0])
+            for c in coefficients[1:]:
+                acc = b.fadd(b.fmul(acc, z), f(c))
+            return acc
+
+        sin_r = b.fadd(r, b.fmul(b.fmul(r, z), poly(SIN_P)))
+        cos_r = b.fadd(b.fsub(f(1.0), b.fmul(f(0.5), z)), b.fmul(b.fmul(z, z), poly(COS_P)))
+        swap = b.icmp_signed("==", b.and_(octant, i(3)), i(2))  # octants 2 and 6 (j is even)
+        upper = b.icmp_signed(">", octant, i(3))
+        if which == "sin":
+            value = b.select(swap, cos_r, sin_r)
+            negative = b.xor(upper, b.fcmp_ordered("<", x, f(0.0)))
+        else:
+            value = b.select(swap, sin_r, cos_r)
+            negative = b.xor(upper, swap)
+        fast = b.select(negative, b.fneg(value), value)
+        mask = ir.VectorType(I1, ty.count) if vector else I1
+        any_far = b.call(self.mb.declare(f"llvm.vector.reduce.or.{_mangle(mask)}", ir.FunctionType(I1, [mask])),
+                         [far]) if vector else far
+        before = b.block
+        slow_block = self.fn.append_basic_block(f"{which}.far")
+        done = self.fn.append_basic_block(f"{which}.done")
+        b.cbranch(any_far, slow_block, done)
+        b.position_at_end(slow_block)
+        libm = self.per_lane(lambda v: b.call(self.mb.libm(which, v.type, 1), [v]), x)
+        slow = b.select(far, libm, fast)
+        slow_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        out = b.phi(ty)
+        out.add_incoming(fast, before)
+        out.add_incoming(slow, slow_end)
+        return out
 
     def exp_f32(self, x: ir.Value) -> ir.Value:
         """exp in f32 that vectorizes (LLVM turns llvm.exp of a vector into an expf call a lane): x = n ln2 + r with

@@ -33,7 +33,19 @@ import numpy as np
 from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
-from retarget.kernel.approximations import ERF_P, ERF_Q, EXP_P, EXPM1_NEAR, LOG1P_NEAR, LOG_P, TANH_P
+from retarget.kernel.approximations import (
+    COS_P,
+    ERF_P,
+    ERF_Q,
+    EXP_P,
+    EXPM1_NEAR,
+    LOG1P_NEAR,
+    LOG_P,
+    PI_4_PARTS,
+    SIN_P,
+    TANH_P,
+    TRIG_EXACT_BELOW,
+)
 from retarget.kernel.index32 import as_i32, narrow_indices
 from retarget.kernel.narrow import NARROW_TYPES
 from retarget.kernel.portable import expand_fragments, vector_copy_elements
@@ -937,14 +949,12 @@ class _Codegen:
         y = self.op("ConvertSToF", t, j)
         octant = self.op("BitwiseAnd", self.t_i32, j, self.i32(7))
         r = ax
-        for part in (0.78515625, 2.4187564849853515625e-4, 3.77489497744594108e-8):
+        for part in PI_4_PARTS:
             r = self.op("FSub", t, r, self.fmul(y, self.f32(part)))
         z = self.fmul(r, r)
-        sin_r = self.fadd(r, self.fmul(self.fmul(r, z), self.fpoly(z, (-1.9515295891e-4, 8.3321608736e-3,
-                                                                      -1.6666654611e-1))))
+        sin_r = self.fadd(r, self.fmul(self.fmul(r, z), self.fpoly(z, SIN_P)))
         cos_r = self.fadd(self.op("FSub", t, self.f32(1), self.fmul(self.f32(0.5), z)),
-                          self.fmul(self.fmul(z, z), self.fpoly(z, (2.443315711809948e-5, -1.388731625493765e-3,
-                                                                     4.166664568298827e-2))))
+                          self.fmul(self.fmul(z, z), self.fpoly(z, COS_P)))
         quadrant = self.op("BitwiseAnd", self.t_i32, octant, self.i32(3))  # 0 or 2 after rounding j to even
         swap = self.op("IEqual", tb, quadrant, self.i32(2))
         upper = self.op("SGreaterThan", tb, octant, self.i32(3))
@@ -955,7 +965,7 @@ class _Codegen:
             value = self.select(swap, sin_r, cos_r, t)
             negative = self.op("LogicalNotEqual", tb, upper, swap)
         value = self.select(negative, self.op("FNegate", t, value), value, t)
-        far = self.fless(self.f32(8192), ax)  # past exact reduction (and past i32 octants): the driver's own
+        far = self.fless(self.f32(TRIG_EXACT_BELOW), ax)  # past exact reduction (and i32 octants): the driver's own
         value = self.select(far, self.ext("Sin" if which == "sin" else "Cos", t, x), value, t)
         return self.select(self.special(x), self.f32(math.nan), value, t)
 
