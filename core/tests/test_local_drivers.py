@@ -89,3 +89,31 @@ def test_a_helper_handed_shares_while_busy_runs_each_once():
     team.run([lambda: ran.append("main 2"), lambda: ran.append("helper 2")])
     assert sorted(ran) == sorted(["launched", "main", "helper", "main 2", "helper 2"])
     team.close()
+
+
+def test_reads_lend_recycled_memory_only_once_an_earlier_result_is_gone():
+    """A large read's array comes from memory a dropped result gave back (no page faults on every call), and never
+    from memory that an array the caller keeps (or a view of it) still holds."""
+    import gc
+
+    import numpy as np
+    from retarget.local_drivers import READ_POOL
+
+    device = LocalDevice(DeviceInfo("local-test", "0", "cpu"), 1)
+    nbytes = 4 * READ_POOL.SMALLEST
+    buffer = device.allocate(nbytes)
+    buffer.data[:] = np.arange(nbytes) % 251
+    kept = device.read(buffer, 0, nbytes)
+    view = kept.view(np.float32)[::2]
+    del kept
+    gc.collect()
+    second = device.read(buffer, 0, nbytes)
+    assert second.ctypes.data != view.base.ctypes.data  # the view still holds the first block
+    address = second.ctypes.data
+    del second
+    gc.collect()
+    third = device.read(buffer, 0, nbytes)
+    assert third.ctypes.data == address and third.flags.writeable
+    np.testing.assert_array_equal(third, np.arange(nbytes) % 251)
+    third[:] = 0  # the caller's own: writing it leaves the device's buffer alone
+    assert buffer.data[1] == 1

@@ -45,6 +45,50 @@ class HostBuffer:
         return np.ndarray(t.shape, dtype=t.dtype.np_dtype, buffer=self.data, offset=offset)
 
 
+class _ReadPool:
+    """Memory for what `read` returns, recycled: a fresh array of a megabyte costs a page fault a page on its first
+    write (glibc maps large allocations anew each time), which made copying a model's outputs out cost more than
+    computing them (a rotary embedding's two 2 MB tables: 2.2 ms of copies, 0.65 ms of kernels). A returned array's
+    memory comes back here when the last array that views it is gone, and serves a later read of the same size."""
+
+    SMALLEST = 1 << 17  # below, malloc reuses its heap anyway
+    KEPT = 4  # blocks kept for each size
+
+    def __init__(self):
+        self.free: dict[int, list[np.ndarray]] = {}
+        self.lock = threading.Lock()
+
+    def array(self, nbytes: int) -> np.ndarray:
+        if nbytes < self.SMALLEST:
+            return np.empty(nbytes, np.uint8)
+        with self.lock:
+            blocks = self.free.get(nbytes)
+            block = blocks.pop() if blocks else None
+        return np.asarray(_Lent(self, np.empty(nbytes, np.uint8) if block is None else block))
+
+    def give_back(self, block: np.ndarray) -> None:
+        with self.lock:
+            blocks = self.free.setdefault(block.size, [])
+            if len(blocks) < self.KEPT:
+                blocks.append(block)
+
+
+class _Lent:
+    """The owner (numpy's `base`) of an array `_ReadPool` lent: when it goes, its block goes back."""
+
+    __slots__ = ("pool", "block", "__array_interface__")
+
+    def __init__(self, pool: _ReadPool, block: np.ndarray):
+        self.pool, self.block = pool, block
+        self.__array_interface__ = block.__array_interface__
+
+    def __del__(self):
+        self.pool.give_back(self.block)
+
+
+READ_POOL = _ReadPool()
+
+
 @dataclass(eq=False)
 class LocalExecutable:
     entry_points: list[EntryPoint]
@@ -154,7 +198,9 @@ class LocalDevice:
 
     def read(self, buffer: HostBuffer, offset: int, nbytes: int) -> np.ndarray:
         _check_range(buffer, offset, nbytes, "reading")
-        return buffer.data[offset:offset + nbytes].copy()
+        out = READ_POOL.array(nbytes)
+        out[...] = buffer.data[offset:offset + nbytes]
+        return out
 
     def load_executable(self, binary: ExecutableBinary) -> LocalExecutable:
         reason = self.can_load(binary.format, binary.target)
