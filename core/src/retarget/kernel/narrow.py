@@ -154,7 +154,8 @@ def encode(x: Expr, dt: DType, let=_same) -> Expr:
             x = let(x)
             v = Select(Compare("lt", Unary("abs", x), Const(2.0 ** 31, x.dtype)), Cast(x, I32), _i(0))
         return Binary("and", v, _i((1 << fmt.bits) - 1))
-    x = let(x if x.dtype == F32 else Cast(x, F32))
+    x = let(x if x.dtype == F32 else Cast(x, F32))  # f64 through f32, as ml_dtypes: 1 + 2^-4 + 2^-30 is the
+    # tie 1.0625 there, so 1.0 in E4M3 (not 1.125, its nearest)
     a = let(Binary("min", Unary("abs", x), _f(2.0 ** (fmt.emax + 2))))  # past it, all overflows: no inf below
     count: Expr = _i(0)  # the exponent less emin (0 for subnormals), from one compare per power of two
     scale: Expr = _f(2.0 ** (fmt.mantissa - fmt.emin))
