@@ -260,12 +260,16 @@ class _Rewrite:
 
     def children(self, e: Expr) -> Expr:
         if isinstance(e, Select):
-            cond = self.value(e.cond)
-            self.lazy += 1
-            a, b = self.value(e.a), self.value(e.b)
-            self.lazy -= 1
-            return Select(cond, a, b)
+            return self.select(e, self.value)
         return replace(e, **{f: self.value(v) for f, v in vars(e).items() if isinstance(v, Expr)})
+
+    def select(self, e: Select, arm) -> Select:
+        """`e` with its condition's value and `arm` of each arm, which nothing is hoisted out of."""
+        cond = self.value(e.cond)
+        self.lazy += 1
+        a, b = arm(e.a), arm(e.b)
+        self.lazy -= 1
+        return Select(cond, a, b)
 
     def value(self, e: Expr) -> Expr:
         """`e` with nothing narrow inside; a narrow `e` becomes its value, in `wide(e.dtype)`."""
@@ -291,11 +295,7 @@ class _Rewrite:
         if isinstance(e, Const):
             return Const(_constant_bits(e.value, dt), UI8)
         if isinstance(e, Select):
-            cond = self.value(e.cond)
-            self.lazy += 1
-            a, b = self.bits(e.a), self.bits(e.b)
-            self.lazy -= 1
-            return Select(cond, a, b)
+            return self.select(e, self.bits)
         if isinstance(e, Cast):
             return Cast(encode(self.value(e.a), dt, self.let), UI8)
         # arithmetic in a narrow type (no lowering makes it): in the wide type, rounded once
