@@ -1,8 +1,9 @@
-"""i64 on WebGPU. WGSL has no 64-bit integers: the shared renderer computes i64 data in two u32 words (`WGSL_I64`
-in retarget.kernel.c_renderer) and indexes in i32. Each op, compare and cast of i64 runs on the adapter (lavapipe
-on a machine without a GPU) against numpy's int64 (the reference, vmvx), at the edges: the extremes, values that
-carry between the words, negative quotients and remainders, shifts by 0 to 64 and beyond, floats past 2^63 and
-NaN, and roundings to f32 that only the bits below the top 32 decide."""
+"""i64 and ui64 on WebGPU. WGSL has no 64-bit integers: the shared renderer computes their data in two u32 words
+(`WGSL_I64`, `WGSL_UI64` in retarget.kernel.c_renderer) and indexes in i32. Each op, compare and cast runs on the
+adapter (lavapipe on a machine without a GPU) against numpy's int64 and uint64 (the reference, vmvx), at the edges:
+the extremes, values that carry between the words, negative quotients and remainders, unsigned values and divisors
+past 2^63, shifts by 0 to 64 and beyond, floats past the bounds and NaN, and roundings to f32 that only the bits
+below the top 32 decide."""
 
 import json
 import sys
@@ -212,7 +213,51 @@ def test_a_binding_past_2_31_elements_is_refused_at_dispatch_not_indexed_wrong()
     assert "binding 0 spans 2147483649 elements of i64" in beyond_32_bit_indices("k", [i64], [1], [8], [2**34])
 
 
-def test_i64_needs_no_range_and_ui64_stays_refused():
+def test_i64_and_ui64_need_no_range_and_compute_every_integer_op():
     table = support(DEFAULT)
-    assert table.ranges == {} and "ui64" in table.buffers and "i64" not in table.buffers
-    assert not [op for op in table.ops if op.endswith(":i64")]  # every op of the integers, i64 has too
+    assert table.ranges == {} and "ui64" not in table.buffers and "i64" not in table.buffers
+    assert not [op for op in table.ops if op.endswith((":i64", ":ui64"))]  # every op of the integers, they have too
+
+
+# ui64: the same words, read unsigned. Values past 2^63 (where an i64 is negative), divisors past 2^63 (the
+# remainder's carry), shifts past 63
+UI64 = dtypes.DTYPES["ui64"]
+UA = np.array([0, 1, 2**64 - 1, 2**63, 2**63 - 1, 2**63 + 5, 2**32 - 1, 2**32, 7, 18446744073709551557, 2**40 + 3,
+               123456789012345678, 2**64 - 2, 5, 99, 2**63 + 2**62], np.uint64)
+UB = np.array([3, 2**64 - 1, 2, 2**63 + 1, 5, 2**63, 1, 2**32 + 1, 0, 2**63 + 7, 97, 1000003, 2**64 - 1, 2**62, 0,
+               2**63 - 1], np.uint64)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "rem", "max", "min", "and", "or", "xor", "pow"])
+def test_ui64_binary_ops_match_numpy_uint64(webgpu_device, op):
+    """Unsigned across both words: compares and max/min past 2^63, division by divisors past 2^63 (x / 0 is x,
+    x % 0 is 0, as the reference), wrapping powers."""
+    b = np.minimum(UB, 70).astype(np.uint64) if op == "pow" else UB
+    kernel = elementwise(f"ui64_{op}", lambda x, y: k.Binary(op, x, y), [UI64, UI64], UI64, len(UA))
+    with np.errstate(over="ignore"):
+        _check(webgpu_device, kernel, [UA, b], _reference(f"rt.{op}", [UA, b], UI64))
+
+
+@pytest.mark.parametrize("pred", k.COMPARE_OPS)
+def test_ui64_compares_are_unsigned(webgpu_device, pred):
+    kernel = elementwise(f"ui64_cmp_{pred}", lambda a, b: k.Compare(pred, a, b), [UI64, UI64], dtypes.i1, len(UA))
+    _check(webgpu_device, kernel, [UA, UB], _reference("rt.cmp", [UA, UB], dtypes.i1, {"predicate": pred}))
+
+
+def test_ui64_shifts_are_logical_and_zero_past_63(webgpu_device):
+    amounts = np.array([0, 1, 31, 32, 33, 63, 64, 100, 2**40, 63, 62, 7, 0, 1, 2, 3], np.uint64)
+    kernel = elementwise("ui64_shr", lambda a, b: k.Binary("shr", a, b), [UI64, UI64], UI64, len(UA))
+    _check(webgpu_device, kernel, [UA, amounts], np.where(amounts < 64, UA >> np.minimum(amounts, 63), 0))
+
+
+@pytest.mark.parametrize("name", ["f32", "i32", "ui32", "ui8", "i1"])
+def test_ui64_casts_both_ways_match_numpy(webgpu_device, name):
+    """To f32 rounded to nearest even (bits below the top 32 break ties), and from f32 saturating at 0 and
+    2^64 - 1, NaN as 0; the integers wrap or extend as numpy's."""
+    dt = dtypes.DTYPES[name]
+    kernel = elementwise(f"ui64_to_{name}", lambda a: k.Cast(a, dt), [UI64], dt, len(UA))
+    _check(webgpu_device, kernel, [UA], _reference("rt.cast", [UA], dt, {"dtype": name}))
+    values = (np.array([np.nan, np.inf, -np.inf, 1.9e19, -5.0, 3e9, 1.5, 2.0**63, 2.0**64, 1e19, 0.5, 7.0], np.float32)
+              if dt.is_float else UA.astype(dt.np_dtype))
+    kernel = elementwise(f"{name}_to_ui64", lambda a: k.Cast(a, UI64), [dt], UI64, len(values))
+    _check(webgpu_device, kernel, [values], _reference("rt.cast", [values], UI64, {"dtype": "ui64"}))

@@ -601,10 +601,64 @@ WGSL_I64 = Emulated(
     helpers=_I64_HELPERS,
 )
 
+# ui64 in the same two words: i64's helpers where the bits are the same (add, sub, neg, mul, from i32), unsigned
+# ones where they differ. Division carries the bit shifted out of the remainder (numbers past 2^63); a shift by 64
+# or more is 0 (numpy's); f32 -> ui64 saturates at 0 and 2^64 - 1, NaN -> 0.
+_I64_SHARED = ("rt_add_$s", "rt_sub_$s", "rt_neg_$s", "rt_mul32_$s", "rt_mul_$s", "rt_${s}_from_i32")
+_UI64_HELPERS = (
+    *(h for h in _I64_HELPERS if h[0] in _I64_SHARED),
+    ("rt_lt_$s", "fn rt_lt_$s(a: $T, b: $T) -> bool { return a.y < b.y || (a.y == b.y && a.x < b.x); }"),
+    ("rt_max_$s", "fn rt_max_$s(a: $T, b: $T) -> $T { return select(b, a, rt_lt_$s(b, a)); }"),
+    ("rt_min_$s", "fn rt_min_$s(a: $T, b: $T) -> $T { return select(b, a, rt_lt_$s(a, b)); }"),
+    ("rt_sign_$s", "fn rt_sign_$s(a: $T) -> $T { return $T(select(0u, 1u, any(a != $T(0u))), 0u); }"),
+    ("rt_shr_$s",
+     "fn rt_shr_$s(a: $T, b: $T) -> $T {\n  if (b.y != 0u || b.x >= 64u) { return $T(0u); }\n  let n = b.x;\n"
+     "  if (n == 0u) { return a; }\n  if (n < 32u) { return $T((a.x >> n) | (a.y << (32u - n)), a.y >> n); }\n"
+     "  return $T(a.y >> (n - 32u), 0u);\n}"),
+    ("rt_udivrem_$s",  # d not 0: the quotient in xy, the remainder in zw
+     "fn rt_udivrem_$s(n: $T, d: $T) -> vec4<u32> {\n"
+     "  if (n.y == 0u && d.y == 0u) { return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }\n"
+     "  var q = n;\n  var r = $T(0u);\n  for (var i = 0u; i < 64u; i++) {  // restoring division, a bit a step\n"
+     "    let carry = r.y >> 31u;  // r < d, so 2r + 1 overflows only where d is past 2^63\n"
+     "    r = $T((r.x << 1u) | (q.y >> 31u), (r.y << 1u) | (r.x >> 31u));\n"
+     "    q = $T(q.x << 1u, (q.y << 1u) | (q.x >> 31u));\n"
+     "    if (carry != 0u || !rt_lt_$s(r, d)) { r = rt_sub_$s(r, d); q.x = q.x | 1u; }\n  }\n"
+     "  return vec4<u32>(q, r);\n}"),
+    ("rt_div_$s", "fn rt_div_$s(a: $T, b: $T) -> $T { if (all(b == $T(0u))) { return a; } "
+                  "return rt_udivrem_$s(a, b).xy; }"),
+    ("rt_rem_$s", "fn rt_rem_$s(a: $T, b: $T) -> $T { if (all(b == $T(0u))) { return $T(0u); } "
+                  "return rt_udivrem_$s(a, b).zw; }"),
+    ("rt_pow_$s",
+     "fn rt_pow_$s(a0: $T, b0: $T) -> $T {\n  var a = a0;\n  var b = b0;\n  var r = $T(1u, 0u);\n"
+     "  while (any(b != $T(0u))) {\n    if ((b.x & 1u) != 0u) { r = rt_mul_$s(r, a); }\n    a = rt_mul_$s(a, a);\n"
+     "    b = $T((b.x >> 1u) | (b.y << 31u), b.y >> 1u);\n  }\n  return r;\n}"),
+    ("rt_f32_from_$s",
+     "fn rt_f32_from_$s(m: $T) -> f32 {\n  if (m.y == 0u) { return f32(m.x); }\n  let s = countLeadingZeros(m.y);\n"
+     "  let top = select((m.y << s) | (m.x >> (32u - s)), m.y, s == 0u);\n"
+     "  return ldexp(f32(top | select(0u, 1u, (m.x << s) != 0u)), i32(32u - s));\n}"),
+    ("rt_cast_f32_$s",
+     f"fn rt_cast_f32_$s(x: f32) -> $T {{\n  if ({_WGSL_NAN.format('x')} || x <= 0.0f) {{ return $T(0u); }}\n"
+     "  if (x >= 18446744073709551616.0f) { return $T(0xffffffffu); }\n"
+     "  let t = trunc(x);\n  let hi = floor(t / 4294967296.0f);  // exact: t is a whole number below 2^64\n"
+     "  return $T(u32(t - hi * 4294967296.0f), u32(hi));\n}"),
+)
+WGSL_UI64 = Emulated(
+    ops={"neg": "rt_neg_{s}({0})", "abs": "{0}", "sign": "rt_sign_{s}({0})", "not": "(~{0})",
+         **{op: f"rt_{op}_{{s}}({{0}}, {{1}})" for op in ("add", "sub", "mul", "div", "rem", "pow", "max", "min",
+                                                          "shr")},
+         "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})"},
+    compare={**WGSL_I64.compare},
+    const=WGSL_I64.const,
+    cast_from={**WGSL_I64.cast_from},
+    cast_to={**WGSL_I64.cast_to},
+    helpers=_UI64_HELPERS,
+)
+
 WGSL = Dialect(
     name="wgsl",
-    # i64 in two u32 words (`emulated`); i8 and i16 in i32, wrapped after each op (`wrap`)
-    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "vec2<u32>", "i16": "i32", "i8": "i32",
+    # i64 and ui64 in two u32 words (`emulated`); i8 and i16 in i32, wrapped after each op (`wrap`)
+    types={"f32": "f32", "i32": "i32", "ui32": "u32", "i1": "bool", "i64": "vec2<u32>", "ui64": "vec2<u32>",
+           "i16": "i32", "i8": "i32",
            "ui16": "u32", "ui8": "u32"},
     storage={"f16": "f16"},
     from_storage={"f16": "f32({0})", "bf16": "bitcast<f32>(({0}) << 16u)"},
@@ -615,7 +669,7 @@ WGSL = Dialect(
                 "i1": _wgsl_word_parts(8, load="(((({0}) >> (u32({1}) * 8u)) & 0xffu) != 0u)",
                                        bits="select(0u, 1u, {0})"),
                 **_WGSL_NARROW_PARTS},
-    emulated={"i64": WGSL_I64},
+    emulated={"i64": WGSL_I64, "ui64": WGSL_UI64},
     index32=True,
     index32_assume_fits=True,
     wrap=_WGSL_WRAP,

@@ -20,11 +20,12 @@ folds (x, y) back into its 1-D workgroup index and skips the few extra workgroup
 Types. WGSL has f32, i32, u32 and (with shader-f16) f16 in buffers. bf16 and bool have no WGSL type
 that a buffer can hold: their buffers are u32 words of two bf16 (unpacked to f32 as they are read) or
 four bools (numpy's bytes); a written one is an array of atomic words, since threads may write the
-other parts of one word (an atomicAnd and an atomicOr per element). i64 data is a vec2<u32> (low word,
-high word) computed exactly by the shared renderer's helpers, and an i64 buffer an array of them (numpy's
+other parts of one word (an atomicAnd and an atomicOr per element). i64 and ui64 data is a vec2<u32> (low
+word, high word) computed exactly by the shared renderer's helpers, and such a buffer an array of them (numpy's
 bytes). Index arithmetic (the kernel IR's i64) is i32 in every kernel: a buffer of 2^31 elements or more is
 refused, by the compiler where its size is static and by the driver at each dispatch where it is known only
-at run time. Buffers of other types (f64, ui64, 4-bit integers, 8-bit floats) are refused by name.
+at run time. f64 buffers are refused by name; the narrow types (float8, float4, the 4- and 2-bit integers) are
+bytes by the time a kernel is rendered (`retarget.kernel.narrow`).
 
 Sizes known at run time. A kernel's scalars (`Kernel.scalars`) follow the element bases in `rt_base`,
 as i32 (sizes, never negative): the driver writes them at each dispatch, and the workgroup count is computed
@@ -49,10 +50,10 @@ MAGIC = "retarget-wgsl"
 VERSION = 1
 # dtype -> (WGSL element type, bytes an element of `rt_base` counts). bf16 and the 16-bit integers sit two to a
 # u32 word, bool and the 8-bit integers four (the shared renderer's `word_parts`): their bases count words, and
-# tensors start on words. An i64 is a vec2<u32> (the renderer's `emulated`).
+# tensors start on words. An i64 or ui64 is a vec2<u32> (the renderer's `emulated`).
 STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16": ("f16", 2), "bf16": ("u32", 4),
-                 "i1": ("u32", 4), "i64": ("vec2<u32>", 8), "i8": ("u32", 4), "ui8": ("u32", 4), "i16": ("u32", 4),
-                 "ui16": ("u32", 4)}
+                 "i1": ("u32", 4), "i64": ("vec2<u32>", 8), "ui64": ("vec2<u32>", 8), "i8": ("u32", 4),
+                 "ui8": ("u32", 4), "i16": ("u32", 4), "ui16": ("u32", 4)}
 INDEX_LIMIT = 2**31  # elements a buffer may hold: WGSL kernels index in i32
 
 
@@ -72,7 +73,7 @@ def _dialect(packed: bool):
 # Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
 REFUSED_BUFFERS = {"f64": "WGSL has no f64; use f32"}
 BUFFER_TYPES_NOTE = ("WGSL buffers hold f32, i32, u32, (with shader-f16) f16, and here bf16, bool and the 8- and "
-                     "16-bit integers in u32 words and i64 in pairs of them")
+                     "16-bit integers in u32 words and i64 and ui64 in pairs of them")
 SHADER_F16_NOTE = "f16 needs the shader-f16 feature, which this target does not assume"
 
 
@@ -112,7 +113,7 @@ def _shared_bytes(stmts) -> int:
     total = 0
     for s in stmts:
         if isinstance(s, k.Local) and s.shared:
-            total += s.size * (8 if s.dtype.name == "i64" else 4)  # 32-bit types, and i64's vec2<u32>
+            total += s.size * (8 if s.dtype.name in ("i64", "ui64") else 4)  # 32-bit types, and vec2<u32>
         elif isinstance(s, (k.Loop, k.If)):
             total += _shared_bytes(s.body)
     return total
