@@ -25,10 +25,11 @@ export class RetargetError extends Error {
 
 // retarget's element types -> typed arrays. f16 is a Float16Array where the engine has one, else the raw bits.
 // (WGSL buffers hold f32, i32, u32 and f16; bool, bf16 and the 8- and 16-bit integers sit in 32-bit words, and an
-// i64 in two of them, low first, laid out as these arrays' bytes: an i64 is the whole 64-bit value.)
+// i64 or ui64 in two of them, low first, laid out as these arrays' bytes: each is the whole 64-bit value.)
 const ARRAYS = {
   f32: Float32Array, i32: Int32Array, ui32: Uint32Array, f16: globalThis.Float16Array ?? Uint16Array,
   i8: Int8Array, ui8: Uint8Array, i16: Int16Array, ui16: Uint16Array, i1: Uint8Array, i64: BigInt64Array,
+  ui64: BigUint64Array,
 };
 const REEXPORT = "export it again with this version of retarget: retarget export MODEL.rtm -o FOLDER";
 const roundUp = (n, to) => Math.ceil(n / to) * to;
@@ -408,7 +409,8 @@ function check(name, signature, inputs, args) {
         throw new RetargetError(`${where} must be ${t.dtype}, and the array holds non-integers`,
                                 `pass a ${t.TypedArray.name}`);
       }
-      a = t.TypedArray === BigInt64Array ? BigInt64Array.from(arg, BigInt) : t.TypedArray.from(arg);
+      const big = t.TypedArray === BigInt64Array || t.TypedArray === BigUint64Array;
+      a = big ? t.TypedArray.from(arg, BigInt) : t.TypedArray.from(arg);
     } else if (!(arg instanceof t.TypedArray) && !(t.dtype === "f16" && arg instanceof Uint16Array)) {
       const got = arg?.constructor?.name ?? typeof arg;
       throw new RetargetError(`${where} must be a ${t.TypedArray.name} (${t.dtype}), got ${got}`,
