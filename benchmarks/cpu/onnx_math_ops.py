@@ -1,6 +1,7 @@
-"""Elementwise float math (sin, cos, exp, tanh, log, erf; and neg, the cost of a call) over 64K values, and a rotary
-embedding's tables computed at run time (cos and sin of positions times frequencies, as torch.export of a Llama
-writes them), beside onnxruntime: what computing these functions in vector code, rather than a libm call a lane, buys.
+"""Elementwise float math (sin, cos, tan, atan, exp, tanh, log, erf; and neg, the cost of a call) over 64K values,
+and a rotary embedding's tables computed at run time (cos and sin of positions times frequencies, as torch.export of
+a Llama writes them), beside onnxruntime: what computing these functions in vector code, rather than a libm call a
+lane, buys.
 
     .venv/bin/python benchmarks/cpu/onnx_math_ops.py [--target llvm-cpu --device local-task] [--repeats 50]
         [--json out.json] [--only TEXT]
@@ -37,7 +38,8 @@ def models():
     out = []
     wide = rng.uniform(-100, 100, 65536).astype(np.float32)
     positive = rng.uniform(0.1, 10, 65536).astype(np.float32)
-    for op, x in (("Neg", wide), ("Sin", wide), ("Cos", wide), ("Exp", rng.uniform(-20, 20, 65536).astype(np.float32)),
+    for op, x in (("Neg", wide), ("Sin", wide), ("Cos", wide), ("Tan", wide), ("Atan", wide),
+                  ("Exp", rng.uniform(-20, 20, 65536).astype(np.float32)),
                   ("Tanh", wide / 20), ("Log", positive), ("Erf", wide / 30)):
         out.append((f"{op} of 65536 floats", model([helper.make_node(op, ["x"], ["y"])], {"x": x}, ["y"], {}),
                     {"x": x}))

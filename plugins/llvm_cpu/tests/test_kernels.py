@@ -32,7 +32,8 @@ def test_a_vector_loop_computes_an_elementwise_expression(run_kernel):
 @pytest.mark.parametrize("op, ref", [
     ("exp", np.exp), ("log", np.log), ("sqrt", np.sqrt), ("tanh", np.tanh), ("erf", np.vectorize(math.erf)),
     ("sigmoid", lambda x: 1 / (1 + np.exp(-x))), ("rsqrt", lambda x: 1 / np.sqrt(x)), ("round", np.round),
-    ("floor", np.floor), ("sin", np.sin), ("atan", np.arctan), ("sign", np.sign), ("abs", np.abs),
+    ("floor", np.floor), ("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("atan", np.arctan), ("sign", np.sign),
+    ("abs", np.abs),
 ])
 def test_unary_math_matches_numpy(op, ref, run_kernel):
     n = 257
@@ -288,3 +289,32 @@ def test_exp_log_and_their_kin_of_f32_vectors_call_no_libm(op):
     assert "<64 x float>" in text  # the whole loop is one vector (LLVM splits it into the machine's)
     libm = ("expf", "tanhf", "logf", "log1pf", "expm1f", "llvm.exp.v", "llvm.log.v")
     assert not any(f"@{name}" in text for name in libm)
+
+
+@pytest.mark.parametrize("op", ["sin", "cos", "tan", "atan"])
+def test_trig_of_f32_vectors_is_vector_code_with_libm_only_past_exact_reduction(op, run_kernel):
+    """`sin_cos_f32` and `atan_f32`: Cephes' algorithms in vector code; sin, cos and tan call libm on a branch for
+    the lanes at or past 8192 (inf and NaN too), which a vector takes only when it holds one. Either way numpy's
+    answers, the far lanes, infinities and NaN included."""
+    from retarget_llvm_cpu import codegen, targets
+
+    i = k.Var("i")
+    kern = k.Kernel("f", [k.Param("x", f32, 64, "read"), k.Param("y", f32, 64, "write")],
+                    [k.Loop("i", 64, [k.Store("y", i, k.Unary(op, k.Load("x", i, f32)))], kind="vector")])
+    desc = targets.parse("host")
+    text = codegen.llvm_ir([kern], desc.extra["triple"], desc.features)
+    label, calls = None, []
+    for line in text.splitlines():  # every libm call sits in the op's `.far` block
+        if line.endswith(":") and not line.startswith(" "):
+            label = line[:-1].strip('"')
+        if f'@"{op}f"(' in line and not line.startswith("declare"):
+            calls.append(label)
+    assert calls if op != "atan" else not calls
+    assert all(label.startswith(f"{op}.far") for label in calls), calls
+    x = (rng.standard_normal(64) * 30).astype(np.float32)
+    x[:8] = [np.nan, np.inf, -np.inf, 8192.0, -1e6, 3e38, 8191.5, -0.0]
+    y = np.zeros(64, np.float32)
+    run_kernel(kern, [x, y])
+    with np.errstate(invalid="ignore"):
+        expected = getattr(np, {"atan": "arctan"}.get(op, op))(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(y, expected, rtol=2e-6, atol=1e-6, equal_nan=True)

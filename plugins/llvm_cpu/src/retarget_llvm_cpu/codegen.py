@@ -29,6 +29,7 @@ from retarget.ir.dtypes import DType
 from retarget.ir.dtypes import f32 as DTYPE_F32
 from retarget.kernel import ir as k
 from retarget.kernel.approximations import (
+    ATAN_P,
     COS_P,
     ERF_P,
     ERF_Q,
@@ -36,6 +37,8 @@ from retarget.kernel.approximations import (
     LOG_P,
     PI_4_PARTS,
     SIN_P,
+    TAN_3PI_8,
+    TAN_PI_8,
     TANH_P,
     TRIG_EXACT_BELOW,
 )
@@ -464,9 +467,11 @@ class _KernelBuilder:
             if op == "neg":
                 return b.fneg(x, flags=FAST)
             single = (ty.element if isinstance(ty, ir.VectorType) else ty) == F32
-            if single and op in ("exp", "sigmoid", "tanh", "log", "log1p", "expm1", "sin", "cos"):  # vector code,
-                if op in ("sin", "cos"):  # not libm a lane
+            if single and op in ("exp", "sigmoid", "tanh", "log", "log1p", "expm1", "sin", "cos", "tan", "atan"):
+                if op in ("sin", "cos", "tan"):  # vector code, not libm a lane
                     return self.sin_cos_f32(x, op)
+                if op == "atan":
+                    return self.atan_f32(x)
                 if op == "exp":
                     return self.exp_f32(x)
                 if op == "log":
@@ -594,9 +599,10 @@ class _KernelBuilder:
         return b.fdiv(p, horner(ERF_Q), flags=FAST)
 
     def sin_cos_f32(self, x: ir.Value, which: str) -> ir.Value:
-        """Cephes' sinf or cosf in vector code (as the SPIR-V emitter's): x reduced by pi/4 in three parts, exact while
-        |x| < TRIG_EXACT_BELOW, then a polynomial on [-pi/4, pi/4]; within 2 ulp. Lanes past that (and inf, NaN)
-        take libm's, on a branch taken only when a vector holds one, so that the common case stays vector code."""
+        """Cephes' sinf or cosf in vector code (as the SPIR-V emitter's), or tan as their ratio: x reduced by pi/4 in
+        three parts, exact while |x| < TRIG_EXACT_BELOW, then polynomials on [-pi/4, pi/4]; within 2 ulp (tan 3).
+        Lanes past that (and inf, NaN) take libm's, on a branch taken only when a vector holds one, so that the
+        common case stays vector code."""
         b, ty = self.b, x.type
         vector = isinstance(ty, ir.VectorType)
         ity = ir.VectorType(I32, ty.count) if vector else I32
@@ -629,12 +635,16 @@ class _KernelBuilder:
         cos_r = b.fadd(b.fsub(f(1.0), b.fmul(f(0.5), z)), b.fmul(b.fmul(z, z), poly(COS_P)))
         swap = b.icmp_signed("==", b.and_(octant, i(3)), i(2))  # octants 2 and 6 (j is even)
         upper = b.icmp_signed(">", octant, i(3))
+        below = b.fcmp_ordered("<", x, f(0.0))
         if which == "sin":
             value = b.select(swap, cos_r, sin_r)
-            negative = b.xor(upper, b.fcmp_ordered("<", x, f(0.0)))
-        else:
+            negative = b.xor(upper, below)
+        elif which == "cos":
             value = b.select(swap, sin_r, cos_r)
             negative = b.xor(upper, swap)
+        else:  # tan: sin / cos, whose signs agree in octants 0 and 4 and differ in 2 and 6
+            value = b.fdiv(b.select(swap, cos_r, sin_r), b.select(swap, sin_r, cos_r))
+            negative = b.xor(swap, below)
         fast = b.select(negative, b.fneg(value), value)
         mask = ir.VectorType(I1, ty.count) if vector else I1
         any_far = b.call(self.mb.declare(f"llvm.vector.reduce.or.{_mangle(mask)}", ir.FunctionType(I1, [mask])),
@@ -653,6 +663,28 @@ class _KernelBuilder:
         out.add_incoming(fast, before)
         out.add_incoming(slow, slow_end)
         return out
+
+    def atan_f32(self, x: ir.Value) -> ir.Value:
+        """Cephes' atanf in vector code (as the SPIR-V emitter's): |x| reduced to [0, tan(pi/8)], an odd polynomial,
+        the reduction's angle added back; within 2 ulp, +-inf give +-pi/2, NaN stays NaN."""
+        b, ty = self.b, x.type
+
+        def f(v):
+            return ir.Constant(ty, v)
+
+        magnitude = b.call(self.mb.intrinsic("llvm.fabs", [ty]), [x])
+        big = b.fcmp_ordered(">", magnitude, f(TAN_3PI_8))
+        mid = b.fcmp_ordered(">", magnitude, f(TAN_PI_8))
+        reduced = b.select(mid, b.fdiv(b.fsub(magnitude, f(1.0)), b.fadd(magnitude, f(1.0))), magnitude)
+        reduced = b.select(big, b.fdiv(f(-1.0), magnitude), reduced)
+        offset = b.select(big, f(math.pi / 2), b.select(mid, f(math.pi / 4), f(0.0)))
+        z = b.fmul(reduced, reduced)
+        poly = f(ATAN_P[0])
+        for c in ATAN_P[1:]:
+            poly = b.fadd(b.fmul(poly, z), f(c))
+        value = b.fadd(offset, b.fadd(b.fmul(b.fmul(poly, z), reduced), reduced))
+        value = b.select(b.fcmp_ordered("<", x, f(0.0)), b.fneg(value), value)
+        return b.select(b.fcmp_unordered("uno", x, x), x, value)
 
     def exp_f32(self, x: ir.Value) -> ir.Value:
         """exp in f32 that vectorizes (LLVM turns llvm.exp of a vector into an expf call a lane): x = n ln2 + r with

@@ -34,6 +34,7 @@ from retarget.errors import UnsupportedOpError
 from retarget.ir.dtypes import DTYPES, DType
 from retarget.kernel import ir as k
 from retarget.kernel.approximations import (
+    ATAN_P,
     COS_P,
     ERF_P,
     ERF_Q,
@@ -43,6 +44,8 @@ from retarget.kernel.approximations import (
     LOG_P,
     PI_4_PARTS,
     SIN_P,
+    TAN_3PI_8,
+    TAN_PI_8,
     TANH_P,
     TRIG_EXACT_BELOW,
 )
@@ -973,14 +976,14 @@ class _Codegen:
         """Cephes atanf: reduce to |x| <= tan(pi/8), then an odd polynomial; within 2 ulp, NaN stays NaN."""
         t, tb = self.t_f32, self.t_bool
         ax = self.ext("FAbs", t, x)
-        big = self.fless(self.f32(2.414213562373095), ax)
-        mid = self.fless(self.f32(0.4142135623730950), ax)
+        big = self.fless(self.f32(TAN_3PI_8), ax)
+        mid = self.fless(self.f32(TAN_PI_8), ax)
         reduced = self.select(mid, self.op("FDiv", t, self.op("FSub", t, ax, self.f32(1)), self.fadd(ax, self.f32(1))),
                               ax, t)
         reduced = self.select(big, self.op("FDiv", t, self.f32(-1), ax), reduced, t)
         offset = self.select(big, self.f32(math.pi / 2), self.select(mid, self.f32(math.pi / 4), self.f32(0), t), t)
         z = self.fmul(reduced, reduced)
-        poly = self.fpoly(z, (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1))
+        poly = self.fpoly(z, ATAN_P)
         value = self.fadd(offset, self.fadd(self.fmul(self.fmul(poly, z), reduced), reduced))
         value = self.select(self.fless(x, self.f32(0)), self.op("FNegate", t, value), value, t)
         return self.select(self.op("IsNan", tb, x), x, value, t)
