@@ -162,6 +162,12 @@ class Function:
         self.segments = [i for i, step in enumerate(self.steps) if step["op"] == "run"]
         self.command_buffers = {i: self._record(self.steps[i]) for i in self.segments}
         self._lock = threading.Lock()
+        self._checks = self._input_checks(plan["inputs"])
+
+    def _input_checks(self, inputs: list[dict]) -> list[tuple]:
+        """Each input's name in errors, type, numpy dtype and range (if any): made once, not at every call."""
+        return [(f"input {i} ('{meta['name']}') of {self.name}", t, t.dtype.np_dtype, meta.get("range"))
+                for i, (t, meta) in enumerate(zip(self.input_types, inputs))]
 
     @property
     def command_buffer(self):
@@ -226,22 +232,21 @@ class Function:
             raise InputError(f"{self.signature} takes {len(self.input_types)} inputs, got {len(args)}")
         arrays = []
         try:
-            for i, (arg, t, meta) in enumerate(zip(args, self.input_types, self.plan["inputs"])):
-                where = f"input {i} ('{meta['name']}') of {self.name}"
+            for arg, (where, t, np_dtype, value_range) in zip(args, self._checks):
                 borrowed = self._borrow(arg, where)
                 if borrowed is not None:
                     arrays.append(borrowed)
                     _check_borrowed(borrowed, t, where)
                     self._check_shape(borrowed, t, where)
                     continue
-                a = _host_array(arg, t.dtype.np_dtype, where)
-                if a.dtype != t.dtype.np_dtype:
-                    if a.dtype.newbyteorder("=") != t.dtype.np_dtype:
-                        raise InputError(f"{where} must be {t.dtype} ({t.dtype.np_dtype}), got {a.dtype}",
-                                         hint=f"convert it, e.g. x.astype(np.{t.dtype.np_dtype})")
-                    a = a.astype(t.dtype.np_dtype)
+                a = _host_array(arg, np_dtype, where)
+                if a.dtype != np_dtype:
+                    if a.dtype.newbyteorder("=") != np_dtype:
+                        raise InputError(f"{where} must be {t.dtype} ({np_dtype}), got {a.dtype}",
+                                         hint=f"convert it, e.g. x.astype(np.{np_dtype})")
+                    a = a.astype(np_dtype)
                 self._check_shape(a, t, where)
-                _check_range(a, meta.get("range"), where)
+                _check_range(a, value_range, where)
                 arrays.append(np.ascontiguousarray(a))
         except BaseException:
             for a in arrays:

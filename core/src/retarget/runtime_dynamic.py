@@ -59,6 +59,7 @@ class DynamicFunction(Function):
             [(t.shape, t.dtype.name) for t in self.output_types],
             {k: str(r) for k, r in self.layout.symbols.items()},
         )
+        self._checks = self._input_checks(plan["inputs"])
         self.cache_size = max(1, int(os.environ.get("RETARGET_SHAPE_CACHE", DEFAULT_SHAPE_CACHE)))
         self._shapes: OrderedDict[tuple, _Shape] = OrderedDict()
         self._arenas: dict[int, object] = {}  # size class -> arena, when each shape is planned for itself
