@@ -64,6 +64,20 @@ def test_affine_grid_feeds_grid_sample_as_a_spatial_transformer(size, align_corn
     matches_reference(model, target, inputs, rtol=1e-4, atol=1e-5, onnxruntime=True)
 
 
+@pytest.mark.parametrize("target", GPU_TARGETS)
+@pytest.mark.parametrize("padding", ["border", "reflection", "zeros"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_cubic_grid_sample_past_the_edges_matches_onnxruntime_and_torch(padding, align_corners, target):
+    """Positions up to half an image past the edges. With `border`, a cubic position stays where it is and each tap
+    is clipped, as onnxruntime and torch do; onnx's reference evaluator clips the position first (0.07-0.2 away from
+    both here), so the reference is onnxruntime."""
+    image = rng.standard_normal((1, 2, 5, 6)).astype(F32)
+    grid = (rng.random((1, 4, 3, 2)) * 3 - 1.5).astype(F32)
+    model = model_of("GridSample", {"image": image, "grid": grid}, opset=20, mode="cubic", padding_mode=padding,
+                     align_corners=align_corners)
+    matches_reference(model, target, {"image": image, "grid": grid}, rtol=1e-4, atol=1e-5, onnxruntime=True)
+
+
 def test_affine_grid_of_a_1d_size_is_refused():
     theta = np.zeros((1, 1, 2), F32)
     refused(model_of("AffineGrid", {"theta": theta}, {"size": np.array([1, 1, 5], np.int64)}, opset=20), "2-D")

@@ -549,6 +549,8 @@ def _scatter(r, s, p):
     with accumulate, and index_copy at distinct ones. A scatter's index covers the whole batch, as its rows are
     one drawn row expanded."""
     torch, _ = _torch()
+    if len(s) < 2:  # no dim past the batch to write along
+        return None
     d = r.randrange(1, len(s))
     k = r.randint(1, s[d])
     if math.prod(s) * k > 2_000_000:  # each position compares every update: keep vmvx's arrays small
