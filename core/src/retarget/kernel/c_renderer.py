@@ -548,14 +548,15 @@ _I64_HELPERS = (
      "  let hi = bitcast<i32>(a.y);\n  if (n == 0u) { return a; }\n"
      "  if (n < 32u) { return $T((a.x >> n) | (a.y << (32u - n)), bitcast<u32>(hi >> n)); }\n"
      "  return $T(bitcast<u32>(hi >> (n - 32u)), bitcast<u32>(hi >> 31u));\n}"),
-    ("rt_udivrem_$s",  # magnitudes (at most 2^63, d not 0): the quotient in xy, the remainder in zw
+    ("rt_udivrem_$s",  # unsigned n and d (d not 0): the quotient in xy, the remainder in zw (i64's magnitudes, ui64)
      "fn rt_udivrem_$s(n: $T, d: $T) -> vec4<u32> {\n"
      "  if (n.y == 0u && d.y == 0u) { return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }\n"
      "  var q = n;\n  var r = $T(0u);\n  for (var i = 0u; i < 64u; i++) {  // restoring division, a bit a step\n"
+     "    let carry = r.y >> 31u;  // r < d, so 2r + 1 overflows only where d is past 2^63\n"
      "    r = $T((r.x << 1u) | (q.y >> 31u), (r.y << 1u) | (r.x >> 31u));\n"
      "    q = $T(q.x << 1u, (q.y << 1u) | (q.x >> 31u));\n"
-     "    if (r.y > d.y || (r.y == d.y && r.x >= d.x)) { r = rt_sub_$s(r, d); q.x = q.x | 1u; }\n  }\n"
-     "  return vec4<u32>(q, r);\n}"),
+     "    if (carry != 0u || r.y > d.y || (r.y == d.y && r.x >= d.x)) { r = rt_sub_$s(r, d); q.x = q.x | 1u; }\n"
+     "  }\n  return vec4<u32>(q, r);\n}"),
     ("rt_div_$s",
      "fn rt_div_$s(a: $T, b: $T) -> $T {\n  if (all(b == $T(0u))) { return a; }\n"
      "  let q = rt_udivrem_$s(rt_abs_$s(a), rt_abs_$s(b)).xy;\n"
@@ -602,9 +603,10 @@ WGSL_I64 = Emulated(
 )
 
 # ui64 in the same two words: i64's helpers where the bits are the same (add, sub, neg, mul, from i32), unsigned
-# ones where they differ. Division carries the bit shifted out of the remainder (numbers past 2^63); a shift by 64
-# or more is 0 (numpy's); f32 -> ui64 saturates at 0 and 2^64 - 1, NaN -> 0.
-_I64_SHARED = ("rt_add_$s", "rt_sub_$s", "rt_neg_$s", "rt_mul32_$s", "rt_mul_$s", "rt_${s}_from_i32")
+# ones where they differ (the division loop carries the bit shifted out of the remainder, for numbers past 2^63); a
+# shift by 64 or more is 0 (numpy's); f32 -> ui64 saturates at 0 and 2^64 - 1, NaN -> 0.
+_I64_SHARED = ("rt_add_$s", "rt_sub_$s", "rt_neg_$s", "rt_mul32_$s", "rt_mul_$s", "rt_udivrem_$s",
+               "rt_${s}_from_i32")
 _UI64_HELPERS = (
     *(h for h in _I64_HELPERS if h[0] in _I64_SHARED),
     ("rt_lt_$s", "fn rt_lt_$s(a: $T, b: $T) -> bool { return a.y < b.y || (a.y == b.y && a.x < b.x); }"),
@@ -615,15 +617,6 @@ _UI64_HELPERS = (
      "fn rt_shr_$s(a: $T, b: $T) -> $T {\n  if (b.y != 0u || b.x >= 64u) { return $T(0u); }\n  let n = b.x;\n"
      "  if (n == 0u) { return a; }\n  if (n < 32u) { return $T((a.x >> n) | (a.y << (32u - n)), a.y >> n); }\n"
      "  return $T(a.y >> (n - 32u), 0u);\n}"),
-    ("rt_udivrem_$s",  # d not 0: the quotient in xy, the remainder in zw
-     "fn rt_udivrem_$s(n: $T, d: $T) -> vec4<u32> {\n"
-     "  if (n.y == 0u && d.y == 0u) { return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }\n"
-     "  var q = n;\n  var r = $T(0u);\n  for (var i = 0u; i < 64u; i++) {  // restoring division, a bit a step\n"
-     "    let carry = r.y >> 31u;  // r < d, so 2r + 1 overflows only where d is past 2^63\n"
-     "    r = $T((r.x << 1u) | (q.y >> 31u), (r.y << 1u) | (r.x >> 31u));\n"
-     "    q = $T(q.x << 1u, (q.y << 1u) | (q.x >> 31u));\n"
-     "    if (carry != 0u || !rt_lt_$s(r, d)) { r = rt_sub_$s(r, d); q.x = q.x | 1u; }\n  }\n"
-     "  return vec4<u32>(q, r);\n}"),
     ("rt_div_$s", "fn rt_div_$s(a: $T, b: $T) -> $T { if (all(b == $T(0u))) { return a; } "
                   "return rt_udivrem_$s(a, b).xy; }"),
     ("rt_rem_$s", "fn rt_rem_$s(a: $T, b: $T) -> $T { if (all(b == $T(0u))) { return $T(0u); } "
@@ -642,17 +635,8 @@ _UI64_HELPERS = (
      "  let t = trunc(x);\n  let hi = floor(t / 4294967296.0f);  // exact: t is a whole number below 2^64\n"
      "  return $T(u32(t - hi * 4294967296.0f), u32(hi));\n}"),
 )
-WGSL_UI64 = Emulated(
-    ops={"neg": "rt_neg_{s}({0})", "abs": "{0}", "sign": "rt_sign_{s}({0})", "not": "(~{0})",
-         **{op: f"rt_{op}_{{s}}({{0}}, {{1}})" for op in ("add", "sub", "mul", "div", "rem", "pow", "max", "min",
-                                                          "shr")},
-         "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})"},
-    compare={**WGSL_I64.compare},
-    const=WGSL_I64.const,
-    cast_from={**WGSL_I64.cast_from},
-    cast_to={**WGSL_I64.cast_to},
-    helpers=_UI64_HELPERS,
-)
+WGSL_UI64 = replace(WGSL_I64, ops={**WGSL_I64.ops, "abs": "{0}"}, helpers=_UI64_HELPERS)  # i64's names, the
+# helpers behind them unsigned
 
 WGSL = Dialect(
     name="wgsl",
