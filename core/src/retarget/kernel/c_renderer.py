@@ -430,6 +430,13 @@ WGSL_HELPERS = (
      "fn rt_f32_to_bf16(f: f32) -> u32 {\n  let b = bitcast<u32>(f);\n"
      "  if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }\n"
      "  return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;\n}"),
+    # f32 rounded to the nearest f16 (ties to even) in f32 arithmetic, for kernels without shader-f16: the value
+    # scaled by its f16 ulp is rounded to a whole number (exactly: powers of two), past 65504 it is infinite
+    ("rt_round_f16", ("float",),
+     "fn rt_round_f16(x: f32) -> f32 {\n  let a = abs(x);\n"
+     "  if (!(a < 65520.0f)) { return select(x, x * rt_inf(), a >= 65520.0f); }  // NaN stays NaN\n"
+     "  let ulp = ldexp(1.0f, max(frexp(a).exp - 1, -14) - 10);\n"
+     "  let r = round(a / ulp) * ulp;\n  return select(r, -r, (bitcast<u32>(x) >> 31u) != 0u);  // -0 too\n}"),
     ("rt_max_$s", ("float",),
      f"fn rt_max_$s(a: $T, b: $T) -> $T {{ return select(select(select(b, a, a > b), b, {_WGSL_NAN.format('b')}), a, "
      f"{_WGSL_NAN.format('a')}); }}"),

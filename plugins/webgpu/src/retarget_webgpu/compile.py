@@ -35,6 +35,7 @@ from them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 from retarget.errors import RetargetError, UnsupportedOpError
@@ -57,9 +58,14 @@ STORAGE_TYPES = {"f32": ("f32", 4), "i32": ("i32", 4), "ui32": ("u32", 4), "f16"
 INDEX_LIMIT = 2**31  # elements a buffer may hold: WGSL kernels index in i32
 
 
-def _dialect(packed: bool):
+def _dialect(packed: bool, shader_f16: bool):
+    """WGSL for this kernel: without shader-f16 no code may name f16, so a value rounded to f16 inside a kernel is
+    rounded in f32 arithmetic (`rt_round_f16`)."""
     from retarget.kernel.c_renderer import WGSL
 
+    if not shader_f16:
+        WGSL = replace(WGSL, from_storage={**WGSL.from_storage, "f16": "{0}"},
+                       to_storage={**WGSL.to_storage, "f16": "rt_round_f16({0})"})
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
     # after the bases; {T} is the index type, i64 (two u32 words): a size is not negative, so its high word is 0
     scalar = "let {name}: {T} = {T}(bitcast<u32>(rt_base[{i} / 4][{i} % 4]), 0u);"
@@ -155,11 +161,13 @@ def render(kn: k.Kernel, desc: TargetDesc) -> dict:
     else:
         groups = [[i] for i in range(len(kn.params))]
         decls = []
-    source = render_module([kn], _dialect(packed))
+    shader_f16 = "shader-f16" in desc.features
+    source = render_module([kn], _dialect(packed, shader_f16))
     words = len(kn.params) + len(kn.scalars)
     uniform = (f"@group(0) @binding({len(groups)}) var<uniform> rt_base: "
                f"array<vec4<i32>, {max(1, -(-words // 4))}>;")
-    enable = ["enable f16;"] if any(p.dtype.name == "f16" for p in kn.params) else []
+    # f16 buffers, or a value rounded to f16 inside the kernel (`f16(x)`)
+    enable = ["enable f16;"] if shader_f16 and re.search(r"\bf16\b", source) else []
     wgsl = "\n".join([*enable, *decls, uniform, "", source])
     return {
         "name": kn.name,
