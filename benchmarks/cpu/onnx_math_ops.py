@@ -1,7 +1,7 @@
-"""Elementwise float math (sin, cos, tan, atan, exp, tanh, log, erf; and neg, the cost of a call) over 64K values,
-and a rotary embedding's tables computed at run time (cos and sin of positions times frequencies, as torch.export of
-a Llama writes them), beside onnxruntime: what computing these functions in vector code, rather than a libm call a
-lane, buys.
+"""Elementwise float math (sin, cos, tan, atan, exp, tanh, log, erf, a cast to int32; and neg, the cost of a call)
+over 64K values, and a rotary embedding's tables computed at run time (cos and sin of positions times frequencies, as
+torch.export of a Llama writes them), beside onnxruntime: what computing these functions in vector code, rather than
+a libm call a lane, buys.
 
     .venv/bin/python benchmarks/cpu/onnx_math_ops.py [--target llvm-cpu --device local-task] [--repeats 50]
         [--json out.json] [--only TEXT]
@@ -43,6 +43,8 @@ def models():
                   ("Tanh", wide / 20), ("Log", positive), ("Erf", wide / 30)):
         out.append((f"{op} of 65536 floats", model([helper.make_node(op, ["x"], ["y"])], {"x": x}, ["y"], {}),
                     {"x": x}))
+    cast = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)  # saturating vector code since 2026-12-07
+    out.append(("Cast of 65536 floats to int32", model([cast], {"x": wide}, ["y"], {}), {"x": wide}))
     positions = np.arange(4096, dtype=np.float32).reshape(4096, 1)
     frequencies = (10000.0 ** (-np.arange(0, 128, 2) / 128)).astype(np.float32).reshape(1, 64)
     nodes = [helper.make_node("Mul", ["positions", "frequencies"], ["angles"]),

@@ -291,6 +291,33 @@ def test_exp_log_and_their_kin_of_f32_vectors_call_no_libm(op):
     assert not any(f"@{name}" in text for name in libm)
 
 
+@pytest.mark.parametrize("src, dst, store", [("f32", "i32", "i32"), ("f32", "i64", "i64"), ("f64", "i32", "i32"),
+                                             ("f32", "i8", "i32"), ("f32", "ui8", "i32"), ("f32", "ui32", "i64"),
+                                             ("f64", "ui64", "f64")])
+def test_float_to_int_casts_of_vectors_are_vector_code_saturating_with_nan_to_zero(src, dst, store, run_kernel):
+    """A float -> int cast of a vector is a vector convert and two selects (it was `fptosi.sat` a lane, which x86's
+    backend keeps scalar even for a vector: six times a Floor's time): out-of-range values saturate and NaN becomes
+    0, as the scalar form. (Stored as `store`, a type vector loops write.)"""
+    from retarget.ir import dtypes
+    from retarget_llvm_cpu import codegen, targets
+
+    s, d, out = dtypes.DTYPES[src], dtypes.DTYPES[dst], dtypes.DTYPES[store]
+    i = k.Var("i")
+    kern = k.Kernel("f", [k.Param("x", s, 64, "read"), k.Param("y", out, 64, "write")],
+                    [k.Loop("i", 64, [k.Store("y", i, k.Cast(k.Cast(k.Load("x", i, s), d), out))], kind="vector")])
+    desc = targets.parse("host")
+    text = codegen.llvm_ir([kern], desc.extra["triple"], desc.features)
+    assert ".sat." not in text and ("fptosi <64" in text or "fptoui <64" in text)  # a lane at a time, scalarized
+    x = (rng.standard_normal(64) * 1e3).astype(s.np_dtype)
+    x[:9] = [np.nan, np.inf, -np.inf, 1e30, -1e30, 2.9, -2.9, 255.5, -0.0]
+    y = np.zeros(64, out.np_dtype)
+    run_kernel(kern, [x, y])
+    info = np.iinfo(d.np_dtype)
+    with np.errstate(invalid="ignore"):
+        expected = np.clip(np.trunc(x.astype(np.float64)), info.min, info.max)
+    assert np.array_equal(y.astype(np.float64), np.where(np.isnan(x), 0.0, expected))  # (2^63 - 1 is 2^63 here)
+
+
 @pytest.mark.parametrize("op", ["sin", "cos", "tan", "atan"])
 def test_trig_of_f32_vectors_is_vector_code_with_libm_only_past_exact_reduction(op, run_kernel):
     """`sin_cos_f32` and `atan_f32`: Cephes' algorithms in vector code; sin, cos and tan call libm on a branch for

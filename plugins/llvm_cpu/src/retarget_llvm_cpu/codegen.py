@@ -814,10 +814,12 @@ class _KernelBuilder:
         have = x.type.element if lanes else x.type
         if have == to and src.kind == dst.kind:
             return x
-        if lanes:  # vectorize.py admits only float<->float, int<->int and int->float here
+        if lanes:  # vectorize.py admits no cast to bool or from or to a half type here
             vto = ir.VectorType(to, lanes)
             if src.is_float and dst.is_float:
                 return b.fpext(x, vto) if have == F32 and to == F64 else b.fptrunc(x, vto)
+            if src.is_float:
+                return _saturating_vector_cast(b, x, vto, dst)
             if dst.is_float:
                 return b.uitofp(x, vto) if src.kind in ("uint", "bool") else b.sitofp(x, vto)
             if have.width == to.width:
@@ -883,6 +885,21 @@ def _helper(module, name, ret, arg):
 
 def _c(ty, v):
     return ir.Constant(ty, v)
+
+
+def _saturating_vector_cast(b: ir.IRBuilder, x: ir.Value, vto: ir.VectorType, dst: DType) -> ir.Value:
+    """Float lanes to `dst` as `llvm.fptosi.sat` does (out-of-range values saturate, NaN becomes 0), which x86's
+    backend scalarizes, a convert and two compares a lane: a plain vector convert of the lanes in range instead, and
+    two selects. The bounds are powers of two, exact in any float type."""
+    info = np.iinfo(dst.np_dtype)
+    fty, n = x.type, vto.count
+    low, high = (_c(fty, float(v)) for v in (info.min, info.max + 1))
+    low_ok = b.fcmp_ordered(">=" if info.min else ">", x, low if info.min else _c(fty, -1.0))
+    ok = b.and_(low_ok, b.fcmp_ordered("<", x, high))
+    safe = b.select(ok, x, _c(fty, [0.0] * n))
+    cast = b.fptoui(safe, vto) if dst.kind == "uint" else b.fptosi(safe, vto)
+    out = b.select(b.fcmp_ordered(">=", x, high), _c(vto, [info.max] * n), cast)
+    return b.select(b.fcmp_ordered("<", x, low), _c(vto, [info.min] * n), out) if info.min else out
 
 
 def _f32_to_bf16(module, name):

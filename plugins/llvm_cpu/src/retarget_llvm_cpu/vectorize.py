@@ -223,9 +223,7 @@ def _vector_op(e: k.Expr, buffers: dict) -> bool:
         return e.op in INT_BINARY
     if isinstance(e, k.Cast):
         src, dst = e.a.dtype, e.dtype
-        if dst.kind == "bool" or src.name in ("f16", "bf16") or dst.name in ("f16", "bf16"):
-            return False
-        return not (src.is_float and not dst.is_float)
+        return not (dst.kind == "bool" or src.name in ("f16", "bf16") or dst.name in ("f16", "bf16"))
     return False
 
 
