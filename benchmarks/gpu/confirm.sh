@@ -16,8 +16,9 @@
 #             signal, control-flow and image ops) on cuda, vulkan and webgpu;
 #  narrow:    float8, float4 and the 4- and 2-bit integers (kernel/narrow.py) on cuda, vulkan and webgpu, bit for bit
 #             against ml_dtypes, and the scalar op cases (log1p and expm1 near 0 among them) on vulkan and webgpu;
-#  nodes:     ONNX's node tests of every claimed op compiled for each of NODE_TARGETS (cuda vulkan-spirv webgpu-spirv)
-#             and run there (benchmarks/onnx_node_coverage.py --target): $OUT/nodes-TARGET.txt and .json;
+#  nodes:     ONNX's node tests of every claimed op compiled for each of NODE_TARGETS (cuda vulkan-spirv
+#             webgpu-spirv:host) and run there (benchmarks/onnx_node_coverage.py --target; NODE_ONLY=REGEX picks
+#             cases): $OUT/nodes-TARGET.txt and .json;
 #  new_ops:   benchmarks/new_ops.py on cuda, vulkan and webgpu beside torch's CUDA;
 #  differential: random models (retarget.testing.differential) on vulkan, cuda and webgpu against float64, the
 #             GEMM family up to 2048 so that the cooperative-matrix and wgmma schedules and their edges run, and
@@ -91,10 +92,11 @@ if step narrow; then
     plugins/webgpu/tests/test_device.py -k "narrow or scalar_op or each_op" 2>&1 | tail -4 | tee "$OUT/narrow-gpu.txt"
 fi
 if step nodes; then
-  for target in ${NODE_TARGETS:-cuda vulkan-spirv webgpu-spirv}; do
+  for target in ${NODE_TARGETS:-cuda vulkan-spirv webgpu-spirv:host}; do
+    name=${target//:/-}  # webgpu-spirv:host: the adapter's features (shader-f16), not the default profile's
     PYTHONWARNINGS=ignore timeout "${NODE_TIMEOUT:-180}" python3 benchmarks/onnx_node_coverage.py -v --target "$target" \
-      --json "$OUT/nodes-$target.json" > "$OUT/nodes-$target.txt" 2>&1
-    grep -E "node tests pass" "$OUT/nodes-$target.txt" || echo "$target: no summary (timed out?)"
+      ${NODE_ONLY:+--only "$NODE_ONLY"} --json "$OUT/nodes-$name.json" > "$OUT/nodes-$name.txt" 2>&1
+    grep -E "node tests pass|wrong results" "$OUT/nodes-$name.txt" || echo "$target: no summary (timed out?)"
   done
 fi
 if step new_ops; then

@@ -221,3 +221,14 @@ def test_a_fragment_matmul_without_cooperative_matrices_takes_the_portable_expan
     out = retarget.load(art, device=vulkan_device.info.uri).main(a, b, bias)
     expected = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32), 0).astype(np.float16)
     np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("target", ["vulkan-spirv:vp_android_baseline_2022", "vulkan-spirv:host"])
+def test_a_value_rounded_to_f16_in_an_f32_kernel_is_exact_with_or_without_16_bit_types(vulkan_device, target):
+    """A target without 16-bit storage rounds to f16 in f32 arithmetic (`round_to_f16`; it was refused), one with it
+    through an f16 value: either way bit for bit numpy's, ties to even, past 65504 infinite, -0 kept."""
+    from retarget.testing.graphs import f16_rounding_module
+    from retarget.testing.numerics import assert_same_bits
+
+    module, inputs, expected = f16_rounding_module()
+    assert_same_bits(retarget.load(retarget.compile(module, target), device="vulkan").main(*inputs), expected)

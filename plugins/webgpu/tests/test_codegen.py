@@ -7,8 +7,10 @@ import pytest
 import retarget
 from retarget.errors import UnsupportedOpError
 from retarget.ir import dtypes
+from retarget.testing import graphs
 from retarget.testing.graphs import mlp_module
 from retarget.testing.kernels import shared_kernel, sum_kernel
+from retarget.testing.numerics import assert_same_bits
 from retarget_webgpu import targets
 from retarget_webgpu.compile import compile_kernels, render, unpack
 
@@ -110,43 +112,17 @@ def test_f16_needs_the_shader_f16_feature(webgpu_device):
     webgpu_device.shader_module(meta["wgsl"], meta["name"])
 
 
-def _rounded_to_f16():
-    """z = f32(f16(x * y)): a value rounded to f16 inside a kernel whose buffers are all f32."""
-    import numpy as np
-    from retarget.ir.core import Builder, Function, Module, TensorType, Value
-
-    args = [Value(TensorType((1 << 16,), dtypes.DTYPES["f32"])) for _ in range(2)]
-    fn = Function("main", args, arg_names=["x", "y"])
-    b = Builder(fn)
-    half = b.op("rt.cast", [b.op("rt.mul", args)], {"dtype": "f16"})
-    fn.returns = [b.op("rt.cast", [half], {"dtype": "f32"})]
-    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)  # every f16, and midway to the next one up
-    with np.errstate(all="ignore"):
-        mid = (every.astype(np.float32) + np.nextafter(every, np.float16(np.inf)).astype(np.float32)) / 2
-    x = np.where(np.arange(1 << 16) % 2 == 0, every.astype(np.float32), mid).astype(np.float32)
-    x[:6] = [65519.99, 65520.0, -70000.0, 1e-8, -1e-8, -0.0]
-    return Module({"main": fn}), x
-
-
 def test_a_value_rounded_to_f16_in_an_f32_kernel_is_exact_without_shader_f16(webgpu_device):
     """Without shader-f16 no WGSL may name f16: the rounding is f32 arithmetic, ties to even, past 65504 infinite."""
-    import numpy as np
-
-    module, x = _rounded_to_f16()
+    module, inputs, expected = graphs.f16_rounding_module()
     art = retarget.compile(module, "webgpu-spirv")
     (meta,) = unpack(bytes(art.entries[art.manifest["executables"][0]["path"]]))
     assert "rt_round_f16(" in meta["wgsl"] and "f16(" not in meta["wgsl"].replace("rt_round_f16(", "")
-    with np.errstate(over="ignore"):
-        expected = x.astype(np.float16).astype(np.float32)
-    z = retarget.load(art, device="webgpu").main(x, np.ones_like(x))
-    nan = np.isnan(expected)
-    assert np.array_equal(np.isnan(z), nan)
-    assert np.array_equal(z[~nan].view(np.uint32), expected[~nan].view(np.uint32))  # bits: -0 and infinities too
+    assert_same_bits(retarget.load(art, device="webgpu").main(*inputs), expected)
 
 
 def test_a_value_rounded_to_f16_in_an_f32_kernel_enables_f16_where_the_target_has_it(webgpu_device):
-    module, _ = _rounded_to_f16()
-    art = retarget.compile(module, "webgpu-spirv:chrome")
+    art = retarget.compile(graphs.f16_rounding_module()[0], "webgpu-spirv:chrome")
     (meta,) = unpack(bytes(art.entries[art.manifest["executables"][0]["path"]]))
     assert meta["wgsl"].startswith("enable f16;") and "rt_round_f16" not in meta["wgsl"]
     if "shader-f16" not in webgpu_device.features:

@@ -41,6 +41,26 @@ def add_module(n: int = 1000, dtype: str = "f32", seed: int = 0):
     return Module({"main": fn}), (x, y), x + y
 
 
+def f16_rounding_module():
+    """z = f32(f16(x * y)) over 65536 values: a value rounded to f16 inside a kernel whose buffers are all f32 (what a
+    target without 16-bit types computes in f32 arithmetic). x holds every f16 value and the midpoints to the next
+    one up, and the edges: past 65504, f32 subnormals, -0.
+
+    Returns (module, (x, y), expected z)."""
+    args = [Value(TensorType((1 << 16,), dtypes.f32)) for _ in range(2)]
+    fn = Function("main", args, arg_names=["x", "y"])
+    b = Builder(fn)
+    half = b.op("rt.cast", [b.op("rt.mul", args)], {"dtype": "f16"})
+    fn.returns = [b.op("rt.cast", [half], {"dtype": "f32"})]
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    with np.errstate(all="ignore"):
+        mid = (every.astype(np.float32) + np.nextafter(every, np.float16(np.inf)).astype(np.float32)) / 2
+        x = np.where(np.arange(1 << 16) % 2 == 0, every.astype(np.float32), mid).astype(np.float32)
+        x[:8] = [65519.99, 65520.0, -70000.0, 1e-8, -1e-8, -0.0, 1e-40, 2.0**-25]
+        expected = x.astype(np.float16).astype(np.float32)
+    return Module({"main": fn}), (x, np.ones_like(x)), expected
+
+
 def chain_module(batch: int = 4, features: int = 16, hidden: int = 8, outputs: int = 4, seed: int = 0):
     """y = (x @ w1) @ w2, every operand an argument: two dispatches, the second reading what the
     first wrote, so it is wrong unless the barrier between them is honoured.

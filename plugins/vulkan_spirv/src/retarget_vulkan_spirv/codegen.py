@@ -1205,6 +1205,8 @@ class _Codegen:
             if dst.name == "bf16":
                 bits = self.op("ShiftLeftLogical", self.t_i32, self.bf16_bits(wide), self.i32(16))
                 return self.op("Bitcast", self.t_f32, bits)
+            if "StorageBuffer16BitAccess" not in self.features:
+                return self.round_to_f16(wide)
             half = self.m.type_float(16)
             self.need("StorageBuffer16BitAccess", "rounding to f16")
             return self.op("FConvert", self.t_f32, self.op("FConvert", half, wide))
@@ -1226,6 +1228,23 @@ class _Codegen:
             else:
                 value = self.op("SConvert", self.type_of(dst), value)
         return self.wrap(value, dst)  # narrow types wrap, wider ones are already there
+
+    def round_to_f16(self, x: int) -> int:
+        """f32 `x` rounded to the nearest f16 (ties to even) in f32 arithmetic, for targets without 16-bit types:
+        |x| scaled by its f16 ulp (2^(max(e, -14) - 10), from the exponent bits) is rounded to a whole number, which is
+        exact, powers of two; 65520 and past are infinite; NaN stays NaN, and the sign (-0 too) is x's."""
+        t, tb, i = self.t_f32, self.t_bool, self.t_i32
+        a = self.ext("FAbs", t, x)
+        exponent = self.op("ISub", i, self.op("ShiftRightLogical", i, self.op("Bitcast", i, a), self.i32(23)),
+                           self.i32(127))
+        ulp = self.ext("SMax", i, exponent, self.i32(-14))  # then less 10: -24 to 5, normal f32 powers of two
+        scale = self.op("Bitcast", t, self.op("ShiftLeftLogical", i, self.op("ISub", i, self.i32(137), ulp),
+                                              self.i32(23)))  # 1 / ulp
+        r = self.op("FDiv", t, self.ext("RoundEven", t, self.op("FMul", t, a, scale)), scale)
+        r = self.select(self.op("FOrdGreaterThanEqual", tb, a, self.f32(65520.0)), self.f32(math.inf), r, t)
+        r = self.select(self.op("IsNan", tb, x), a, r, t)
+        sign = self.op("BitwiseAnd", i, self.op("Bitcast", i, x), self.i32(-(2**31)))
+        return self.op("Bitcast", t, self.op("BitwiseOr", i, self.op("Bitcast", i, r), sign))
 
     def float_to_int(self, x: int, src: DType, dst: DType) -> int:
         """Saturating, NaN -> 0, as llvm's fptosi.sat; bounds are powers of two, exact in floats."""
