@@ -1,5 +1,5 @@
-"""ONNX's remaining image ops, composed from graph ops: CenterCropPad, AffineGrid, Col2Im and RoiAlign; and
-TensorScatter, opset 24's key-value cache update.
+"""ONNX's remaining image ops, composed from graph ops: CenterCropPad, AffineGrid, Col2Im, RoiAlign and
+DeformConv; and TensorScatter, opset 24's key-value cache update.
 
 - CenterCropPad: the target `shape` known at import time, for all axes or `axes`; a centred crop (an odd
   difference keeps the extra element at the end) and zero padding (the extra element at the end), as onnx's
@@ -22,6 +22,14 @@ TensorScatter, opset 24's key-value cache update.
   more than half a pixel apart, so at most 4 reach a pixel (from [p - 1, p + 1]): each entry sums 6 candidates (one
   before, one spare), whatever the roi's size. Max mode with `sampling_ratio` 0 is refused: max is not separable,
   and a bin may hold up to (2H + 2)(2W + 2) samples inside the image.
+- DeformConv (opset 22): 2-D, as onnx's reference and torchvision's deform_conv2d (DCNv1, and v2 with `mask`),
+  with `group`, `offset_group`, strides, dilations and pads; X, offset and mask runtime inputs (their batch may be
+  known only at run time), W and B initializers or inputs; X's channels and image size static. Deformed im2col then
+  one matrix product: X is laid out channel-last as rows of the channels that share an offset group and a conv
+  group, each of the four bilinear corners is one gather of whole rows at every kernel tap and output position
+  (corners outside the image weigh 0, as torchvision's zero padding), and the columns [N, group, oH * oW,
+  C / group * kh * kw] meet W, reordered to match (folded for an initializer), in one batched matmul. Other ranks
+  are refused: neither onnx's reference nor onnxruntime defines them.
 - TensorScatter: `update` written into `past_cache` along `axis` (not 0, the batch) from each batch's
   `write_indices` (0 where absent), `mode` linear or circular (wrapping at the cache's length): a select between
   the cache and a gather of the update at positions computed from iotas.
@@ -345,6 +353,139 @@ def _weight_matrix(b: Builder, start: Value, length: Value, bins: int, size: int
                                                 zero])])
     weights = b.op("rt.reduce", [weight], {"kind": "sum", "axes": (3,), "keepdims": False})
     return weights, _reshape(b, grid, (grid.type.shape[0], 1, 1))
+
+
+# -- DeformConv -----------------------------------------------------------------------------------------------------
+
+@handles("DeformConv")
+def _deform_conv(n):
+    """A convolution whose kernel taps read X at positions moved by `offset` (bilinear, corners outside the image
+    reading 0) and scaled by `mask`, as onnx's reference and torchvision's deform_conv2d: the deformed columns
+    (`_deformed_columns`), one grouped matrix product with W (reordered to the columns' channel-last order), plus
+    B."""
+    x, w, offset, b = n(0), n(1), n(2), n.b
+    if x.type.rank != 4:
+        raise UnsupportedOpError(f"DeformConv of X {x.type}: only 2-D (X [N, C, H, W]) is supported",
+                                 hint="onnx's reference and onnxruntime define 2-D only")
+    if w.type.rank != 4 or offset.type.rank != 4:
+        raise InputError(f"DeformConv of X {x.type}, W {w.type} and offset {offset.type}: W must be [M, C / group, "
+                         "kh, kw] and offset [N, offset_group * kh * kw * 2, oH, oW]")
+    _static(n, x, (1, 2, 3), "X's channels, height and width")
+    _static(n, w, range(4), "W's sizes")
+    channels, height, width = x.type.shape[1:]
+    outputs = w.type.shape[0]
+    kernel = tuple(int(k) for k in n.attr("kernel_shape", w.type.shape[2:]))
+    strides = tuple(n.attr("strides", (1, 1)))
+    dilations = tuple(n.attr("dilations", (1, 1)))
+    pads = tuple(n.attr("pads", (0, 0, 0, 0)))
+    group, offset_group = n.attr("group", 1), n.attr("offset_group", 1)
+    if (len(kernel), len(strides), len(dilations), len(pads)) != (2, 2, 2, 4):
+        raise InputError(f"DeformConv of X {x.type}: kernel_shape {list(kernel)}, strides {list(strides)}, "
+                         f"dilations {list(dilations)} and pads {list(pads)} must hold 2, 2, 2 and 4 values")
+    taps = math.prod(kernel)
+    out = tuple((size + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
+                for d, size in enumerate((height, width)))
+    mask = n(4) if n.has(4) else None
+    for v in (offset, mask):  # a batch symbol of their own (an exporter's unnamed axis) is X's
+        if v is not None and v.type.shape[0] != x.type.shape[0]:
+            b.unify(v.type.shape[0], x.type.shape[0])
+    batch = x.type.shape[0]
+    wanted = {"W": (w, (outputs, channels // group, *kernel)),
+              "offset": (offset, (batch, offset_group * taps * 2, *out)),
+              "mask": (mask, (batch, offset_group * taps, *out))}
+    wrong = [f"{name} {v.type} (not {list(shape)})" for name, (v, shape) in wanted.items()
+             if v is not None and v.type.shape != shape]
+    if min(out) < 1 or channels % group or outputs % group or channels % offset_group or wrong:
+        why = "; ".join(wrong) or "the kernel must fit the padded image, and group and offset_group divide the channels"
+        raise InputError(f"DeformConv of X {x.type} with group {group}, offset_group {offset_group}, kernel_shape "
+                         f"{list(kernel)}, strides {list(strides)}, dilations {list(dilations)} and pads "
+                         f"{list(pads)}: {why}",
+                         hint="offset holds (y, x) a kernel tap and offset group, mask one value each")
+    wide = C.widen(b, x)
+
+    def as_wide(v):
+        return v if v.type.dtype == wide.type.dtype else b.op("rt.cast", [v], {"dtype": wide.type.dtype.name})
+
+    run = math.gcd(channels // group, channels // offset_group)  # adjacent channels of one offset and conv group
+    columns = _deformed_columns(b, wide, as_wide(offset), None if mask is None else as_wide(mask), kernel, strides,
+                                dilations, pads[:2], out, offset_group, group, run)
+    per_group = channels // group
+    filters = _reshape(b, as_wide(w), (group, outputs // group, per_group // run, run, taps))
+    filters = _reshape(b, b.op("rt.transpose", [filters], {"perm": (0, 2, 4, 3, 1)}),
+                       (group, per_group * taps, outputs // group))
+    y = b.op("rt.transpose", [b.op("rt.matmul", [columns, filters])], {"perm": (0, 1, 3, 2)})
+    y = _reshape(b, y, (batch, outputs, *out))
+    if n.has(3):
+        y = b.op("rt.add", [y, C.channel_vector(b, as_wide(n(3)), 4)])
+    return C.narrow_to(b, y, x)
+
+
+def _deformed_columns(b: Builder, x: Value, offset: Value, mask: Value | None, kernel, strides, dilations, begin,
+                      out, offset_groups: int, groups: int, run: int) -> Value:
+    """im2col with deformed taps, channel-last: [N, group, oH * oW, (C / group / run, kh * kw, run)], channel c at
+    tap k and output position p reading x bilinearly at p * stride - begin + k * dilation + the offset of c's group
+    at k and p. x is laid out as rows of `run` channels a pixel, so each of the four corners is one gather of whole
+    rows (contiguous, unlike a gather a channel). A corner outside the image weighs 0. Positions and weights are
+    computed once an offset group, tap and output position, in [N, oH * oW, G, 1, kh * kw]."""
+    batch, channels, height, width = x.type.shape
+    taps, length, pixels = math.prod(kernel), out[0] * out[1], height * width
+    blocks, per_offset_group = channels // run, channels // offset_groups // run
+    rows = x if run == 1 else b.op("rt.transpose", [_reshape(b, x, (batch, blocks, run, pixels))],
+                                   {"perm": (0, 1, 3, 2)})
+    rows = _reshape(b, rows, (batch * blocks * pixels, run))
+    offset = b.op("rt.transpose", [_reshape(b, offset, (batch, offset_groups, taps, 2, length))],
+                  {"perm": (0, 3, 4, 1, 2)})
+    spot = (batch, length, offset_groups, 1, taps)
+    if mask is not None:
+        mask = b.op("rt.transpose", [_reshape(b, mask, (batch, offset_groups, taps, length))], {"perm": (0, 3, 1, 2)})
+        mask = _reshape(b, mask, spot)
+    dtype = C.index_type(math.prod(x.type.shape))
+    corners = []  # per axis (y, x): [(index, weight)] of the low and the high corner
+    for axis, size in enumerate((height, width)):
+        tap = np.arange(taps) // kernel[1] if axis == 0 else np.arange(taps) % kernel[1]
+        line = np.arange(length) // out[1] if axis == 0 else np.arange(length) % out[1]
+        base = b.op("rt.add", [_along(b, tap * dilations[axis], 4, 5, x),
+                               _along(b, line * strides[axis] - begin[axis], 1, 5, x)])
+        position = b.op("rt.add", [_reshape(b, C.slice_axis(b, offset, 1, axis, axis + 1), spot), base])
+        low = b.op("rt.floor", [position])
+        fraction = b.op("rt.sub", [position, low])
+        low = b.op("rt.cast", [low], {"dtype": dtype})  # once an axis: the corners are integers from here
+        pair = []
+        for corner, weight in ((low, b.op("rt.sub", [C.scalar(b, 1, fraction), fraction])),
+                               (b.op("rt.add", [low, C.scalar(b, 1, low)]), fraction)):
+            inside = b.op("rt.and", [b.op("rt.cmp", [corner, C.scalar(b, 0, corner)], {"predicate": "ge"}),
+                                     b.op("rt.cmp", [corner, C.scalar(b, size - 1, corner)], {"predicate": "le"})])
+            index = C.clamp(b, corner, 0, size - 1)
+            weight = b.op("rt.select", [inside, weight, C.scalar(b, 0, weight)])
+            if axis == 0:  # the row: its linear stride, and the mask folded into its weight
+                index = b.op("rt.mul", [index, C.scalar(b, width, index)])
+                weight = weight if mask is None else b.op("rt.mul", [weight, mask])
+            pair.append((index, weight))
+        corners.append(pair)
+    image = b.op("rt.iota", [], {"shape": (batch, 1, 1, 1, 1), "axis": 0, "dtype": dtype})
+    first_row = b.op("rt.add", [b.op("rt.mul", [image, C.scalar(b, blocks * pixels, image)]),
+                                b.constant((np.arange(blocks) * pixels).astype(image.type.dtype.np_dtype)
+                                           .reshape(1, 1, offset_groups, per_offset_group, 1))])
+    total = None
+    for (row, row_weight), (column, column_weight) in itertools.product(*corners):
+        linear = _by_conv_group(b, b.op("rt.add", [first_row, b.op("rt.add", [row, column])]), groups)
+        weight = _by_conv_group(b, b.op("rt.mul", [row_weight, column_weight]), groups, per_offset_group)
+        value = b.op("rt.mul", [b.op("rt.gather", [rows, linear], {"axis": 0}),
+                                _reshape(b, weight, (*weight.type.shape, 1))])
+        total = value if total is None else b.op("rt.add", [total, value])
+    return _reshape(b, total, (batch, groups, length, channels // groups * taps))
+
+
+def _by_conv_group(b: Builder, v: Value, groups: int, broadcast: int = 1) -> Value:
+    """[N, L, G, C / G / run (or 1, broadcast), K] -> [N, group, L, C / group / run, K], the order the columns keep
+    (unchanged for one conv group, where the product broadcasts)."""
+    if groups == 1:
+        return v
+    batch, length, offset_groups, _, taps = v.type.shape
+    if broadcast > 1:
+        v = b.op("rt.broadcast", [v], {"shape": (batch, length, offset_groups, broadcast, taps)})
+    v = _reshape(b, v, (batch, length, groups, offset_groups * v.type.shape[3] // groups, taps))
+    return b.op("rt.transpose", [v], {"perm": (0, 2, 1, 3, 4)})
 
 
 # -- TensorScatter --------------------------------------------------------------------------------------------------
