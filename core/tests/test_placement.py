@@ -13,7 +13,7 @@ import pytest
 import retarget
 from retarget.errors import InputError, ModuleFormatError, UnknownDeviceError
 from retarget.ir.core import Builder, Function, Module, TensorType, Value
-from retarget.ir.dtypes import f32, i64
+from retarget.ir.dtypes import DTYPES, f32, i64
 from retarget.passes.placement import PlacementError, Side, place_function
 from retarget.protocols import SupportTable
 from retarget.testing import graphs
@@ -305,6 +305,17 @@ def test_a_constant_outside_a_targets_range_is_refused_naming_the_op(vmvx_with_a
     with pytest.raises(retarget.RetargetError, match=r"rt.add reads a tensor<3xi64> constant holding 1000, outside "
                                                      r"\[-100, 100\]: this target computes i64 in 8 bits"):
         retarget.compile(_i64_add([1, 1000, 3]), "vmvx")
+
+
+def test_a_bitcast_to_a_type_a_target_holds_within_a_range_is_refused(vmvx_with_a_range):
+    """Any bits may come out of a bitcast, and no call checks them as it checks an input."""
+    arg = Value(TensorType((3,), DTYPES["f64"]))
+    fn = Function("main", [arg], arg_names=["x"])
+    b = Builder(fn)
+    fn.returns = [b.op("rt.add", [b.op("rt.bitcast", [arg], {"dtype": "i64"}), b.constant(np.int64(1))])]
+    with pytest.raises(retarget.RetargetError, match=r"rt.bitcast makes tensor<3xi64> for a kernel on a target that "
+                                                     r"holds i64 only within \[-100, 100\]"):
+        retarget.compile(Module({"main": fn}), "vmvx")
 
 
 NOT_A_RANGE = r"is not \[lo, hi, why\] with lo <= hi"

@@ -16,6 +16,8 @@ import numpy as np
 
 from ..errors import InputError, UnsupportedOpError
 from ..ir.core import Builder, Value
+from ..ir.dtypes import DType
+from ..ir.ops import bitcast_refusal
 from ..ir.symbolic import FloorDiv, Min, Sym, bounds, sym
 
 
@@ -139,6 +141,16 @@ def floor_mod(b: Builder, x: Value, y: Value) -> Value:
     if r.type.dtype.kind in ("uint", "bool"):
         return r
     return b.op("rt.select", [_sign_differs(b, r, y), b.op("rt.add", [r, y]), r])
+
+
+def bitcast(b: Builder, x: Value, dtype: DType) -> Value:
+    """`x`'s bits read as `dtype` (`rt.bitcast`, a view); an UnsupportedOpError says why they cannot be."""
+    if x.type.dtype == dtype:
+        return x
+    why = bitcast_refusal(x.type.dtype, dtype)
+    if why is not None:
+        raise UnsupportedOpError(f"cannot bitcast {x.type} to {dtype}: {why}")
+    return b.op("rt.bitcast", [x], {"dtype": dtype.name})
 
 
 HALF_FLOATS = ("f16", "bf16")

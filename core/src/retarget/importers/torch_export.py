@@ -730,6 +730,11 @@ def _linear(cv, node, x, w, bias=None):
 
 @handles("view", "_unsafe_view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "view_as", "_reshape_alias")
 def _view(cv, node, x, *args, **kwargs):
+    if str(node.target) == "aten.view.dtype":  # x.view(torch.int32): the same bytes as another type
+        try:
+            return C.bitcast(cv.b, x, cv.out_type(node)[1])
+        except UnsupportedOpError as e:
+            raise UnsupportedOpError(f"aten op '{node.target}' (node '{node.name}'): {e.message}") from None
     return cv.reshape(x, cv.out_type(node)[0])
 
 

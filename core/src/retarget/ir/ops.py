@@ -28,6 +28,8 @@ each index.
 values[i, T...] for i from starts[b] up to ends[b] (clipped to [0, L)) in order, by `kind` ("sum", "prod", "max",
 "min"); an empty segment gives the kind's identity. Rows of values in order of their segments, as embedding_bag's
 offsets give them: the cost is linear in the rows, whatever the segments, and their bounds may be data.
+`rt.bitcast` reads each element's bits as `dtype`, of the same width (`bitcast_refusal`): the shape is kept. Like
+`rt.reshape` it moves nothing: both are views (`VIEWS`), their result the operand's bytes, which no kernel computes.
 The numpy reference for each op is in `vmvx/kernels.py`.
 
 Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 
 from ..errors import VerificationError
 from .core import SHAPE_ATTR_KEYS, Location, TensorType
-from .dtypes import DTYPES, i1
+from .dtypes import DTYPES, DType, i1
 from .symbolic import Sym, parse_dim
 
 UNARY = (
@@ -62,7 +64,10 @@ SEGMENT_KINDS = ("sum", "prod", "max", "min")
 SHAPE_ATTRS = SHAPE_ATTR_KEYS  # attributes whose entries are dimensions, and may be symbolic
 
 # The ops that only move or convert elements: the only ones that take storage-only types (f8, f4, ui4, i2).
-MOVES = frozenset(f"rt.{n}" for n in "cast constant reshape transpose broadcast slice concat pad gather select".split())
+MOVES = frozenset(f"rt.{n}" for n in
+                  "cast bitcast constant reshape transpose broadcast slice concat pad gather select".split())
+# The ops whose result is its operand's bytes seen another way: the host program gives both one slot, no kernel.
+VIEWS = ("rt.reshape", "rt.bitcast")
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,34 @@ def _reshape(name, types, attrs):
         f"cannot reshape {types[0]} ({types[0].num_elements} elements) to {_text(shape)}",
     )
     return [TensorType(shape, types[0].dtype)]
+
+
+def bitcast_width(dt: DType) -> int:
+    """The bits of an element as a bitcast reads them: i1 is its byte (as ONNX's and torch's bool), a sub-byte type
+    its own bits (the low bits of its byte, `kernel/narrow.py`)."""
+    return 8 if dt.kind == "bool" else dt.bits
+
+
+def bitcast_refusal(src: DType, dst: DType) -> str | None:
+    """Why the bits of a `src` element cannot be read as a `dst` element, or None. Every target stores an element
+    as numpy does (one numpy item each, little-endian), so a view of equal widths is exact; but only the bytes 0 and
+    1 are bools (C's, CUDA's and Metal's bool may read another byte as neither)."""
+    if src == dst:
+        return None
+    if bitcast_width(src) != bitcast_width(dst):
+        return (f"{src} has {bitcast_width(src)} bits and {dst} {bitcast_width(dst)}: a bitcast keeps the shape, so "
+                "both types must be as wide")
+    if dst.kind == "bool":
+        return f"only the {src} bytes 0 and 1 are i1 values, and a bitcast would keep the others; compare with 0"
+    return None
+
+
+def _bitcast(name, types, attrs):
+    _check(attrs["dtype"] in DTYPES, f"unknown dtype '{attrs['dtype']}'")
+    dst = DTYPES[attrs["dtype"]]
+    why = bitcast_refusal(types[0].dtype, dst)
+    _check(why is None, f"cannot bitcast {types[0]} to {dst}: {why}")
+    return [TensorType(types[0].shape, dst)]
 
 
 def _transpose(name, types, attrs):
@@ -416,6 +449,7 @@ _define("cast", 1, 1, ("dtype",), _cast, elementwise=True)
 _define("constant", 0, 0, ("value",), _constant)
 _define("iota", 0, 0, ("shape", "axis", "dtype"), _iota)
 _define("reshape", 1, 1, ("shape",), _reshape)
+_define("bitcast", 1, 1, ("dtype",), _bitcast)
 _define("transpose", 1, 1, ("perm",), _transpose)
 _define("broadcast", 1, 1, ("shape",), _broadcast)
 _define("slice", 1, 1, ("start", "limit", "stride"), _slice)

@@ -3,7 +3,7 @@
 A dispatch is a small graph function: its arguments are the buffers it reads,
 its result the buffer it writes. Splat constants (one value repeated) are copied
 into the kernel as scalars; other constants stay in the host's constant pool.
-Reshapes of contiguous tensors are views and need no kernel.
+Reshapes and bitcasts are views of their operand's bytes (`ir.ops.VIEWS`) and need no kernel.
 
 Fusion (greedy, in program order) groups ops around at most one *root*, an op
 that needs loops of its own (`LOOP_OPS`):
@@ -31,8 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.core import Function, Operation, Value
+from ..ir.ops import VIEWS
 
-HOST_SIDE = ("rt.constant", "rt.reshape")
+HOST_SIDE = ("rt.constant", *VIEWS)
 LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.reduce", "rt.argmax",
             "rt.quantized_matmul", "rt.scatter", "rt.segment_reduce")
 PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax", "rt.scatter", "rt.segment_reduce")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.core import Function, Value
+from ..ir.ops import VIEWS
 from .dispatch import Dispatch, is_inlinable_constant
 
 # Every tensor starts at a multiple of this, in the arena and the constant pool: 256 bytes is the largest
@@ -253,10 +254,10 @@ def plan_partitioned_function(fn: Function, dispatches: list[Dispatch], placemen
 
 
 def _alias_roots(fn: Function):
-    """Reshapes are views: a reshape's result shares its operand's storage."""
+    """Reshapes and bitcasts are views: the result shares its operand's storage (of as many bytes)."""
     parent: dict[Value, Value] = {}
     for op in fn.ops:
-        if op.name == "rt.reshape":
+        if op.name in VIEWS:
             parent[op.result] = op.operands[0]
 
     def root(v: Value) -> Value:

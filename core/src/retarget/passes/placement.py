@@ -8,8 +8,8 @@ on the dispatches, so that last rule runs to a fixed point: form the dispatches 
 so far, move every op that reads or writes a refused buffer to the fallback, again until nothing
 moves (ops only ever move to the fallback, so it ends).
 
-Host-side ops (constants, reshapes) are not placed: they are slots, not kernels. The report that
-`--explain` prints (`explain_text`) holds every compute op with its placement and the reason.
+Host-side ops (constants, and the views: reshapes, bitcasts) are not placed: they are slots, not kernels. The
+report that `--explain` prints (`explain_text`) holds every compute op with its placement and the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UnsupportedOpError
 from ..ir.core import Function, Operation
+from ..ir.ops import VIEWS
 from ..protocols import SupportTable
 from .dispatch import HOST_SIDE, Dispatch, form_dispatches
 
@@ -173,11 +174,22 @@ def value_ranges(fp: FunctionPlacement, sides: list[Side]) -> dict[str, tuple[in
 
 
 def check_constant_ranges(fp: FunctionPlacement, sides: list[Side]) -> None:
-    """Refuse a constant that a dispatch reads on a target that cannot hold its values (`SupportTable.ranges`)."""
+    """Refuse a constant that a dispatch reads on a target that cannot hold its values (`SupportTable.ranges`), and
+    a bitcast to a type it holds only within a range: any bits may come out, and no call checks them."""
     by_name = {side.name: side for side in sides}
     for d in fp.dispatches:
         ranges = value_ranges(FunctionPlacement(fp.function, dispatches=[d], placement_of=fp.placement_of),
                               [by_name[fp.dispatch_placement(d)]])
+        for v in d.inputs:
+            bitcast = _bitcast_under(v)
+            if bitcast is not None and v.type.dtype.name in ranges:
+                lo, hi, why = ranges[v.type.dtype.name]
+                where = f" at {bitcast.loc}" if bitcast.loc else ""
+                raise UnsupportedOpError(
+                    f"rt.bitcast{where} makes {bitcast.result.type} for a kernel on a target that holds "
+                    f"{v.type.dtype} only within [{lo}, {hi}] ({why}), and the bits of "
+                    f"{bitcast.operands[0].type.dtype} may leave it",
+                    hint="use --fallback with a target that holds them (--explain shows the split)")
         for op in d.ops:
             for v in op.operands:
                 if v.owner is None or v.owner.name != "rt.constant" or v.type.dtype.name not in ranges:
@@ -191,6 +203,15 @@ def check_constant_ranges(fp: FunctionPlacement, sides: list[Side]) -> None:
                         f"{op.name}{where} reads a {v.type} constant holding {outside.flat[0]}, outside "
                         f"[{lo}, {hi}]: {why}", hint="keep the model's integers within that range, or use --fallback "
                         "with a target that holds them (--explain shows the split)")
+
+
+def _bitcast_under(v) -> Operation | None:
+    """The bitcast among the views that `v` is (a bitcast, or a reshape of one), or None."""
+    while v.owner is not None and v.owner.name in VIEWS:
+        if v.owner.name == "rt.bitcast":
+            return v.owner
+        v = v.owner.operands[0]
+    return None
 
 
 def check(placements: dict[str, FunctionPlacement], sides: dict[str, list[str]], fallback_given: bool) -> None:

@@ -5,7 +5,10 @@ rounds its result once. A mean (a sum scaled by a constant: means, variances, no
 the scale, as torch's autocast keeps them: a sum of 16-bit floats passes f16's 65504 where the mean does not.
 
 The interface keeps the model's types unless `interface` names another: float arguments are cast to
-the compute type as the function starts, and results back as it returns."""
+the compute type as the function starts, and results back as it returns.
+
+A bitcast (`rt.bitcast`) reads the bits of the model's types, which another float type would change: its operand
+and result keep their types, cast from and to the compute type around it."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from ..errors import InputError
 from ..ir.core import DenseAttr, Module, Operation, TensorType, Value
 from ..ir.dtypes import DTYPES, DType, from_numpy
 from ..ir.ops import infer_types
+from .simplify import eliminate_dead_ops
 
 PRECISIONS = ("f32", "f16", "bf16")
 
@@ -39,6 +43,9 @@ def set_precision(module: Module, compute: DType | None, interface: DType | None
             body.append(op)
             return op.result
 
+        # a bitcast reads the bits of the model's types: its operand and result keep them, cast around it
+        bitcast_from = {op: op.operands[0].type.dtype for op in fn.ops if op.name == "rt.bitcast"}
+        exact = {a for a in fn.args if not a.type.dtype.is_float or interface in (None, a.type.dtype)}  # model's type
         replace: dict[Value, Value] = {}
         original = {a: a.type.dtype for a in fn.args}
         for a in fn.args:
@@ -49,12 +56,22 @@ def set_precision(module: Module, compute: DType | None, interface: DType | None
         result_types = [v.type.dtype if interface is None or not v.type.dtype.is_float else interface
                         for v in fn.returns]
         for op in fn.ops:
+            if op in bitcast_from:
+                v = op.operands[0]
+                op.operands = [cast(v if v in exact else replace.get(v, v), bitcast_from[op])]
+                body.append(op)
+                exact.add(op.result)
+                if compute is not None and op.result.type.dtype.is_float:
+                    replace[op.result] = cast(op.result, compute)
+                continue
             op.operands = [replace.get(v, v) for v in op.operands]
             if compute is not None:
                 _convert(op, compute)
             body.append(op)
-        fn.returns = [cast(replace.get(v, v), dt) for v, dt in zip(fn.returns, result_types)]
+        bitcasts = {op.result for op in bitcast_from}
+        fn.returns = [cast(v if v in bitcasts else replace.get(v, v), dt) for v, dt in zip(fn.returns, result_types)]
         fn.ops = body
+        eliminate_dead_ops(fn)  # an argument's cast that only a bitcast would have read
         if compute is not None and compute.itemsize < 4:
             _means_in_f32(fn, compute)
     return module

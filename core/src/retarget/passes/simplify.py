@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.core import DenseAttr, Function, Module, Operation, TensorType, Value
 from ..ir.dtypes import i32
-from ..ir.ops import infer_types
+from ..ir.ops import VIEWS, infer_types
 from .dispatch import MAX_KERNEL_BUFFERS
 
 FOLD_LIMIT_BYTES = 1 << 12  # a folded result may grow past its inputs only up to this
@@ -22,12 +22,12 @@ def canonicalize(module: Module) -> Module:
         replace = {}
         for op in fn.ops:
             op.operands = [replace.get(v, v) for v in op.operands]
+            inner = op.operands[0].owner if op.name in VIEWS else None
+            if inner is not None and inner.name == op.name:  # reshape(reshape(x)) is one reshape of x; so for bitcasts
+                op.operands = [inner.operands[0]]
             same = _identity_operand(op)
             if same is not None:
                 replace[op.result] = same
-            elif (op.name == "rt.reshape" and op.operands[0].owner is not None
-                  and op.operands[0].owner.name == "rt.reshape"):
-                op.operands = [op.operands[0].owner.operands[0]]
         fn.returns = [replace.get(v, v) for v in fn.returns]
         eliminate_dead_ops(fn)
     return module
@@ -70,7 +70,7 @@ def _identity_operand(op: Operation) -> Value | None:
     if len(op.operands) != 1 or len(op.results) != 1:
         return None
     src, dst = op.operands[0].type, op.result.type
-    if op.name in ("rt.reshape", "rt.broadcast") and src == dst:
+    if op.name in ("rt.reshape", "rt.bitcast", "rt.broadcast") and src == dst:
         return op.operands[0]
     if op.name == "rt.transpose" and tuple(op.attrs["perm"]) == tuple(range(src.rank)):
         return op.operands[0]

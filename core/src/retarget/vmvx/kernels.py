@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from ..ir.core import TensorType
+from ..ir.dtypes import DTYPES
 from ..registry import registrar
 
 KERNELS = {}
@@ -134,6 +135,11 @@ def _iota(attrs):
 @kernel("reshape")
 def _reshape(attrs, x):
     return x.reshape(tuple(attrs["shape"]))
+
+
+@kernel("bitcast")
+def _bitcast(attrs, x):
+    return np.asarray(x).view(DTYPES[attrs["dtype"]].np_dtype)
 
 
 @kernel("transpose")

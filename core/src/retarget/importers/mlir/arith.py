@@ -9,7 +9,7 @@ import numpy as np
 from ...ir.core import DenseAttr
 from ...ir.dtypes import DTYPES, DType
 from ...mlir.syntax import MOp, OpaqueAttr, Parser, _typed_number, custom_syntax
-from .convert import Converter, as_tensor_type, cast, converts, scalar_like
+from .convert import Converter, as_tensor_type, bitcast, cast, converts, scalar_like
 from .pretty import bool_like, cast_syntax, same_type
 
 BINARY = {
@@ -198,12 +198,5 @@ def _cast(cv: Converter, op: MOp):
     return out
 
 
-@converts("arith.bitcast")
-def _bitcast(cv: Converter, op: MOp):
-    x = cv.value(op, 0)
-    array = cv.static(op, 0)
-    target = as_tensor_type(op.result_types[0], op.loc).dtype
-    return cv.b.constant(array.view(target.np_dtype).reshape(x.type.shape))
-
-
+converts("arith.bitcast")(bitcast)
 custom_syntax("arith.bitcast")(cast_syntax)

@@ -249,12 +249,14 @@ def constant_value(v) -> np.ndarray | None:
         return None
     if v.owner.name == "rt.constant":
         return v.owner.attrs["value"].array
-    if v.owner.name in ("rt.broadcast", "rt.reshape", "rt.cast"):
+    if v.owner.name in ("rt.broadcast", "rt.reshape", "rt.cast", "rt.bitcast"):
         inner = constant_value(v.owner.operands[0])
         if inner is None:
             return None
         if v.owner.name == "rt.cast":
             return inner.astype(v.type.dtype.np_dtype)
+        if v.owner.name == "rt.bitcast":
+            return inner.view(v.type.dtype.np_dtype)
         if v.owner.name == "rt.reshape":
             return inner.reshape(v.type.shape)
         return np.broadcast_to(inner, v.type.shape)
@@ -298,6 +300,15 @@ def _graph_op(cv: Converter, op: MOp):
 
 def cast(b: Builder, v: Value, dtype: DType) -> Value:
     return v if v.type.dtype == dtype else b.op("rt.cast", [v], {"dtype": dtype.name})
+
+
+def bitcast(cv: Converter, op: MOp):
+    """`arith.bitcast`, `tensor.bitcast`, `stablehlo.bitcast_convert`: the bits of operand 0 as the result's element
+    type, of the same width (`rt.bitcast`: the shape is kept)."""
+    try:
+        return C.bitcast(cv.b, cv.value(op, 0), cv.result_type(op).dtype)
+    except UnsupportedOpError as e:
+        raise cv.error(op, e.message, UnsupportedOpError) from None
 
 
 def reshape(b: Builder, v: Value, shape) -> Value:

@@ -20,7 +20,7 @@ from ...ir.dtypes import DTYPES
 from ...mlir.syntax import MOp, OpaqueAttr, Parser, custom_syntax
 from .. import compose as C
 from .contract import contract
-from .convert import Converter, broadcast, cast, converts, fold, is_splat, reshape, transpose
+from .convert import Converter, bitcast, broadcast, cast, converts, fold, is_splat, reshape, transpose
 from .pretty import functional, read_types
 
 BINARY = {"add": "rt.add", "subtract": "rt.sub", "multiply": "rt.mul", "divide": "rt.div", "maximum": "rt.max",
@@ -35,7 +35,8 @@ DIRECTIONS = {"EQ": "eq", "NE": "ne", "GE": "ge", "GT": "gt", "LE": "le", "LT": 
 REDUCERS = {"stablehlo.add": "sum", "stablehlo.maximum": "max", "stablehlo.minimum": "min",
             "stablehlo.multiply": "prod", "stablehlo.and": "and", "stablehlo.or": "or"}
 
-custom_syntax(*(f"stablehlo.{n}" for n in list(BINARY) + list(UNARY) + ["reshape", "convert", "clamp"]))(functional)
+custom_syntax(*(f"stablehlo.{n}" for n in list(BINARY) + list(UNARY) + ["reshape", "convert", "bitcast_convert",
+                                                                        "clamp"]))(functional)
 custom_syntax(*(f"chlo.{n}" for n in list(CHLO_UNARY) + ["erfc"]))(functional)
 
 
@@ -554,6 +555,9 @@ def _constant(cv: Converter, op: MOp):
 @converts("stablehlo.convert")
 def _convert(cv: Converter, op: MOp):
     return cast(cv.b, cv.value(op, 0), cv.result_type(op).dtype)
+
+
+converts("stablehlo.bitcast_convert")(bitcast)
 
 
 @converts("stablehlo.reshape")

@@ -12,8 +12,8 @@ from ...ir.core import TensorType, Value
 from ...ir.symbolic import Sym
 from ...mlir.syntax import MOp, Parser, custom_syntax
 from .. import compose as C
-from .convert import Converter, broadcast, constant_value, converts, reshape
-from .pretty import functional
+from .convert import Converter, bitcast, broadcast, constant_value, converts, reshape
+from .pretty import cast_syntax, functional
 
 # -- syntax ------------------------------------------------------------------------------------
 
@@ -164,6 +164,10 @@ def _require_static(cv: Converter, op: MOp, t: TensorType):
     if not t.is_static:
         raise UnsupportedOpError(f"'{op.name}': dynamic shape {t} is not supported", location=str(op.loc),
                                  hint="give every dimension a static size")
+
+
+converts("tensor.bitcast")(bitcast)
+custom_syntax("tensor.bitcast")(cast_syntax)
 
 
 @converts("tensor.splat")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.ops import VIEWS
 from ...plugin_manager import PluginRecord, manager
 
 HOOKS = {"targets": "retarget_targets", "drivers": "retarget_drivers", "loaders": "retarget_executable_loaders"}
@@ -239,8 +240,8 @@ class HalProgram:
 
 
 def _alias_root(v):
-    """A reshape is a view of its operand's bytes; the host program gives both one slot."""
-    while v.owner is not None and v.owner.name == "rt.reshape":
+    """A view (a reshape, a bitcast) is its operand's bytes; the host program gives both one slot."""
+    while v.owner is not None and v.owner.name in VIEWS:
         v = v.owner.operands[0]
     return v
 
