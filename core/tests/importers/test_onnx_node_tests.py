@@ -22,8 +22,6 @@ onnx = pytest.importorskip("onnx")
 
 # why a case fails -> the case names (regular expressions, matched in full)
 EXPECTED_FAILURES = {
-    "FLOAT8E8M0 is Cast-24's type (with its round_mode), past opset 21, the newest the importer claims":
-        r"test_cast_e8m0_\w+",
     "string tensors are not supported: the graph IR holds numbers only": r"test_equal_string\w*",
     "optional and sequence types are not supported: the graph IR holds tensors only":
         r"test_identity_(opt|sequence)|test_if_(opt|seq)|test_loop(13_seq|16_seq_none)",

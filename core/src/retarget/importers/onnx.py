@@ -1,6 +1,6 @@
 """ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21, and the
 newer ops of opsets 23 to 28: Attention, RMSNormalization, RotaryEmbedding, Swish, SwiGLU, TensorScatter,
-CausalConvWithState, LinearAttention). Families of ops live in modules of their own, which register here:
+CausalConvWithState, LinearAttention, BitCast). Families of ops live in modules of their own, which register here:
 `onnx_quant` (quantized ops), `onnx_recurrent` (RNN, GRU, LSTM and opset 27's recurrences), `onnx_control` (If,
 Loop, Scan), `onnx_signal` (DFT, STFT, windows, MelWeightMatrix), `onnx_image` (CenterCropPad, AffineGrid,
 Col2Im, RoiAlign, TensorScatter).
@@ -38,7 +38,7 @@ MIN_OPSET, MAX_OPSET = 13, 21
 # TensorProto.DataType -> retarget element type
 _ONNX_DTYPES = {1: "f32", 2: "ui8", 3: "i8", 4: "ui16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16",
                 11: "f64", 12: "ui32", 13: "ui64", 16: "bf16", 17: "f8E4M3FN", 18: "f8E4M3FNUZ", 19: "f8E5M2",
-                20: "f8E5M2FNUZ", 21: "ui4", 22: "i4", 23: "f4E2M1FN", 25: "ui2", 26: "i2"}
+                20: "f8E5M2FNUZ", 21: "ui4", 22: "i4", 23: "f4E2M1FN", 24: "f8E8M0FNU", 25: "ui2", 26: "i2"}
 
 
 def _dtype(elem_type: int, what: str) -> DType:
@@ -49,8 +49,8 @@ def _dtype(elem_type: int, what: str) -> DType:
         name = onnx.TensorProto.DataType.Name(elem_type) if known else elem_type
         raise UnsupportedOpError(f"{what} has element type {name}, which retarget does not support",
                                  hint="supported: float, double, float16, bfloat16, (u)int8-64, bool; and "
-                                      "for Cast only: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), float4, (u)int4, "
-                                      "(u)int2")
+                                      "for Cast only: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), float8e8m0, "
+                                      "float4, (u)int4, (u)int2")
     return DTYPES[_ONNX_DTYPES[elem_type]]
 
 
@@ -430,6 +430,15 @@ def _identity(n):
     return n.cv.env[n.node.input[0]] if not n.fold else n(0)
 
 
+@handles("BitCast")
+def _bitcast(n):
+    """Opset 26: the bits of each element as type `to`, of the same width (a view; a known input folds, as numpy's
+    `view`)."""
+    if n.attr("to") is None:
+        raise UnsupportedOpError("BitCast has no 'to' attribute", hint="the element type to read the bits as")
+    return C.bitcast(n.b, n(0), _dtype(n.attr("to"), "BitCast's 'to'"))
+
+
 @handles("Dropout")
 def _dropout(n):
     x = n(0)
@@ -573,12 +582,51 @@ def _clip(n):
 def _cast_to(n, x: Value, dtype: DType) -> Value:
     if x.type.dtype == dtype:
         return x
+    if dtype.name == "f8E8M0FNU":
+        return _cast_to_e8m0(n, x, n.attr("round_mode", "up"), n.attr("saturate", 1))
     if dtype.name.startswith("f8") and x.type.dtype.is_float and n.attr("saturate", 1):
         import ml_dtypes  # saturate (the default): out-of-range values and infinities become the largest finite
 
+        if x.type.dtype.storage:  # a narrow type is only cast and moved: clamp its (exact) f32 value
+            x = n.b.op("rt.cast", [x], {"dtype": "f32"})
         info = ml_dtypes.finfo(dtype.np_dtype)
         x = C.clamp(n.b, x, float(info.min), float(info.max))
     return n.b.op("rt.cast", [x], {"dtype": dtype.name})
+
+
+def _cast_to_e8m0(n, x: Value, round_mode: str, saturate: int) -> Value:
+    """Cast-24's rounding to E8M0, as onnx's reference (`to_float8e8m0`) over every f32 (an f64 is rounded to f32
+    first): the power of two of |x|'s exponent, one more where x is past it ("up"), at 1.5 times it or past
+    ("nearest") or never ("down"). 0 gives code 0 (2^-127), and so do subnormals, but "up" gives them code 1 and
+    "nearest" those past 2^-127; infinities and NaN give NaN, and saturate keeps a finite x that rounds past 2^127 at
+    2^127 (else NaN). Composed in f32 around rt.cast, whose rounding (ml_dtypes') is "nearest" but for 0, negatives
+    and saturation, so that every target and the constant folder share it."""
+    if round_mode not in ("up", "down", "nearest"):
+        raise UnsupportedOpError(f"Cast to FLOAT8E8M0 with round_mode '{round_mode}'",
+                                 hint="round_mode is one of up, down, nearest")
+    b = n.b
+    f = x if x.type.dtype.name == "f32" else b.op("rt.cast", [x], {"dtype": "f32"})  # f64 rounds first, as onnx's
+    a = b.op("rt.abs", [f])  # the sign is ignored
+
+    def cmp(predicate, value):
+        return b.op("rt.cmp", [a, C.scalar(b, value, a)], {"predicate": predicate})
+
+    def select(cond, *values):
+        return b.op("rt.select", [cond, *(v if isinstance(v, Value) else C.scalar(b, v, a) for v in values)])
+
+    smallest_normal = 2.0 ** -126  # no product below it: a target may flush subnormal results
+    if round_mode == "down":  # [2^e, 2^(e+1)) * 0.75 is [0.75, 1.5) * 2^e, all nearest 2^e (rounding stays below 1.5)
+        y = select(cmp("lt", 2.0 ** -125), smallest_normal, b.op("rt.mul", [a, C.scalar(b, 0.75, a)]))
+    elif round_mode == "up":  # (2^e, 2^(e+1)) * (1.5 - 2^-23) rounds into [1.5, 3) * 2^e, 2^e itself below 1.5 * 2^e
+        y = select(cmp("lt", smallest_normal), smallest_normal, b.op("rt.mul", [a, C.scalar(b, 1.5 - 2.0 ** -23, a)]))
+    else:
+        y = a
+    if saturate:
+        y = select(cmp("gt", 2.0 ** 127), select(cmp("eq", np.inf), a, 2.0 ** 127), y)
+    scale = b.op("rt.cast", [y], {"dtype": "f8E8M0FNU"})
+    # code 0 as a constant, not from a subnormal f32 (a target that flushes subnormals would read that as 0: NaN)
+    lowest = cmp("lt", smallest_normal) if round_mode == "down" else cmp("eq", 0.0)
+    return b.op("rt.select", [lowest, C.scalar(b, 2.0 ** -127, scale), scale])
 
 
 @handles("Cast")

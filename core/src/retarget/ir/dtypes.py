@@ -53,11 +53,13 @@ DTYPES: dict[str, DType] = {
         _d("ui16", np.uint16, 16, "uint"),
         _d("ui8", np.uint8, 8, "uint"),
         _d("i1", np.bool_, 1, "bool"),
-        # float8/float4 (OCP and the FNUZ variants) and the sub-byte integers; one element per byte
+        # float8/float4 (OCP and the FNUZ variants, and OCP MX's E8M0 scale) and the sub-byte integers; one element
+        # per byte
         _d("f8E4M3FN", ml_dtypes.float8_e4m3fn, 8, "float", True),
         _d("f8E4M3FNUZ", ml_dtypes.float8_e4m3fnuz, 8, "float", True),
         _d("f8E5M2", ml_dtypes.float8_e5m2, 8, "float", True),
         _d("f8E5M2FNUZ", ml_dtypes.float8_e5m2fnuz, 8, "float", True),
+        _d("f8E8M0FNU", ml_dtypes.float8_e8m0fnu, 8, "float", True),
         _d("f4E2M1FN", ml_dtypes.float4_e2m1fn, 4, "float", True),
         _d("ui4", ml_dtypes.uint4, 4, "uint", True),
         _d("i2", ml_dtypes.int2, 2, "int", True),

@@ -1,5 +1,5 @@
-"""The narrow types (float8 in its four flavours, float4 E2M1, 4- and 2-bit integers) as bytes and integer arithmetic,
-so that every target moves and casts them although no code generator spells them.
+"""The narrow types (float8 in its four flavours, the E8M0 scale, float4 E2M1, 4- and 2-bit integers) as bytes and
+integer arithmetic, so that every target moves and casts them although no code generator spells them.
 
 A tensor of a narrow type holds one element per byte (ml_dtypes' layout: a sub-byte value sits in the byte's low
 bits). `expand_narrow_types` rewrites a kernel so that no expression, variable, array or parameter has such a type:
@@ -8,8 +8,13 @@ buffers and arrays become `ui8` (the same bytes), a load is decoded into the typ
 handles, exactly as `ml_dtypes`' astype (the reference, and ONNX's Cast): floats round to nearest even; past the
 largest finite value E5M2 gives inf, the FN types NaN, FNUZ its one NaN (0x80) and E2M1 (no NaN) the largest value;
 integers keep their low bits, and a float cast to them is truncated and keeps its low bits (0 past i32 and for NaN).
-Two differences, both of signs that a kernel cannot read (it has no bitcast): -0.0 itself becomes +0 (a negative
-value that rounds to zero keeps its sign), and every NaN becomes the type's NaN of positive sign.
+E8M0 (OCP MX's scale: 2^(code - 127), no sign, zero nor infinity, 0xFF NaN) rounds to the nearest power of two with
+ties up, and anything between 2^-127 and 2^-126 up; 0, negatives and infinities become NaN (ONNX's round modes are the
+importer's, composed around this cast). Its code 0 reads as 2^-127, an f32 subnormal, written as a constant so that a
+target that flushes subnormal results still gives it.
+Two differences, both of signs that no arithmetic reads (only a bitcast of the result, `rt.bitcast`, shows them; the
+kernel IR has no bitcast to test a sign bit with): -0.0 itself becomes +0 (a negative value that rounds to zero keeps
+its sign), and every NaN becomes the type's NaN of positive sign.
 
 The arithmetic is exact on every device: powers of two come from selects and products (no exp2, whose precision a
 driver may relax), and only compares, integer bit operations, round-to-even and multiplication by powers of two are
@@ -71,6 +76,18 @@ class FloatFormat:
 
 
 @dataclass(frozen=True)
+class ScaleFormat:
+    """A power of two and nothing else (E8M0): `exponent` bits, no sign, zero nor infinity; the all-ones code is NaN."""
+
+    exponent: int
+    bias: int
+
+    @property
+    def nan(self) -> int:
+        return (1 << self.exponent) - 1
+
+
+@dataclass(frozen=True)
 class IntFormat:
     bits: int
     signed: bool
@@ -82,6 +99,7 @@ FORMATS = {
     "f8E5M2": FloatFormat(5, 2, 15, largest=0x7B, overflow=0x7C, nan=0x7E, infinity=True),
     "f8E5M2FNUZ": FloatFormat(5, 2, 16, largest=0x7F, overflow=0x80, nan=0x80, fnuz=True),
     "f4E2M1FN": FloatFormat(2, 1, 1, largest=0x7, overflow=0x7, nan=0x8),
+    "f8E8M0FNU": ScaleFormat(8, 127),
     "i4": IntFormat(4, True), "ui4": IntFormat(4, False), "i2": IntFormat(2, True), "ui2": IntFormat(2, False),
 }
 NARROW_TYPES = frozenset(FORMATS)  # what `expand_narrow_types` takes away: a code generator never sees them
@@ -124,6 +142,8 @@ def decode(bits: Expr, dt: DType, let=_same) -> Expr:
         c = Binary("and", c, _i((1 << fmt.bits) - 1))
         half = 1 << (fmt.bits - 1)
         return Binary("sub", Binary("xor", c, _i(half)), _i(half)) if fmt.signed else c
+    if isinstance(fmt, ScaleFormat):
+        return _decode_scale(c, fmt, let)
     c = let(Binary("and", c, _i(2 * fmt.sign - 1)))
     magnitude = let(Binary("and", c, _i(fmt.sign - 1)))
     field = let(Binary("shr", magnitude, _i(fmt.mantissa)))
@@ -154,6 +174,8 @@ def encode(x: Expr, dt: DType, let=_same) -> Expr:
             x = let(x)
             v = Select(Compare("lt", Unary("abs", x), Const(2.0 ** 31, x.dtype)), Cast(x, I32), _i(0))
         return Binary("and", v, _i((1 << fmt.bits) - 1))
+    if isinstance(fmt, ScaleFormat):
+        return _encode_scale(let(x if x.dtype == F32 else Cast(x, F32)), fmt, let)  # f64 through f32, as ml_dtypes
     x = let(x if x.dtype == F32 else Cast(x, F32))  # f64 through f32, as ml_dtypes: 1 + 2^-4 + 2^-30 is the
     # tie 1.0625 there, so 1.0 in E4M3 (not 1.125, its nearest)
     a = let(Binary("min", Unary("abs", x), _f(2.0 ** (fmt.emax + 2))))  # past it, all overflows: no inf below
@@ -176,6 +198,45 @@ def encode(x: Expr, dt: DType, let=_same) -> Expr:
         magnitude = Select(past, _i(fmt.overflow), magnitude)
         code = Select(negative, Binary("add", magnitude, _i(fmt.sign)), magnitude)
     return Select(Compare("ne", x, x), _i(fmt.nan), code)
+
+
+def _decode_scale(c: Expr, fmt: ScaleFormat, let) -> Expr:
+    """2^(code - bias) as one product of two powers of two, each picked from a table by a digit of the code in base
+    `step`: a chain of products would leave f32's range once reassociated (llvm-cpu allows that)."""
+    step = 1 << (fmt.exponent // 2)
+    c = let(Binary("and", c, _i(fmt.nan)))
+    high = let(Binary("shr", c, _i(fmt.exponent // 2)))
+    low = let(Binary("and", c, _i(step - 1)))
+    value = Binary("mul", _table(high, [2.0 ** (h * step + 1 - fmt.bias) for h in range(step)]),
+                   _table(low, [2.0 ** (d - 1) for d in range(step)]))  # both normal: only code 0 is not
+    smallest = Select(Compare("eq", c, _i(0)), _f(2.0 ** -fmt.bias), value)  # f32 subnormal: a constant, never flushed
+    return Select(Compare("eq", c, _i(fmt.nan)), _f(np.nan), smallest)
+
+
+def _table(index: Expr, values: list) -> Expr:
+    out: Expr = _f(values[0])
+    for i, v in enumerate(values[1:], 1):
+        out = Select(Compare("eq", index, _i(i)), _f(v), out)
+    return out
+
+
+def _encode_scale(x: Expr, fmt: ScaleFormat, let) -> Expr:
+    """ml_dtypes' rounding: a code per power of two reached, and one more at 1.5 times it (ties up), found in two
+    digits of base `step`, one compare per value of each, so that `x` is read a few dozen times, not once per code."""
+    step = 1 << (fmt.exponent // 2)
+    coarse: Expr = _i(0)
+    scale: Expr = _f(2.0 ** fmt.bias)
+    for i in range(1, (1 << fmt.exponent) // step):  # selects, not a chain of products (see `_decode_scale`)
+        above = Compare("ge", x, _f(2.0 ** (i * step - fmt.bias)))
+        coarse, scale = Select(above, _i(i), coarse), Select(above, _f(2.0 ** (fmt.bias - i * step)), scale)
+    y = let(Binary("mul", x, scale))  # x * 2^(bias - step * coarse): in [1, 2^step), or (0, 2^step) where coarse is 0
+    # below 2^-126 (all f32 subnormals) ml_dtypes rounds anything past 2^-127 up: the tie there is 1, not 1.5
+    first = Select(Compare("ge", x, _f(2.0 ** (step - fmt.bias))), _f(1.5), _f(np.nextafter(np.float32(1), 2)))
+    fine: Expr = Select(Compare("ge", y, first), _i(1), _i(0))
+    for m in range(2, step + 1):
+        fine = Binary("add", fine, Select(Compare("ge", y, _f(1.5 * 2.0 ** (m - 1))), _i(1), _i(0)))
+    code = Binary("min", Binary("add", Binary("mul", coarse, _i(step)), fine), _i(fmt.nan))  # past the largest: NaN
+    return Select(Compare("gt", x, _f(0.0)), code, _i(fmt.nan))  # 0, negatives and NaN: NaN
 
 
 def _constant_bits(value, dt: DType) -> int:
@@ -264,12 +325,21 @@ class _Rewrite:
         return replace(e, **{f: self.value(v) for f, v in vars(e).items() if isinstance(v, Expr)})
 
     def select(self, e: Select, arm) -> Select:
-        """`e` with its condition's value and `arm` of each arm, which nothing is hoisted out of."""
+        """`e` with its condition's value and `arm` of each arm, which nothing is hoisted out of, unless the select is
+        itself evaluated and the arm loads only what the condition loads (and divides no integer): then an E8M0 cast
+        chosen by a test of its own input stays a few dozen statements, not a tree of thousands of nodes."""
         cond = self.value(e.cond)
+        loaded = None if self.lazy else set(_loads(e.cond))
+        return Select(cond, self.arm(e.a, arm, loaded), self.arm(e.b, arm, loaded))
+
+    def arm(self, e: Expr, arm, loaded: set | None) -> Expr:
+        if loaded is not None and _may_hoist(e, loaded):
+            return arm(e)
         self.lazy += 1
-        a, b = arm(e.a), arm(e.b)
-        self.lazy -= 1
-        return Select(cond, a, b)
+        try:
+            return arm(e)
+        finally:
+            self.lazy -= 1
 
     def value(self, e: Expr) -> Expr:
         """`e` with nothing narrow inside; a narrow `e` becomes its value, in `wide(e.dtype)`."""
@@ -302,10 +372,33 @@ class _Rewrite:
         return Cast(encode(self.children(e), dt, self.let), UI8)
 
 
+def _subexprs(e: Expr):
+    stack = [e]
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(v for v in vars(e).values() if isinstance(v, Expr))
+
+
+def _loads(e: Expr) -> list:
+    return [x for x in _subexprs(e) if isinstance(x, Load)]
+
+
+def _may_hoist(e: Expr, loaded: set) -> bool:
+    """Whether evaluating `e` unguarded is safe: no load that its guard did not make, and no integer division (which
+    traps on a zero the guard excluded)."""
+    for x in _subexprs(e):
+        if isinstance(x, Load) and x not in loaded:
+            return False
+        if isinstance(x, Binary) and x.op in ("div", "rem") and not x.dtype.is_float:
+            return False
+    return True
+
+
 def _round(value, dt: DType):
     rounded = np.array([value]).astype(dt.np_dtype).astype(np.float64 if dt.is_float else np.int64)[0]
     return float(rounded) if dt.is_float else int(rounded)
 
 
-__all__ = ["FORMATS", "NARROW_TYPES", "FloatFormat", "IntFormat", "decode", "encode", "expand_narrow_types",
-           "is_narrow", "wide"]
+__all__ = ["FORMATS", "NARROW_TYPES", "FloatFormat", "IntFormat", "ScaleFormat", "decode", "encode",
+           "expand_narrow_types", "is_narrow", "wide"]

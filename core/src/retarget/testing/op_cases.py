@@ -140,11 +140,26 @@ NARROW_FROM = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, -1.0, 0.3, -2.7, 448.
 NARROW_INTS_FROM = np.array([0, 1, -1, 7, -8, 8, -9, 15, 16, 100, -100, 3, -2, 2147483647], dtype=np.int32)
 
 
+def _e8m0_bounds() -> np.ndarray:
+    """f32 -> E8M0 (2^-127 .. 2^127): each power of two, the ties at 1.5 times it and the f32s either side of both; the
+    subnormals around 2^-127 (past it rounds up); past the largest; 0, -0, negatives, infinities and NaN (all NaN)."""
+    powers = 2.0 ** np.arange(-127, 128)
+    with np.errstate(over="ignore"):
+        edges = np.concatenate([powers, 1.5 * powers]).astype(np.float32)
+    others = [2.0 ** -149, 2.0 ** -128, 2.0 ** -126 - 2.0 ** -149, 3.4e38, np.inf, 0.0, -0.0, -1.0, -2.0 ** -127,
+              -np.inf, np.nan, -np.nan]
+    return np.concatenate([edges, np.nextafter(edges, np.float32(0)), np.nextafter(edges, np.float32(np.inf)),
+                           np.array(others, np.float32)])
+
+
+E8M0_FROM = _e8m0_bounds()
+
+
 def _narrow_cases(ref) -> dict:
     """Every code of each narrow type decoded to f32 (or i32), and f32 (and i32) values encoded, compared as bytes:
     what `kernel.narrow` makes of a cast, on each backend (the kernels come expanded, as `lower_dispatch` gives them
     to a backend)."""
-    from ..kernel.narrow import FORMATS, expand_narrow_types
+    from ..kernel.narrow import FORMATS, ScaleFormat, expand_narrow_types
 
     cases = {}
 
@@ -160,6 +175,8 @@ def _narrow_cases(ref) -> dict:
         wide = dtypes.f32 if dt.is_float else dtypes.i32
         add(f"{name}_to_{wide}", [codes], wide, codes.astype(wide.np_dtype))
         add(f"f32_to_{name}", [NARROW_FROM], dt, ref("rt.cast", [NARROW_FROM], dt, {"dtype": name}))
+        if isinstance(FORMATS[name], ScaleFormat):
+            add(f"f32_to_{name}_at_its_bounds", [E8M0_FROM], dt, ref("rt.cast", [E8M0_FROM], dt, {"dtype": name}))
         if not dt.is_float:
             add(f"i32_to_{name}", [NARROW_INTS_FROM], dt, ref("rt.cast", [NARROW_INTS_FROM], dt, {"dtype": name}))
     return cases
