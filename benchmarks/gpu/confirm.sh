@@ -16,6 +16,7 @@
 #             signal, control-flow and image ops) on cuda, vulkan and webgpu;
 #  narrow:    float8, float4 and the 4- and 2-bit integers (kernel/narrow.py) on cuda, vulkan and webgpu, bit for bit
 #             against ml_dtypes, and the scalar op cases (log1p and expm1 near 0 among them) on vulkan and webgpu;
+#             then BitCast (a view) and DeformConv on the three;
 #  nodes:     ONNX's node tests of every claimed op compiled for each of NODE_TARGETS (cuda vulkan-spirv
 #             webgpu-spirv:host) and run there (benchmarks/onnx_node_coverage.py --target; NODE_ONLY=REGEX picks
 #             cases): $OUT/nodes-TARGET.txt and .json;
@@ -90,6 +91,9 @@ if step narrow; then
   RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 200 python3 -m pytest -q -p no:cacheprovider \
     core/tests/importers/test_onnx_narrow_types.py plugins/vulkan_spirv/tests/test_numerics.py \
     plugins/webgpu/tests/test_device.py -k "narrow or scalar_op or each_op" 2>&1 | tail -4 | tee "$OUT/narrow-gpu.txt"
+  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    core/tests/importers/test_bitcast.py core/tests/importers/test_onnx_deform_conv.py 2>&1 | tail -4 \
+    | tee "$OUT/bitcast-deform-gpu.txt"
 fi
 if step nodes; then
   for target in ${NODE_TARGETS:-cuda vulkan-spirv webgpu-spirv:host}; do
