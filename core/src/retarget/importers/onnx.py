@@ -624,9 +624,23 @@ def _cast_to_e8m0(n, x: Value, round_mode: str, saturate: int) -> Value:
     if saturate:
         y = select(cmp("gt", 2.0 ** 127), select(cmp("eq", np.inf), a, 2.0 ** 127), y)
     scale = b.op("rt.cast", [y], {"dtype": "f8E8M0FNU"})
-    # code 0 as a constant, not from a subnormal f32 (a target that flushes subnormals would read that as 0: NaN)
-    lowest = cmp("lt", smallest_normal) if round_mode == "down" else cmp("eq", 0.0)
-    return b.op("rt.select", [lowest, C.scalar(b, 2.0 ** -127, scale), scale])
+    # 0 and the subnormals from |x|'s bits, not its value: a target that flushes subnormals (NVIDIA's Vulkan) reads
+    # them as 0. Down gives code 0, up code 1 but for 0, nearest code 1 past 2^-127 (a constant each: code 0 is an f32
+    # subnormal, which such a target would not compute either).
+    bits = b.op("rt.and", [C.bitcast(b, f, DTYPES["i32"]), b.constant(np.int32(0x7FFFFFFF))])
+
+    def bits_are(predicate, value):
+        return b.op("rt.cmp", [bits, C.scalar(b, value, bits)], {"predicate": predicate})
+
+    code0, code1 = C.scalar(b, 2.0 ** -127, scale), C.scalar(b, 2.0 ** -126, scale)
+    subnormal = bits_are("lt", 0x800000)  # or 0
+    out = b.op("rt.select", [subnormal, code1 if round_mode == "up" else code0, scale])
+    if round_mode == "up":
+        return b.op("rt.select", [bits_are("eq", 0), code0, out])
+    if round_mode == "nearest":
+        past = b.op("rt.and", [subnormal, bits_are("gt", 0x400000)])
+        return b.op("rt.select", [past, code1, out])
+    return out
 
 
 @handles("Cast")

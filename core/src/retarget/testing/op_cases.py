@@ -155,6 +155,13 @@ def _e8m0_bounds() -> np.ndarray:
 E8M0_FROM = _e8m0_bounds()
 
 
+def _no_subnormals(x: np.ndarray) -> np.ndarray:
+    """`x` without f32 subnormals: NVIDIA's Vulkan and WebGPU read them as 0, and a kernel's cast to E8M0 (codes 0 and
+    1 near 2^-127, and 0 itself NaN) then differs. ONNX's Cast decides them from the bits instead (importers/onnx.py),
+    which its tests check on every target."""
+    return x[~((np.abs(x) < 2.0 ** -126) & (x != 0))]
+
+
 def _narrow_cases(ref) -> dict:
     """Every code of each narrow type decoded to f32 (or i32), and f32 (and i32) values encoded, compared as bytes:
     what `kernel.narrow` makes of a cast, on each backend (the kernels come expanded, as `lower_dispatch` gives them
@@ -174,9 +181,12 @@ def _narrow_cases(ref) -> dict:
         codes = np.arange(1 << min(dt.bits, 8), dtype=np.uint8).view(dt.np_dtype)
         wide = dtypes.f32 if dt.is_float else dtypes.i32
         add(f"{name}_to_{wide}", [codes], wide, codes.astype(wide.np_dtype))
-        add(f"f32_to_{name}", [NARROW_FROM], dt, ref("rt.cast", [NARROW_FROM], dt, {"dtype": name}))
-        if isinstance(FORMATS[name], ScaleFormat):
-            add(f"f32_to_{name}_at_its_bounds", [E8M0_FROM], dt, ref("rt.cast", [E8M0_FROM], dt, {"dtype": name}))
+        scale = isinstance(FORMATS[name], ScaleFormat)
+        x = _no_subnormals(NARROW_FROM) if scale else NARROW_FROM
+        add(f"f32_to_{name}", [x], dt, ref("rt.cast", [x], dt, {"dtype": name}))
+        if scale:
+            x = _no_subnormals(E8M0_FROM)
+            add(f"f32_to_{name}_at_its_bounds", [x], dt, ref("rt.cast", [x], dt, {"dtype": name}))
         if not dt.is_float:
             add(f"i32_to_{name}", [NARROW_INTS_FROM], dt, ref("rt.cast", [NARROW_INTS_FROM], dt, {"dtype": name}))
     return cases
