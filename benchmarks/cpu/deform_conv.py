@@ -17,11 +17,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from onnx_sequence_ops import compare  # noqa: E402
+from onnx_sequence_ops import compare, onnx_model  # noqa: E402
 
 
 def models():
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(0)
     out = []
@@ -35,12 +35,7 @@ def models():
             inputs["mask"] = rng.random((batch, offset_group * 9, size, size)).astype(np.float32)
         node = helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask" if masked else ""], ["y"],
                                 kernel_shape=[3, 3], pads=[1, 1, 1, 1], offset_group=offset_group)
-        graph = helper.make_graph(
-            [node], "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-            [helper.make_empty_tensor_value_info("y")],
-            [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
-        model.ir_version = 8  # what onnxruntime 1.31 reads
+        model = onnx_model([node], inputs, ["y"], {"w": weight, "b": bias}, opset=22)
         name = (f"N={batch} C=M={channels} {size}x{size} 3x3 offset_group {offset_group}"
                 f"{', mask' if masked else ''}")
         out.append((name, model, inputs))

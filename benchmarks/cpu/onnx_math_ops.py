@@ -18,22 +18,15 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from onnx_sequence_ops import compare  # noqa: E402
+from onnx_sequence_ops import compare, onnx_model  # noqa: E402
 
 
 def models():
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     rng = np.random.default_rng(0)
 
-    def model(nodes, inputs: dict, outputs, constants: dict):
-        graph = helper.make_graph(
-            nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-            [helper.make_empty_tensor_value_info(o) for o in outputs],
-            [numpy_helper.from_array(v, k) for k, v in constants.items()])
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        m.ir_version = 8  # what onnxruntime 1.31 reads
-        return m
+    model = onnx_model
 
     out = []
     wide = rng.uniform(-100, 100, 65536).astype(np.float32)

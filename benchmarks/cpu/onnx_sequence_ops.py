@@ -22,23 +22,30 @@ import numpy as np
 warnings.filterwarnings("ignore")
 
 
+def onnx_model(nodes, inputs: dict, outputs, constants: dict, opset: int = 17):
+    """A graph of `nodes` with f32 `inputs` (name -> example array), `outputs` (names) and `constants` (name -> array,
+    initializers), as onnxruntime 1.31 reads it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8  # what onnxruntime 1.31 reads
+    return m
+
+
 def models():
     """(name, onnx model, inputs): seeded, so every run times the same numbers."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(0)
 
     def normal(*shape, scale=1.0):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
-    def model(nodes, inputs: dict, outputs, constants: dict, opset=17):
-        graph = helper.make_graph(
-            nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
-            [helper.make_empty_tensor_value_info(o) for o in outputs],
-            [numpy_helper.from_array(v, k) for k, v in constants.items()])
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        m.ir_version = 8  # what onnxruntime 1.31 reads
-        return m
+    model = onnx_model
 
     def recurrent(op, gates, seq, batch, size, hidden, direction="bidirectional"):
         d = 2 if direction == "bidirectional" else 1
