@@ -130,6 +130,25 @@ def test_a_value_rounded_to_f16_in_an_f32_kernel_enables_f16_where_the_target_ha
     webgpu_device.shader_module(meta["wgsl"], meta["name"])
 
 
+@pytest.mark.parametrize("dt", ["ui8", "ui16", "ui32", "f8E4M3FN"])
+def test_a_select_between_two_unsigned_constants_is_typed(webgpu_device, dt):
+    """WGSL typed an unsuffixed literal as i32: `select(2, 1, c) & 0xffu`, a ui8 output chosen between constants (an
+    ONNX Where of two initializers), was invalid WGSL. Unsigned literals carry their `u` now."""
+    import numpy as np
+    from retarget.ir.core import Builder, Function, Module, TensorType, Value
+
+    t = dtypes.DTYPES[dt]
+    x = Value(TensorType((8,), dtypes.f32))
+    fn = Function("main", [x], arg_names=["x"])
+    b = Builder(fn)
+    above = b.op("rt.cmp", [x, b.constant(np.float32(0))], {"predicate": "gt"})
+    one, two = (b.constant(np.array(v, t.np_dtype)) for v in (1, 2))
+    fn.returns = [b.op("rt.select", [above, one, two])]
+    xs = np.arange(8, dtype=np.float32) - 4
+    out = retarget.load(retarget.compile(Module({"main": fn}), "webgpu-spirv"), device="webgpu").main(xs)
+    assert np.array_equal(out, np.where(xs > 0, 1, 2).astype(t.np_dtype))
+
+
 @pytest.mark.parametrize("dt", ["i32", "ui32"])
 def test_integer_kernels_validate(webgpu_device, dt):
     _validate(webgpu_device, compile_kernels([sum_kernel("ints", 3, 64, dtypes.DTYPES[dt])], DEFAULT))

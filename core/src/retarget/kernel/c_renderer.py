@@ -210,6 +210,9 @@ class Dialect:
     special_float: str = "({sign}({T}){0})"  # `inf` or `nan` ({0}) as a value of type {T}
     select: str = "({0} ? {1} : {2})"
     unsigned_suffix: str = "U"
+    # every unsigned literal suffixed: WGSL types an unsuffixed one as i32 where nothing else fixes it (`select(2, 1,
+    # c) & 0xffu` is invalid); C converts it where it meets an unsigned value
+    suffix_every_unsigned: bool = False
     helpers: tuple = ()  # (name, kinds, body) replacing `HELPERS`; empty: the C helpers
     cast_helper: str = ""  # replacing `CAST_HELPER`
     # A test of {0} (f32) for NaN on its bits, for a language whose compilers may assume no float is NaN (WGSL): float
@@ -678,6 +681,7 @@ WGSL = Dialect(
     qualifier="",
     long_suffix="",
     unsigned_suffix="u",
+    suffix_every_unsigned=True,
     inf="rt_inf()",
     nan="rt_nan()",
     special_float="({sign}{T}({0}))",
@@ -800,6 +804,8 @@ def _int_literal(v: int, dt: DType, d: Dialect) -> str:
     text = str(v)
     if not -(2 ** 31) <= v < 2 ** 31:
         text += (d.unsigned_suffix if dt.kind == "uint" else "") + d.long_suffix
+    elif dt.kind == "uint" and d.suffix_every_unsigned:
+        text += d.unsigned_suffix
     return f"({text})" if v < 0 else text
 
 
