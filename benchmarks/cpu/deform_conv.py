@@ -2,11 +2,9 @@
 channels at 56x56, as a ResNet-50 DCN's stage 2 holds it), beside onnxruntime's DeformConv: what the composition
 (four gathers of the image over every channel at the deformed taps, then one matrix product with W) costs.
 
-    .venv/bin/python benchmarks/cpu/deform_conv.py [--target llvm-cpu --device local-task] [--repeats 50]
-        [--json out.json] [--only TEXT]
+    .venv/bin/python benchmarks/cpu/deform_conv.py [--repeats 50] [--only TEXT]
 
-The harness is onnx_sequence_ops.py's (`compare`): medians in ms of a call, interleaved with onnxruntime on 2 threads
-and 1, and the ratio onnxruntime (2 threads) / ours (above 1: ours is faster).
+Options, timing and output as onnx_math_ops.py's (the `compare` harness of onnx_sequence_ops.py).
 """
 
 from __future__ import annotations

@@ -149,7 +149,9 @@ def bitcast(b: Builder, x: Value, dtype: DType) -> Value:
         return x
     why = bitcast_refusal(x.type.dtype, dtype)
     if why is not None:
-        raise UnsupportedOpError(f"cannot bitcast {x.type} to {dtype}: {why}")
+        raise UnsupportedOpError(f"cannot bitcast {x.type} to {dtype}: {why}",
+                                 hint="bitcast to a type of the same width (f32 <-> i32, f16 <-> i16), or Cast to "
+                                      "convert the values")
     return b.op("rt.bitcast", [x], {"dtype": dtype.name})
 
 

@@ -614,11 +614,12 @@ def _cast_to_e8m0(n, x: Value, round_mode: str, saturate: int) -> Value:
     def select(cond, *values):
         return b.op("rt.select", [cond, *(v if isinstance(v, Value) else C.scalar(b, v, a) for v in values)])
 
-    smallest_normal = 2.0 ** -126  # no product below it: a target may flush subnormal results
-    if round_mode == "down":  # [2^e, 2^(e+1)) * 0.75 is [0.75, 1.5) * 2^e, all nearest 2^e (rounding stays below 1.5)
-        y = select(cmp("lt", 2.0 ** -125), smallest_normal, b.op("rt.mul", [a, C.scalar(b, 0.75, a)]))
+    # (0 and subnormal x are decided from the bits below)
+    if round_mode == "down":  # [2^e, 2^(e+1)) * 0.75 is [0.75, 1.5) * 2^e, all nearest 2^e (rounding stays below 1.5);
+        # no product below 2^-126, which a target may flush
+        y = select(cmp("lt", 2.0 ** -125), 2.0 ** -126, b.op("rt.mul", [a, C.scalar(b, 0.75, a)]))
     elif round_mode == "up":  # (2^e, 2^(e+1)) * (1.5 - 2^-23) rounds into [1.5, 3) * 2^e, 2^e itself below 1.5 * 2^e
-        y = select(cmp("lt", smallest_normal), smallest_normal, b.op("rt.mul", [a, C.scalar(b, 1.5 - 2.0 ** -23, a)]))
+        y = b.op("rt.mul", [a, C.scalar(b, 1.5 - 2.0 ** -23, a)])
     else:
         y = a
     if saturate:

@@ -63,17 +63,16 @@ def _dialect(packed: bool, shader_f16: bool):
     rounded in f32 arithmetic (`rt_round_f16`)."""
     from retarget.kernel.c_renderer import WGSL
 
-    if not shader_f16:
-        WGSL = replace(WGSL, from_storage={**WGSL.from_storage, "f16": "{0}"},
-                       to_storage={**WGSL.to_storage, "f16": "rt_round_f16({0})"})
+    wgsl = WGSL if shader_f16 else replace(WGSL, from_storage={**WGSL.from_storage, "f16": "{0}"},
+                                           to_storage={**WGSL.to_storage, "f16": "rt_round_f16({0})"})
     prologue = "let {name}_base: i32 = rt_base[{i} / 4][{i} % 4];"
     # after the bases; {T} is the index type, i64 (two u32 words): a size is not negative, so its high word is 0
     scalar = "let {name}: {T} = {T}(bitcast<u32>(rt_base[{i} / 4][{i} % 4]), 0u);"
     if packed:  # every bf16 (or bool) parameter shares one array, written by some: atomic words throughout
-        parts = {name: {**table, "word": table["atomic_word"]} for name, table in WGSL.word_parts.items()}
-        return replace(WGSL, global_param="", element="rt_mem_{D}[{name}_base + {index}]", prologue=prologue,
+        parts = {name: {**table, "word": table["atomic_word"]} for name, table in wgsl.word_parts.items()}
+        return replace(wgsl, global_param="", element="rt_mem_{D}[{name}_base + {index}]", prologue=prologue,
                        word_parts=parts, scalar_prologue=scalar)
-    return replace(WGSL, element="{name}[{name}_base + {index}]", prologue=prologue, scalar_prologue=scalar)
+    return replace(wgsl, element="{name}[{name}_base + {index}]", prologue=prologue, scalar_prologue=scalar)
 
 
 # Why a buffer of a type outside STORAGE_TYPES is refused (else BUFFER_TYPES_NOTE).
