@@ -34,6 +34,7 @@ from .passes.host_program import ConstantPool, format_program, plan_function, pl
 from .passes.precision import precision_dtype, set_precision
 from .passes.quantize import quantize_weights, scheme
 from .passes.simplify import canonicalize, fold_constants, narrow_index_constants
+from .passes.stages import has_host_ops, split_stages
 from .plugin_manager import manager
 from .protocols import SupportTable, TargetDesc
 
@@ -177,6 +178,13 @@ def compile(  # noqa: A001 - the public verb
         ir.verify(module)
         dump(f"precision-{(compute or interface).name}", lambda m=module: ir.print_module(m, elide_constants=True))
 
+    staged_from = {name: fn for name, fn in module.functions.items() if has_host_ops(fn)}
+    staged = {}
+    if staged_from:  # sizes that depend on the data: stages, with host ops between them (passes/stages.py)
+        module, staged = split_stages(module, _graph_passes)
+        ir.verify(module)
+        dump("stages", lambda m=module: ir.print_module(m, elide_constants=True))
+
     names = _placement_names(resolved, resolved_fallback)
     primary = placing.Side(names[0], {d.name: placing.with_user_refusals(support_table(b, d), refuse)
                                       for b, d, _ in resolved})
@@ -204,7 +212,25 @@ def compile(  # noqa: A001 - the public verb
         artifact = _single(source, placements, only, dump)
     artifact.placement = placing.report(placements, sides, artifact.functions)
     _record_input_ranges(artifact, placements, all_sides)
+    if staged:
+        artifact.manifest["staged"] = {name: {**_signature_json(staged_from[name]), **chain}
+                                       for name, chain in staged.items()}
     return artifact
+
+
+def _graph_passes(module: Module) -> Module:
+    for _, graph_pass in GRAPH_PASSES:
+        module = graph_pass(module)
+    return module
+
+
+def _signature_json(fn) -> dict:
+    """A staged function's arguments and results as its callers see them, and its symbols' ranges."""
+    names = fn.arg_names or [f"arg{i}" for i in range(len(fn.args))]
+    return {"inputs": [{"name": n, "type": str(a.type), "shape": dims_to_json(a.type.shape)}
+                       for n, a in zip(names, fn.args)],
+            "outputs": [{"type": str(v.type), "shape": dims_to_json(v.type.shape)} for v in fn.returns],
+            "symbols": {s: str(r) for s, r in fn.symbols.items()}}
 
 
 def _record_input_ranges(artifact: Artifact, placements: dict, sides: list) -> None:

@@ -102,6 +102,14 @@ class Artifact:
         return data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
 
 
+def public_functions(manifest: dict) -> list[str]:
+    """The functions a caller sees: a function with data-dependent sizes by its own name, not its stages'."""
+    staged = manifest.get("staged", {})
+    stages = {v["function"] for chain in staged.values() for step in chain["steps"] if step["op"] == "run"
+              for v in [step, *step["variants"]]}
+    return [n for n in manifest["functions"] if n not in stages] + list(staged)
+
+
 def _bytes(data) -> bytes:
     return data.tobytes() if isinstance(data, np.ndarray) else data
 
@@ -249,6 +257,7 @@ def _check_manifest(m: dict, path: Path) -> None:
         if offset + nbytes > constants_size:
             c.fail(w, f"lies outside constants.bin ({constants_size} bytes)")
 
+    _check_staged(c, m)
     executables = c.list(m.get("executables"), "executables")
     layouts = [_check_executable(c, exe, f"executables[{i}]", entries) for i, exe in enumerate(executables)]
     if not layouts:
@@ -282,6 +291,43 @@ def _check_manifest(m: dict, path: Path) -> None:
             c.fail(f"placements['{p}']", "has no executable")
     for name, fn in c.dict(m.get("functions"), "functions").items():
         _check_partitioned_function(c, fn, f"functions['{name}']", consts, by_placement)
+
+
+def _check_staged(c: _Checker, m: dict) -> None:
+    """Each function with data-dependent sizes (`staged`, runtime_staged.py): its steps run functions the module
+    has, and host ops the runtime knows, on values defined before them."""
+    from .ir.ops import HOST_OPS
+
+    functions = c.dict(m.get("functions"), "functions")
+    for name, chain in c.dict(m.get("staged", {}), "staged").items():
+        w = f"staged['{name}']"
+        chain = c.dict(chain, w)
+        for key in ("inputs", "outputs"):
+            for k, meta in enumerate(c.list(chain.get(key), f"{w}.{key}")):
+                c.tensor(c.dict(meta, f"{w}.{key}[{k}]").get("type"), f"{w}.{key}[{k}].type", static=False)
+        defined = set(range(len(chain["inputs"])))
+
+        def read(ids, where, defined=defined):
+            for i in c.list(ids, where):
+                if c.int(i, where) not in defined:
+                    c.fail(where, f"reads value {i} before any step defines it")
+
+        for k, step in enumerate(c.list(chain.get("steps"), f"{w}.steps")):
+            ws = f"{w}.steps[{k}]"
+            step = c.dict(step, ws)
+            read(step.get("inputs"), f"{ws}.inputs")
+            if step.get("op") == "host":
+                if step.get("name") not in HOST_OPS:
+                    c.fail(f"{ws}.name", f"is not a host op ({', '.join(HOST_OPS)})")
+                defined.add(c.int(step.get("output"), f"{ws}.output"))
+            elif step.get("op") == "run":
+                for v in [step, *c.list(step.get("variants"), f"{ws}.variants")]:
+                    if c.str(v.get("function"), f"{ws}.function") not in functions:
+                        c.fail(f"{ws}.function", f"names '{v['function']}', which is not a function of the module")
+                defined.update(c.int(i, f"{ws}.outputs") for i in c.list(step.get("outputs"), f"{ws}.outputs"))
+            else:
+                c.fail(f"{ws}.op", "is not 'run' or 'host'")
+        read(chain.get("returns"), f"{w}.returns")
 
 
 def _check_executable(c: _Checker, exe, w: str, entries: dict) -> list[list[int]]:

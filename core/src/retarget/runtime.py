@@ -29,7 +29,7 @@ from .ir.dtypes import dtype as lookup_dtype
 from .ir.dtypes import from_numpy
 from .ir.symbolic import dims_from_json, dims_to_json
 from .mlir.syntax import parse_type
-from .module_format import Artifact, read
+from .module_format import Artifact, public_functions, read
 from .plugin_manager import manager
 from .protocols import Binding, Device, DeviceInfo, EntryPoint, ExecutableBinary, missing_members
 
@@ -247,7 +247,7 @@ class Function:
                     a = a.astype(np_dtype)
                 self._check_shape(a, t, where)
                 _check_range(a, value_range, where)
-                arrays.append(np.ascontiguousarray(a))
+                arrays.append(np.require(a, requirements="C"))  # ascontiguousarray makes 0-d 1-d
         except BaseException:
             for a in arrays:
                 if isinstance(a, dlpack.Borrowed):
@@ -452,9 +452,14 @@ class LoadedModule:
         self.device, self.variant, self.executable, self.constants = (first.device, first.variant,
                                                                       first.executable, first.constants)
         from .runtime_dynamic import DynamicFunction
+        from .runtime_staged import StagedFunction
 
-        self.functions = {name: (DynamicFunction if "symbols" in plan else Function)(self, name, plan)
-                          for name, plan in artifact.functions.items()}
+        made = {name: (DynamicFunction if "symbols" in plan else Function)(self, name, plan)
+                for name, plan in artifact.functions.items()}
+        public = public_functions(manifest)
+        self.functions = {name: made[name] for name in public if name in made}
+        self.functions.update({name: StagedFunction(self, name, chain, made)
+                               for name, chain in manifest.get("staged", {}).items()})
 
     def _variants(self) -> list[tuple[str, ExecutableBinary]]:
         out = []

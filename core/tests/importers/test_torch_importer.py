@@ -340,15 +340,6 @@ def test_indexing_and_nearest_exact_compile_and_run(target):
         np.testing.assert_array_equal(out, ref.numpy())
 
 
-def test_boolean_mask_index_is_refused_with_what_to_do_instead():
-    model = module_of(lambda x, mask: x[mask])
-    x = randn(3, 4)
-    with pytest.raises(UnsupportedOpError) as info:
-        TorchImporter().load(model, example_inputs=(x, x > 0))
-    assert "boolean mask" in info.value.message and "shape depends on the mask's values" in info.value.message
-    assert "torch.where" in info.value.hint
-
-
 def test_unsupported_op_names_aten_op_node_and_source_line():
     class Bessel(torch.nn.Module):
         def forward(self, x):

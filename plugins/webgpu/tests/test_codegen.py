@@ -178,3 +178,18 @@ def test_export_of_a_dynamic_module_asks_for_static_sizes(tmp_path):
     with pytest.raises(RetargetError, match="known only at run time") as info:
         export(art, tmp_path)
     assert "--dim" in info.value.hint
+
+
+def test_export_of_a_module_with_data_dependent_sizes_says_the_loader_cannot_run_its_stages(tmp_path):
+    from retarget.errors import RetargetError
+    from retarget.ir import Builder, Function, Module, TensorType, Value, dtypes
+    from retarget_webgpu.web import export
+
+    fn = Function("main", [Value(TensorType((8,), dtypes.f32), None, 0)])
+    b = Builder(fn)
+    count = b.fresh_symbol("nonzero").name
+    fn.returns = [b.op("rt.exp", [b.op("rt.cast", [b.op("rt.nonzero", [fn.args[0]], {"count": count})],
+                                       {"dtype": "f32"})])]
+    art = retarget.compile(Module({"main": fn}), "webgpu-spirv")
+    with pytest.raises(RetargetError, match="main has sizes that depend on the data"):
+        export(art, tmp_path)

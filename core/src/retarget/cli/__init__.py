@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from ..errors import InputError, RetargetError, suggestion
+from ..module_format import public_functions
 
 app = typer.Typer(
     name="retarget",
@@ -347,7 +348,7 @@ def compile_(
         "output": str(output),
         "targets": [f"{e['backend']}:{e['arch']}" for e in manifest["executables"]],
         "placements": {p: meta["targets"] for p, meta in manifest.get("placements", {}).items()},
-        "functions": list(artifact.functions),
+        "functions": public_functions(manifest),
         "dispatches": sum(c["op"] == "dispatch" for program in programs for c in program),
         "transfers": sum(step["op"] == "transfer" for fn in artifact.functions.values()
                          for step in fn.get("steps", [])),
@@ -402,7 +403,8 @@ def describe_function(fn) -> dict:
     of its host program."""
     from ..passes.placement import summarize_steps
 
-    return {**fn.signature.to_json(), "steps": summarize_steps(fn.plan)}
+    staged = getattr(fn, "summarize_steps", None)  # data-dependent sizes: stages and host ops (runtime_staged.py)
+    return {**fn.signature.to_json(), "steps": staged() if staged else summarize_steps(fn.plan)}
 
 
 @app.command()

@@ -1973,6 +1973,6 @@ SYMBOLIC_FOLDS = {
 
 
 # the op families kept in modules of their own register their handlers here
-from . import onnx_control, onnx_image, onnx_quant, onnx_recurrent, onnx_signal  # noqa: E402,F401
+from . import onnx_control, onnx_data_dependent, onnx_image, onnx_quant, onnx_recurrent, onnx_signal  # noqa: E402,F401
 
 SUPPORTED_OPS = tuple(sorted(HANDLERS))

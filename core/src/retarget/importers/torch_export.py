@@ -261,6 +261,11 @@ class _Converter:
             # a size as data (a rank-0 i64 tensor): it can feed arithmetic on tensors, not a shape
             x, y = (self.tensor(a, DTYPES["i64"]) for a in args)
             return _SIZE_ARITHMETIC[node.target](self.b, x, y)
+        if node.target in _SIZE_COMPARISONS:  # torch's runtime checks of a data-dependent size (u0 >= 0)
+            if all(str(user.target) == "aten._assert_scalar.default" for user in node.users):
+                return None  # the runtime checks each host op's size against the model's shapes itself
+            raise UnsupportedOpError(f"a comparison of sizes (node '{node.name}') used as data is not supported",
+                                     location=_loc_str(node))
         if node.target is operator.getitem:
             seq, i = self.env[node.args[0]], node.args[1]
             item = seq[i]
@@ -352,6 +357,7 @@ def _size_arithmetic():
 
 
 _SIZE_ARITHMETIC = _size_arithmetic()
+_SIZE_COMPARISONS = tuple(getattr(__import__("operator"), n) for n in ("ge", "gt", "le", "lt", "eq", "ne"))
 
 
 def _static(d, node) -> int:
@@ -1417,16 +1423,44 @@ def _gather(cv, node, x, dim, index, sparse_grad=False):
     return C.take_along_axis(cv.b, x, index, C.normalize_axis(dim, x.type.rank))
 
 
+def _data_dependent_count(cv, node, axis: int, most) -> str:
+    """A host op's count: a new symbol, which torch's unbacked size (u0) at `axis` of the node's result names."""
+    count = cv.b.fresh_symbol("nonzero", SymbolRange(0, most if isinstance(most, int) else None))
+    cv.symbols[node.meta["val"].shape[axis].node.expr] = count
+    return count.name
+
+
+@handles("nonzero")
+def _nonzero(cv, node, x):
+    """[count, rank] indices of x's nonzero elements (`rt.nonzero` gives them [rank, count])."""
+    count = _data_dependent_count(cv, node, 0, x.type.num_elements)
+    return cv.b.op("rt.transpose", [cv.b.op("rt.nonzero", [x], {"count": count})], {"perm": (1, 0)})
+
+
+def _masked(cv, node, x, mask):
+    """x[mask], mask over x's leading dims: the rows where it holds, gathered at its flattened nonzero positions."""
+    lead = mask.type.rank
+    if mask.type.shape != x.type.shape[:lead]:
+        raise UnsupportedOpError(f"'{node.target}' (node '{node.name}') indexes {x.type} with a mask {mask.type} "
+                                 "that is not over its leading dims")
+    rows = mask.type.num_elements
+    count = _data_dependent_count(cv, node, 0, rows)
+    flat = cv.b.op("rt.nonzero", [cv.reshape(mask, (rows,))], {"count": count})
+    positions = cv.reshape(flat, (flat.type.shape[1],))
+    return cv.b.op("rt.gather", [cv.reshape(x, (rows, *x.type.shape[lead:])), positions], {"axis": 0})
+
+
 @handles("index", "_unsafe_index")
 def _index(cv, node, x, indices):
-    """x[i], x[:, i], x[i, :, j], ...: integer index tensors (constants or inputs), as `C.advanced_index`."""
+    """x[i], x[:, i], x[i, :, j], ...: integer index tensors (constants or inputs), as `C.advanced_index`; x[mask]
+    with a boolean mask over x's leading dims, whose result's size depends on the data (`_masked`)."""
     given = [index for index in indices if index is not None]
     if any(index.type.dtype.name in ("i1", "ui8") for index in given):
-        raise UnsupportedOpError(
-            f"'{node.target}' (node '{node.name}') indexes with a boolean mask: the result's shape depends on "
-            "the mask's values, which a compiled module cannot have",
-            hint="to keep the shape, use torch.where(mask, x, 0) or x * mask, and reduce over that for a sum or "
-                 "a mean; or index with integer positions")
+        if len(indices) != 1:
+            raise UnsupportedOpError(
+                f"'{node.target}' (node '{node.name}') indexes with a boolean mask beside other indices",
+                hint="index with the mask alone (x[mask]), or with integer positions (torch.nonzero(mask))")
+        return _masked(cv, node, x, cv.tensor(indices[0], DTYPES["i1"]))
     if any(isinstance(x.type.shape[axis], Sym) for axis, index in enumerate(indices) if index is not None):
         raise UnsupportedOpError(f"'{node.target}' (node '{node.name}') indexes a dimension whose size is known "
                                  "only at run time", hint="export with static sizes for the indexed dimensions")

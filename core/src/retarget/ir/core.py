@@ -232,6 +232,8 @@ class Builder:
             for key in SHAPE_ATTR_KEYS:
                 if key in op.attrs and isinstance(op.attrs[key], tuple):
                     op.attrs[key] = substitute(op.attrs[key], mapping)
+            if op.attrs.get("count") == name:  # a host op's data-dependent size (ops.py): now `new`'s
+                op.attrs["count"] = new if isinstance(new, int) else str(new)
 
 
 @dataclass(eq=False)

@@ -32,6 +32,13 @@ offsets give them: the cost is linear in the rows, whatever the segments, and th
 `rt.reshape` it moves nothing: both are views (`VIEWS`), their result the operand's bytes, which no kernel computes.
 The numpy reference for each op is in `vmvx/kernels.py`.
 
+Host ops (`HOST_OPS`) have results whose sizes depend on the data: `rt.nonzero(x)` is the indices of x's nonzero
+elements, i64 [rank, count] (ONNX NonZero); `rt.unique(x)` one `output` of ONNX Unique (values, indices, inverse or
+counts; `sorted`, `axis`); `rt.non_max_suppression(boxes, scores, max_output, iou_threshold, score_threshold)` ONNX
+NonMaxSuppression's selected indices, i64 [count, 3]. Each names in `count` the symbol of its data-dependent size.
+No kernel computes them: the compiler splits a function at them into stages (`passes/stages.py`), and the runtime
+runs them on the host between stages, with `ir/host_eval.py`, binding `count` to the size they produce.
+
 Dimensions may be symbolic (`symbolic.Sym`, e.g. a batch size known only at call time). Symbolic
 dimensions never broadcast: a symbol meets only 1, itself, or a dimension it must equal. Where an
 op needs two dimensions equal and one is a symbol (a matmul's contraction, an add of `[n, 4]` and
@@ -68,6 +75,9 @@ MOVES = frozenset(f"rt.{n}" for n in
                   "cast bitcast constant reshape transpose broadcast slice concat pad gather select".split())
 # The ops whose result is its operand's bytes seen another way: the host program gives both one slot, no kernel.
 VIEWS = ("rt.reshape", "rt.bitcast")
+# The ops whose result sizes depend on the data: run on the host between stages (see the docstring).
+HOST_OPS = ("rt.nonzero", "rt.unique", "rt.non_max_suppression")
+UNIQUE_OUTPUTS = ("values", "indices", "inverse", "counts")
 
 
 @dataclass(frozen=True)
@@ -397,6 +407,38 @@ def _iota(name, types, attrs):
     return [TensorType(shape, DTYPES[attrs["dtype"]])]
 
 
+def _count(attrs):
+    """A host op's data-dependent size: a symbol's name (or a size, where the model's shapes fixed it)."""
+    count = attrs["count"]
+    _check(isinstance(count, int) or (isinstance(count, str) and count), "count must name a symbol")
+    return count if isinstance(count, int) else parse_dim(count)
+
+
+def _nonzero(name, types, attrs):
+    return [TensorType((types[0].rank, _count(attrs)), DTYPES["i64"])]
+
+
+def _unique(name, types, attrs):
+    x, n, axis, output = types[0], _count(attrs), attrs.get("axis"), attrs["output"]
+    _check(output in UNIQUE_OUTPUTS, f"output '{output}' is not one of {', '.join(UNIQUE_OUTPUTS)}")
+    _check(axis is None or 0 <= axis < x.rank, f"axis {axis} invalid for rank {x.rank}")
+    if output == "values":
+        return [TensorType((n,) if axis is None else x.shape[:axis] + (n,) + x.shape[axis + 1:], x.dtype)]
+    if output == "inverse":
+        return [TensorType((x.num_elements if axis is None else x.shape[axis],), DTYPES["i64"])]
+    return [TensorType((n,), DTYPES["i64"])]
+
+
+def _non_max_suppression(name, types, attrs):
+    boxes, scores = types[:2]
+    _check(boxes.rank == 3 and boxes.shape[2] == 4, f"boxes must be [batches, boxes, 4], got {boxes}")
+    _check(scores.rank == 3, f"scores must be [batches, classes, boxes], got {scores}")
+    _check(all(t.dtype.is_float for t in (boxes, scores, types[3], types[4])), "boxes, scores and thresholds are "
+           "floats")
+    _check(types[2].dtype.is_integer, "max_output is an integer")
+    return [TensorType((_count(attrs), 3), DTYPES["i64"])]
+
+
 def _packed_weight(types, attrs, columns: int):
     """Checks q (words), scale and zero point of a packed weight of `columns` values a row; returns its rows."""
     q, scale, *zero = types
@@ -464,6 +506,9 @@ _define("reduce", 1, 1, ("kind", "axes"), _reduce)
 _define("argmax", 1, 1, ("axis",), _argmax)
 _define("scatter", 3, 3, ("reduction",), _scatter)
 _define("segment_reduce", 3, 3, ("kind",), _segment_reduce)
+_define("nonzero", 1, 1, ("count",), _nonzero)
+_define("unique", 1, 1, ("count", "output"), _unique)
+_define("non_max_suppression", 5, 5, ("count", "center_point_box"), _non_max_suppression)
 _define("dequantize", 2, 3, ("bits", "group_size", "shape"), _dequantize)
 _define("quantized_matmul", 4, 5, ("bits", "group_size"), _quantized_matmul)
 

@@ -54,9 +54,16 @@ def apply_dims(module: Module, dims: dict | None, notes=None) -> Module:
     (a callable) hears which sizes will be refused."""
     if not dims:
         return module
-    known = {name for fn in module.functions.values() for name in fn.symbols}
+    from .stages import counts_of
+
+    counts = {name for fn in module.functions.values() for name in counts_of(fn)}
+    known = {name for fn in module.functions.values() for name in fn.symbols} - counts
     cut = set()  # names noted as cut to the model's range
     for name, value in dims.items():
+        if name in counts:
+            raise InputError(f"--dim {name}: '{name}' is a size that depends on the data (a host op's count), "
+                             "which a call cannot choose", hint=f"the model's dimensions: {', '.join(sorted(known))}"
+                             if known else "the model has no other symbolic dimension")
         if name not in known:
             raise InputError(f"--dim {name}: the model has no symbolic dimension '{name}'",
                              hint=f"its symbolic dimensions: {', '.join(sorted(known)) or 'none (it is static)'}")

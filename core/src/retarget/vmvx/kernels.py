@@ -11,8 +11,10 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ..ir import host_eval
 from ..ir.core import TensorType
 from ..ir.dtypes import DTYPES
+from ..ir.ops import UNIQUE_OUTPUTS
 from ..registry import registrar
 
 KERNELS = {}
@@ -259,6 +261,26 @@ def _reduce(attrs, x):
 @kernel("argmax")
 def _argmax(attrs, x):
     return np.argmax(x, axis=attrs["axis"], keepdims=attrs.get("keepdims", False))
+
+
+# Host ops (ir/ops.py's HOST_OPS): their sizes come from the data; the runtime runs these between stages.
+@kernel("nonzero")
+def _nonzero(attrs, x):
+    return host_eval.nonzero(x)[0]
+
+
+@kernel("unique")
+def _unique(attrs, x):
+    results = host_eval.unique(x, sorted=bool(attrs.get("sorted", True)), axis=attrs.get("axis"))
+    return results[UNIQUE_OUTPUTS.index(attrs["output"])]
+
+
+@kernel("non_max_suppression")
+def _non_max_suppression(attrs, boxes, scores, max_output, iou_threshold, score_threshold):
+    filtered = attrs.get("score_filter", True)
+    return host_eval.non_max_suppression(boxes, scores, max_output, iou_threshold,
+                                         score_threshold if filtered else None,
+                                         center_point_box=attrs["center_point_box"])[0]
 
 
 _SCATTER_COMBINE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

@@ -99,6 +99,12 @@ def export(artifact, folder, target: str | None = None) -> Path:
     if "placements" in artifact.manifest:
         raise RetargetError("the module is split between devices (compiled with --fallback), and a page runs only "
                             "its WebGPU part", hint="compile it for webgpu-spirv alone, without --fallback")
+    staged = list(artifact.manifest.get("staged", {}))
+    if staged:  # stages with host ops between them (retarget's runtime_staged.py), which the loader does not run
+        raise RetargetError(f"function {', '.join(staged)} has sizes that depend on the data (NonZero, Unique, "
+                            "NonMaxSuppression, a boolean mask): it runs as stages with host ops between them, and "
+                            "the browser loader runs one host program a function",
+                            hint="run it with retarget, or export a model without these ops")
     dynamic = [name for name, plan in artifact.manifest["functions"].items() if "symbols" in plan]
     if dynamic:  # the loader's host programs are static: sizes are placed once
         raise RetargetError(f"function {', '.join(dynamic)} has sizes known only at run time; the browser loader "
