@@ -20,6 +20,8 @@ function's, one command buffer per concrete shape (see `runtime_dynamic.py`).
 
 from __future__ import annotations
 
+import functools
+
 from ..errors import InputError, UnsupportedOpError
 from ..ir.core import Function, Module, Value
 from ..ir.symbolic import (
@@ -302,14 +304,25 @@ def size_class(nbytes: int) -> int:
 
 
 def _dim(value):
-    return value if isinstance(value, int) else parse_dim(value)
+    return value if isinstance(value, int) else _parsed_dim(value)
+
+
+@functools.lru_cache(maxsize=4096)  # each call at a new shape plans again: parse each text once
+def _parsed_dim(text: str):
+    return parse_dim(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dtype(type_text: str):
+    from ..mlir.syntax import parse_type
+
+    return parse_type(type_text).dtype
 
 
 def _concrete(type_text: str, shape, sizes) -> str:
     from ..ir.core import TensorType
-    from ..mlir.syntax import parse_type
 
-    return str(TensorType(evaluate_shape(shape, sizes), parse_type(type_text).dtype))
+    return str(TensorType(evaluate_shape(shape, sizes), _dtype(type_text)))
 
 
 def _shape_text(shape) -> str:
