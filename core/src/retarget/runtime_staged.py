@@ -17,6 +17,7 @@ import numpy as np
 
 from . import dlpack
 from .errors import InputError, ModuleFormatError
+from .ir.core import TensorType
 from .ir.symbolic import bind, dims_from_json, evaluate_shape
 from .runtime import Function, FunctionSignature, _tensor_type
 from .vmvx.kernels import KERNELS
@@ -28,7 +29,7 @@ class StagedFunction(Function):
     def __init__(self, module, name: str, chain: dict, stages: dict[str, Function]):
         self.module, self.name, self.chain = module, name, chain
         self.input_types = [_typed(i) for i in chain["inputs"]]
-        self.output_types = [_typed(o) for o in chain["outputs"]]
+        self.output_types = self.symbolic_output_types = [_typed(o) for o in chain["outputs"]]
         self.signature = FunctionSignature(
             name,
             [(i["name"], t.shape, t.dtype.name) for i, t in zip(chain["inputs"], self.input_types)],
@@ -90,7 +91,9 @@ class StagedFunction(Function):
                 outs = fn(*[values[i] for i in step["inputs"]], *sizes, output="host")
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 values.update(zip(step["outputs"], outs))
-        outs = [np.asarray(values[i]) for i in self.chain["returns"]]
+            outs = [np.asarray(values[i]) for i in self.chain["returns"]]
+            # as a dynamic function's: the last call's concrete types (`symbolic_output_types` keeps the symbols)
+            self.output_types = [TensorType(o.shape, t.dtype) for o, t in zip(outs, self.symbolic_output_types)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def summarize_steps(self) -> list[dict]:
@@ -131,6 +134,5 @@ class StagedFunction(Function):
                          hint="an input that gives at least one element (one nonzero value, one box) avoids it")
 
 
-def _typed(meta: dict):
-    t = _tensor_type(meta["type"])
-    return type(t)(dims_from_json(meta["shape"]), t.dtype)
+def _typed(meta: dict) -> TensorType:
+    return TensorType(dims_from_json(meta["shape"]), _tensor_type(meta["type"]).dtype)

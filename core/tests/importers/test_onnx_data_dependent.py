@@ -197,3 +197,20 @@ def test_host_ops_round_trip_through_the_graph_ir_text():
     assert '"rt.nonzero"(%1) {count = "nonzero"} : (tensor<64xi1>) -> tensor<1x?xi64>' in text
     fn = retarget.load(retarget.compile(ir.parse_module(text), "vmvx"), "local-sync").main
     assert fn(np.arange(-3, 61, dtype=F32))[1] == np.float32(3660)
+
+
+def test_the_command_line_lists_the_stages_and_prints_each_result_s_size(tmp_path):
+    import json
+
+    from retarget.cli import app
+    from typer.testing import CliRunner
+
+    path = retarget.compile(masked_model(), "vmvx").save(tmp_path / "masked.rtm")
+    listed = CliRunner().invoke(app, ["run", str(path), "--list-functions", "--json"])
+    assert listed.exit_code == 0, listed.output
+    (main,) = json.loads(listed.output)["functions"]
+    assert [s["op"] for s in main["steps"]] == ["run", "host", "run"] and main["steps"][1]["name"] == "rt.nonzero"
+    np.save(tmp_path / "x.npy", np.arange(-3, 61, dtype=F32))
+    ran = CliRunner().invoke(app, ["run", str(path), "--input", f"@{tmp_path / 'x.npy'}"])
+    assert ran.exit_code == 0, ran.output
+    assert "result[0]: tensor<60xf32>" in ran.output and "3660" in ran.output
