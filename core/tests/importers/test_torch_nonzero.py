@@ -1,5 +1,6 @@
-"""torch's ops whose result sizes depend on the data: torch.nonzero and x[mask] (aten.nonzero, aten.index with a
-boolean mask), whose size torch.export names u0. The importer makes a host op of each (`rt.nonzero`), the compiler
+"""torch's ops whose result sizes depend on the data: torch.nonzero, x[mask], masked_select and torch.unique
+(aten.nonzero, aten.index with a boolean mask, aten.masked_select, aten._unique2), whose size torch.export names
+u0. The importer makes a host op of each (`rt.nonzero`), the compiler
 stages around it, and the results are compared with torch's at counts of 0, some and all; both import paths
 (training IR and core ATen), on each importer target."""
 
@@ -48,6 +49,13 @@ CASES = {  # name: (module, inputs at counts of some, none and all)
         module_of(lambda x, m: x[m] + 1),
         [(randn(3, 4, 2), randn(3, 4, seed=1) > 0), (randn(3, 4, 2), torch.zeros(3, 4, dtype=torch.bool)),
          (randn(3, 4, 2), torch.ones(3, 4, dtype=torch.bool))]),
+    "masked_select, the mask broadcast": (
+        module_of(lambda x, m: torch.masked_select(x, m) * 3),
+        [(randn(3, 4), randn(4, seed=2) > 0), (randn(3, 4), torch.zeros(4, dtype=torch.bool)),
+         (randn(3, 4), torch.ones(4, dtype=torch.bool))]),
+    "torch.unique with its inverse and counts": (
+        module_of(lambda x: tuple(torch.unique(x, return_inverse=True, return_counts=True))),
+        [torch.tensor([[3, 1, 3], [2, 1, 7]]), torch.full((2, 3), 4), torch.arange(6).reshape(2, 3)]),
     "kept rows through a linear layer": (
         KeptRows(), [randn(10, 8), randn(10, 8) * 0.1, randn(10, 8) * 10]),
 }

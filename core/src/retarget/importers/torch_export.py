@@ -1423,11 +1423,27 @@ def _gather(cv, node, x, dim, index, sparse_grad=False):
     return C.take_along_axis(cv.b, x, index, C.normalize_axis(dim, x.type.rank))
 
 
-def _data_dependent_count(cv, node, axis: int, most) -> str:
-    """A host op's count: a new symbol, which torch's unbacked size (u0) at `axis` of the node's result names."""
-    count = cv.b.fresh_symbol("nonzero", SymbolRange(0, most if isinstance(most, int) else None))
-    cv.symbols[node.meta["val"].shape[axis].node.expr] = count
+def _data_dependent_count(cv, node, axis: int, most, base: str = "nonzero", result: int | None = None) -> str:
+    """A host op's count: a new symbol, which torch's unbacked size (u0) at `axis` of the node's result (or of its
+    result number `result`) names."""
+    count = cv.b.fresh_symbol(base, SymbolRange(0, most if isinstance(most, int) else None))
+    val = node.meta["val"] if result is None else node.meta["val"][result]
+    cv.symbols[val.shape[axis].node.expr] = count
     return count.name
+
+
+@handles("_unique2")
+def _unique2(cv, node, x, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002 - torch's name
+    """torch.unique: the distinct values sorted (torch's CPU kernel sorts whatever `sorted` says), the inverse in x's
+    shape, the counts; an output not asked for is empty, as torch's."""
+    attrs = {"count": _data_dependent_count(cv, node, 0, x.type.num_elements, "unique", result=0), "sorted": True,
+             "axis": None}
+    values = cv.b.op("rt.unique", [x], {**attrs, "output": "values"})
+    empty = cv.b.constant(np.zeros(0, np.int64))
+    inverse = cv.reshape(cv.b.op("rt.unique", [x], {**attrs, "output": "inverse"}), x.type.shape) \
+        if return_inverse else empty
+    counts = cv.b.op("rt.unique", [x], {**attrs, "output": "counts"}) if return_counts else empty
+    return [values, inverse, counts]
 
 
 @handles("nonzero")
@@ -1448,6 +1464,14 @@ def _masked(cv, node, x, mask):
     flat = cv.b.op("rt.nonzero", [cv.reshape(mask, (rows,))], {"count": count})
     positions = cv.reshape(flat, (flat.type.shape[1],))
     return cv.b.op("rt.gather", [cv.reshape(x, (rows, *x.type.shape[lead:])), positions], {"axis": 0})
+
+
+@handles("masked_select")
+def _masked_select(cv, node, x, mask):
+    """x.masked_select(mask): both broadcast to one shape, then x[mask] over every dim (a 1-D result)."""
+    shape = broadcast_shapes(x.type.shape, mask.type.shape)
+    x, mask = (v if v.type.shape == shape else cv.b.op("rt.broadcast", [v], {"shape": shape}) for v in (x, mask))
+    return _masked(cv, node, x, cv.tensor(mask, DTYPES["i1"]))
 
 
 @handles("index", "_unsafe_index")
