@@ -146,7 +146,10 @@ class _Converter:
 
     def _opset(self) -> int:
         versions = {o.domain: o.version for o in self.model.opset_import}
+        self.opsets = versions  # every domain's, e.g. "ai.onnx.ml" (onnx_ml.py)
         version = versions.get("", versions.get("ai.onnx"))
+        if version is None and not any(n.domain in ("", "ai.onnx") for n in self.graph.node):
+            version = MIN_OPSET  # only other domains' ops (ai.onnx.ml's): no default opset to read
         if version is None:
             raise UnsupportedOpError("the model imports no default-domain ONNX opset")
         if version < MIN_OPSET:
@@ -217,10 +220,15 @@ class _Converter:
 
     def _convert(self, index: int, node):
         where = f"node '{node.name}' (#{index})" if node.name else f"node #{index}"
-        if node.domain not in ("", "ai.onnx"):
-            raise UnsupportedOpError(f"ONNX op '{node.domain}.{node.op_type}' ({where}) is not supported",
-                                     hint="only the default ONNX domain is supported")
-        handler = HANDLERS.get(node.op_type)
+        key = op_key(node)
+        if node.domain not in DOMAINS:
+            raise UnsupportedOpError(f"ONNX op '{key}' ({where}) is not supported",
+                                     hint=f"the supported domains: the default one and {', '.join(DOMAINS[2:])}")
+        handler = HANDLERS.get(key)
+        if handler is None and node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOpError(f"ONNX op '{key}' ({where}) is not supported by the onnx importer",
+                                     hint=REFUSAL_HINTS.get(key) or "supported ops of that domain: " + ", ".join(
+                                         sorted(k for k in HANDLERS if k.startswith(node.domain + "."))))
         if handler is None:
             raise UnsupportedOpError(f"ONNX op '{node.op_type}' ({where}) is not supported by the onnx importer",
                                      hint=f"supported ops: {', '.join(sorted(HANDLERS))}")
@@ -368,6 +376,13 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
 
 
 handles = registrar(HANDLERS)
+DOMAINS = ("", "ai.onnx", "ai.onnx.ml")  # ops of other domains register as "DOMAIN.OpType" (onnx_ml.py)
+REFUSAL_HINTS: dict[str, str] = {}  # what to do instead, for ops that are refused on purpose (by key)
+
+
+def op_key(node) -> str:
+    """A node's key in HANDLERS: its op type, prefixed by its domain outside the default one."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
 
 
 def _unary(rt_name):
@@ -1973,6 +1988,6 @@ SYMBOLIC_FOLDS = {
 
 
 # the op families kept in modules of their own register their handlers here
-from . import onnx_control, onnx_data_dependent, onnx_image, onnx_quant, onnx_recurrent, onnx_signal  # noqa: E402,F401
+from . import onnx_control, onnx_data_dependent, onnx_image, onnx_ml, onnx_quant, onnx_recurrent, onnx_signal  # noqa: E402,F401,E501
 
 SUPPORTED_OPS = tuple(sorted(HANDLERS))
