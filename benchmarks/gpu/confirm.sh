@@ -14,6 +14,8 @@
 #             of its own;
 #  onnx_ops:  the ONNX importer's tests that run on RETARGET_IMPORTER_TARGETS (transformer ops, Resize, the recurrent,
 #             signal, control-flow and image ops) on cuda, vulkan and webgpu;
+#  staged:    sizes that depend on the data (NonZero, Unique, NonMaxSuppression, x[mask]: stages with host ops between
+#             them) and ai.onnx.ml (linear models, SVM regressors, tree ensembles) on cuda, vulkan and webgpu;
 #  narrow:    float8, float4 and the 4- and 2-bit integers (kernel/narrow.py) on cuda, vulkan and webgpu, bit for bit
 #             against ml_dtypes, and the scalar op cases (log1p and expm1 near 0 among them) on vulkan and webgpu;
 #             then BitCast (a view) and DeformConv on the three;
@@ -86,6 +88,12 @@ if step onnx_ops; then
     core/tests/importers/test_onnx_recurrent.py core/tests/importers/test_onnx_signal.py \
     core/tests/importers/test_onnx_control.py core/tests/importers/test_onnx_image.py 2>&1 | tail -4 \
     | tee "$OUT/onnx-ops-gpu.txt"
+fi
+if step staged; then
+  RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 300 python3 -m pytest -q -p no:cacheprovider \
+    core/tests/importers/test_onnx_data_dependent.py core/tests/importers/test_torch_nonzero.py \
+    core/tests/importers/test_onnx_ml.py core/tests/importers/test_onnx_ml_trees.py 2>&1 | tail -4 \
+    | tee "$OUT/staged-ml-gpu.txt"
 fi
 if step narrow; then
   RETARGET_IMPORTER_TARGETS="cuda vulkan-spirv webgpu-spirv" timeout 200 python3 -m pytest -q -p no:cacheprovider \
