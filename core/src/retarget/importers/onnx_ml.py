@@ -219,7 +219,7 @@ def _linear_classifier(n):
 def _svm_regressor(n):
     """sum_j coefficients[j] K(x, sv_j) + rho (or, without support vectors, x . coefficients + rho); `one_class`
     gives the sign as +-1. K: LINEAR, POLY ((gamma x.sv + coef0)^degree), SIGMOID (tanh of that), RBF
-    (exp(-gamma |x - sv|^2), the squares summed from the differences, as the reference and onnxruntime do)."""
+    (exp(-gamma |x - sv|^2), the distance from one matrix product)."""
     x = _floats(n, n(0))
     if x.type.rank == 1:
         x = n.b.op("rt.reshape", [x], {"shape": (1, x.type.shape[0])})
@@ -242,12 +242,13 @@ def _svm_regressor(n):
 
 def _kernel(b: Builder, x: Value, vectors: np.ndarray, kind: str, gamma, coef0, degree: int) -> Value:
     """K(x_i, sv_j) for every row and support vector: [N, S]."""
-    if kind == "RBF":
-        diff = b.op("rt.sub", [b.op("rt.reshape", [x], {"shape": (x.type.shape[0], 1, x.type.shape[1])}),
-                               b.constant(vectors[None])])
-        squares = b.op("rt.reduce", [b.op("rt.mul", [diff, diff])], {"kind": "sum", "axes": (2,)})
-        return b.op("rt.exp", [b.op("rt.mul", [squares, C.scalar(b, -gamma, x)])])
     dot = b.op("rt.matmul", [x, b.constant(np.ascontiguousarray(vectors.T))])
+    if kind == "RBF":  # |x - sv|^2 = |x|^2 - 2 x.sv + |sv|^2: a matrix product, not [N, S, F] differences
+        norms = b.op("rt.reduce", [b.op("rt.mul", [x, x])], {"kind": "sum", "axes": (1,), "keepdims": True})
+        squares = b.op("rt.add", [b.op("rt.sub", [norms, b.op("rt.mul", [dot, C.scalar(b, 2.0, x)])]),
+                                  b.constant((vectors.astype(np.float64) ** 2).sum(1).astype(vectors.dtype))])
+        squares = b.op("rt.max", [squares, C.scalar(b, 0.0, x)])  # rounding may leave a tiny negative
+        return b.op("rt.exp", [b.op("rt.mul", [squares, C.scalar(b, -gamma, x)])])
     if kind == "LINEAR":
         return dot
     affine = b.op("rt.add", [b.op("rt.mul", [dot, C.scalar(b, gamma, x)]), C.scalar(b, coef0, x)])
