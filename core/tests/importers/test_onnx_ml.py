@@ -87,6 +87,27 @@ CASES["SVMRegressor without support vectors"] = (
     "SVMRegressor", {"x": X}, ("y",), None, {"coefficients": [0.5, -1.0, 2.0, 0.25], "rho": [1.5],
                                              "kernel_params": [0.0, 0.0, 0.0], "n_supports": 0})
 
+for _classes, _per_class, _kernel, _kind in ((3, [2, 3, 2], "RBF", "NONE"), (4, [1, 2, 2, 1], "POLY", "SOFTMAX"),
+                                             (3, [2, 1, 2], "LINEAR", "LOGISTIC"), (2, [3, 2], "RBF", "NONE"),
+                                             (2, [2, 2], "SIGMOID", "LOGISTIC"), (2, [2, 3], "RBF", "SOFTMAX")):
+    _count = sum(_per_class)
+    CASES[f"SVMClassifier {_classes} classes, {_kernel}, {_kind}"] = (
+        "SVMClassifier", {"x": X}, ("label", "scores"), None,
+        {"kernel_type": _kernel, "kernel_params": [0.3, 0.1, 2], "vectors_per_class": _per_class,
+         "support_vectors": rng.standard_normal(_count * 4).tolist(),
+         "coefficients": rng.standard_normal((_classes - 1) * _count).tolist(),
+         "rho": rng.standard_normal(_classes * (_classes - 1) // 2).tolist(),
+         "classlabels_ints": [2, 5, 7, 9][:_classes], "post_transform": _kind})
+CASES["SVMClassifier without support vectors (linear), 3 classes"] = (
+    "SVMClassifier", {"x": X}, ("label", "scores"), None,
+    {"kernel_type": "LINEAR", "kernel_params": [0.0, 0.0, 0], "coefficients": rng.standard_normal(12).tolist(),
+     "rho": [0.2], "classlabels_ints": [1, 2, 3]})
+CASES["SVMClassifier binary, every coefficient positive"] = (
+    "SVMClassifier", {"x": X}, ("label", "scores"), None,
+    {"kernel_type": "RBF", "kernel_params": [0.3, 0.0, 0], "vectors_per_class": [2, 2],
+     "support_vectors": rng.standard_normal(16).tolist(), "coefficients": rng.random(4).tolist(), "rho": [-0.5],
+     "classlabels_ints": [4, 8]})
+
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", CASES)
@@ -124,3 +145,12 @@ def test_zipmap_is_refused_with_how_to_convert_without_it():
     with pytest.raises(UnsupportedOpError, match=r"'ai.onnx.ml.ZipMap'") as info:
         OnnxImporter().load(model)
     assert "'zipmap': False" in info.value.hint
+
+
+def test_svm_probabilities_are_refused_with_what_to_do():
+    model = ml_model("SVMClassifier", {"x": X}, ("label", "scores"), kernel_type="LINEAR", vectors_per_class=[1, 1],
+                     support_vectors=[0.0] * 8, coefficients=[1.0, -1.0], rho=[0.0], prob_a=[1.0], prob_b=[0.0],
+                     classlabels_ints=[0, 1])
+    with pytest.raises(UnsupportedOpError, match="probabilities") as info:
+        OnnxImporter().load(model)
+    assert "probability=True" in info.value.hint

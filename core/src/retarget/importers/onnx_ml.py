@@ -9,7 +9,8 @@ DictVectorizer, CategoryMapper, LabelEncoder of strings) are refused: the graph 
   left out: no run-time error in a compiled module; they encode as all zeros).
 - LinearRegressor and LinearClassifier (integer class labels): one matrix product; labels and the binary case's
   scores as onnxruntime gives them, where onnx's reference differs (`_linear_classifier`).
-- SVMRegressor: every kernel (LINEAR, POLY, RBF, SIGMOID), `one_class` too. SVMClassifier is not supported yet.
+- SVMRegressor (every kernel: LINEAR, POLY, RBF, SIGMOID; `one_class` too) and SVMClassifier (libsvm's one-vs-one
+  votes; without probabilities: `prob_a` is refused).
 - `post_transform` NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO and PROBIT as onnxruntime computes them
   (`onnx_ml_trees.post_transform`, which the tree ensembles share): PROBIT is its approximation of erfinv
   (Winitzki's, a = 0.147), not the exact function, so that scores agree with its.
@@ -238,6 +239,65 @@ def _svm_regressor(n):
         positive = n.b.op("rt.cmp", [y, C.scalar(n.b, 0.0, y)], {"predicate": "gt"})
         y = n.b.op("rt.select", [positive, C.scalar(n.b, 1.0, y), C.scalar(n.b, -1.0, y)])
     return post_transform(n.b, y, n.attr("post_transform", "NONE"))
+
+
+@handles("ai.onnx.ml.SVMClassifier")
+def _svm_classifier(n):
+    """libsvm's one-vs-one classifier, as onnxruntime and onnx's reference compute it (without probabilities): for
+    each pair i < j of classes, s = rho + the class-i support vectors' kernels weighted by coefficients row j - 1 + the
+    class-j ones' by row i (one matrix product with a [vectors, pairs] weight matrix); s > 0 votes for i, else j; the
+    label is the first class with the most votes, the scores the pairs' s, transformed. Two classes, as onnxruntime:
+    the vote's label; scores [-s, s] (NONE, LOGISTIC of that), [1 - s, s] (SOFTMAX, SOFTMAX_ZERO), PROBIT of s
+    alone (onnx's reference differs: softmax of [-s, s], and the second label whenever every coefficient is >= 0).
+    Without support vectors: scores rho[0] + x . coefficients[c], the label their argmax."""
+    _no_strings(n, "classlabels_strings")
+    if n.attr("prob_a"):
+        raise UnsupportedOpError("SVMClassifier with probabilities (prob_a, prob_b: Platt scaling and pairwise "
+                                 "coupling) is not supported", hint="convert the SVC without probability=True and "
+                                 "read its decision scores")
+    x = _floats(n, n(0))
+    if x.type.rank == 1:
+        x = n.b.op("rt.reshape", [x], {"shape": (1, x.type.shape[0])})
+    dtype = x.type.dtype.np_dtype
+    labels = list(n.attr("classlabels_ints") or [])
+    classes = max(len(labels), 1)
+    coefficients = np.asarray(n.attr("coefficients"), np.float64)
+    rho = np.asarray(n.attr("rho"), np.float64)
+    per_class = list(n.attr("vectors_per_class") or [])
+    kind = n.attr("post_transform", "NONE")
+    gamma, coef0, degree = (list(n.attr("kernel_params") or []) + [0.0, 0.0, 0.0])[:3]
+    names = n.b.constant(np.asarray(labels or list(range(classes)), np.int64))
+    if not sum(per_class):  # linear: one score a class, no votes
+        scores = n.b.op("rt.matmul", [x, n.b.constant(np.ascontiguousarray(
+            coefficients.reshape(classes, -1).T.astype(dtype)))])
+        scores = n.b.op("rt.add", [scores, C.scalar(n.b, float(rho[0]), scores)])
+        label = n.b.op("rt.gather", [names, n.b.op("rt.argmax", [scores], {"axis": 1})], {"axis": 0})
+        return [label, post_transform(n.b, scores, kind)]
+    vectors = np.asarray(n.attr("support_vectors"), np.float64).reshape(sum(per_class), -1).astype(dtype)
+    kernels = _kernel(n.b, x, vectors, n.attr("kernel_type", "LINEAR"), gamma, coef0, int(degree))
+    start = np.concatenate([[0], np.cumsum(per_class)])
+    rows = coefficients.reshape(-1, sum(per_class))
+    pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+    weights = np.zeros((sum(per_class), len(pairs)))
+    wins, losses = np.zeros((len(pairs), classes)), np.zeros((len(pairs), classes))
+    for p, (i, j) in enumerate(pairs):
+        weights[start[i]:start[i + 1], p] = rows[j - 1, start[i]:start[i + 1]]
+        weights[start[j]:start[j + 1], p] = rows[i, start[j]:start[j + 1]]
+        wins[p, i] = losses[p, j] = 1
+    scores = n.b.op("rt.add", [n.b.op("rt.matmul", [kernels, n.b.constant(weights.astype(dtype))]),
+                               n.b.constant(rho[:len(pairs)].astype(dtype))])
+    positive = n.b.op("rt.cast", [n.b.op("rt.cmp", [scores, C.scalar(n.b, 0.0, scores)], {"predicate": "gt"})],
+                      {"dtype": x.type.dtype.name})
+    negative = n.b.op("rt.sub", [C.scalar(n.b, 1.0, positive), positive])
+    votes = n.b.op("rt.add", [n.b.op("rt.matmul", [positive, n.b.constant(wins.astype(dtype))]),
+                              n.b.op("rt.matmul", [negative, n.b.constant(losses.astype(dtype))])])
+    label = n.b.op("rt.gather", [names, n.b.op("rt.argmax", [votes], {"axis": 1})], {"axis": 0})
+    if len(pairs) != 1 or kind == "PROBIT":
+        return [label, post_transform(n.b, scores, kind)]
+    if kind in ("SOFTMAX", "SOFTMAX_ZERO"):  # onnxruntime's: [1 - s, s], untransformed
+        return [label, n.b.op("rt.concat", [n.b.op("rt.sub", [C.scalar(n.b, 1.0, scores), scores]), scores],
+                              {"axis": 1})]
+    return [label, post_transform(n.b, n.b.op("rt.concat", [n.b.op("rt.neg", [scores]), scores], {"axis": 1}), kind)]
 
 
 def _kernel(b: Builder, x: Value, vectors: np.ndarray, kind: str, gamma, coef0, degree: int) -> Value:
