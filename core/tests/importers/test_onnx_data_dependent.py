@@ -214,3 +214,20 @@ def test_the_command_line_lists_the_stages_and_prints_each_result_s_size(tmp_pat
     ran = CliRunner().invoke(app, ["run", str(path), "--input", f"@{tmp_path / 'x.npy'}"])
     assert ran.exit_code == 0, ran.output
     assert "result[0]: tensor<60xf32>" in ran.output and "3660" in ran.output
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_assignment_through_a_mask_as_exporters_write_it(target):
+    """x[x > 0] = 7 as torch.onnx writes index_put: NonZero's indices, an Expand to their count (an op whose shape
+    holds the count but whose operand is a constant: it belongs after the host op), ScatterND; counts 0, some, all."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("Shape", ["idx"], ["s"]),
+             helper.make_node("Slice", ["s", "start", "end"], ["n"]),
+             helper.make_node("Expand", ["value", "n"], ["updates"]),
+             helper.make_node("ScatterND", ["x", "idx", "updates"], ["y"])]
+    x = rng.standard_normal((6, 5)).astype(F32)
+    model = graph_of(nodes, {"x": x}, ["y"], {"zero": np.array(0, F32), "start": np.array([0], I64),
+                                              "end": np.array([1], I64), "value": np.array([7.0], F32)})
+    check_calls(model, target, [{"x": x}, {"x": -np.abs(x)}, {"x": np.abs(x) + 1}])

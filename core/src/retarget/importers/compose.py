@@ -1442,10 +1442,12 @@ def extreme(dtype, low: bool):
 def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reduction: str = "none") -> Value:
     """ONNX's ScatterND, and torch's index_put with index tensors for data's leading dims: indices [..., q]
     address data's first q dims (negative ones count from the end), updates [..., rest of data's dims]. The
-    addressed dims are merged, and each index tuple becomes one position along them."""
+    addressed dims are merged, and each index tuple becomes one position along them. The count of tuples may be known
+    only at run time (a NonZero's indices: `x[mask] = v` as exporters write it); then the scatter stays
+    gather-shaped."""
     q = indices.type.shape[-1]
     shape = data.type.shape
-    if isinstance(q, Sym) or q > len(shape) or any(isinstance(d, Sym) for d in (*shape[:q], *indices.type.shape)):
+    if isinstance(q, Sym) or q > len(shape) or any(isinstance(d, Sym) for d in shape[:q]):
         raise UnsupportedOpError(f"a scatter of {indices.type} index tuples into {data.type}: the indices' sizes "
                                  "and the indexed dims must be known when compiling, and a tuple at most data's rank "
                                  "long", hint="export with static sizes")
@@ -1462,7 +1464,8 @@ def scatter_nd(b: Builder, data: Value, indices: Value, updates: Value, reductio
     tuples = math.prod(indices.type.shape[:-1])
     rest = shape[q:]
     flat = b.op("rt.reshape", [data], {"shape": (math.prod(shape[:q]),) + rest})
-    if rest and all(isinstance(d, int) for d in rest) and math.prod(shape) * tuples > SCATTER_KERNEL_PAIRS \
+    if rest and all(isinstance(d, int) for d in rest) and isinstance(tuples, int) \
+            and math.prod(shape) * tuples > SCATTER_KERNEL_PAIRS \
             and reduction in SCATTER_REDUCTIONS:  # whole rows of `rest` a tuple, contiguous, no transposes
         values = b.op("rt.reshape", [updates], {"shape": (tuples,) + rest})
         linear = b.op("rt.reshape", [linear], {"shape": (tuples,)})

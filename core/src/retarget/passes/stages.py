@@ -13,7 +13,9 @@ counts is also compiled with them 0, for every subset of up to MAX_ZERO_COUNTS o
 fold to constants (`simplify.fold_constants`), as a static empty tensor does anywhere. The runtime picks the
 variant of the counts it has; a stage reading more counts than that refuses a zero among them at run time.
 
-Ops without operands (constants, iotas) belong to no stage: each stage that reads one has its own copy.
+Ops without operands (constants, iotas) belong to no stage: each stage that reads one has its own copy, unless its
+shape holds a count (a broadcast to [count]): an op of any kind goes no earlier than the counts its result's shape
+holds.
 
 The manifest's `staged` entry of a function lists its steps: `{"op": "run", "function", "inputs", "sizes", "outputs",
 "counts", "variants"}` and `{"op": "host", "name", "attrs", "inputs", "output", "type"}`, over values numbered from the
@@ -79,14 +81,19 @@ def _split(fn: Function) -> tuple[dict[str, Function], dict]:
     floating: dict[Value, Operation] = {}  # results of ops without operands: copied where read
     stage_ops: dict[int, list[Operation]] = {}
     host_at: dict[int, list[Operation]] = {}  # host ops whose results stage k is the first to have
+    count_level: dict[str, int] = {}  # the level from which each count is known
     for op in fn.ops:
-        if not op.operands:
+        # a size a host op gives raises an op to that host op's level, operands or not (a broadcast to [count])
+        sized = max((count_level.get(s, 0) for r in op.results for s in symbols_of(r.type.shape)), default=0)
+        if not op.operands and not sized:
             floating[op.result] = op
             continue
-        lv = max((level[v] for v in op.operands if v not in floating), default=0)
+        lv = max([sized, *(level[v] for v in op.operands if v not in floating)])
         if op.name in HOST_OPS:
-            lv += 1
+            lv = max(lv, max((level[v] for v in op.operands if v not in floating), default=0) + 1)
             host_at.setdefault(lv, []).append(op)
+            if isinstance(op.attrs["count"], str):
+                count_level[op.attrs["count"]] = lv
         else:
             stage_ops.setdefault(lv, []).append(op)
         level[op.result] = lv

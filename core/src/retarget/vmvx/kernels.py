@@ -171,7 +171,10 @@ def _pad(attrs, x):
 
 @kernel("gather")
 def _gather(attrs, data, idx):
-    return np.take(data, idx, axis=attrs["axis"], mode="clip")
+    axis = attrs["axis"]
+    if data.shape[axis] == 0:  # nothing to read (a count of 0's stage, folded): zeros, which selects then drop
+        return np.zeros(data.shape[:axis] + np.shape(idx) + data.shape[axis + 1:], data.dtype)
+    return np.take(data, idx, axis=axis, mode="clip")
 
 
 @kernel("matmul")
@@ -255,6 +258,11 @@ def _avg_pool2d(attrs, x):
 def _reduce(attrs, x):
     kind = attrs["kind"]
     x = _wide(x) if kind in ("sum", "prod") else x
+    if x.size == 0 and kind in ("max", "min"):  # over no elements: the identity, as a kernel's loop starts from it
+        start = (-np.inf if kind == "max" else np.inf) if x.dtype.kind == "f" else \
+            (np.iinfo(x.dtype).min if kind == "max" else np.iinfo(x.dtype).max) if x.dtype.kind in "iu" else \
+            kind == "min"
+        return _REDUCE[kind](x, axis=tuple(attrs["axes"]), keepdims=attrs.get("keepdims", False), initial=start)
     return _REDUCE[kind](x, axis=tuple(attrs["axes"]), keepdims=attrs.get("keepdims", False))
 
 
