@@ -231,3 +231,21 @@ def test_an_assignment_through_a_mask_as_exporters_write_it(target):
     model = graph_of(nodes, {"x": x}, ["y"], {"zero": np.array(0, F32), "start": np.array([0], I64),
                                               "end": np.array([1], I64), "value": np.array([7.0], F32)})
     check_calls(model, target, [{"x": x}, {"x": -np.abs(x)}, {"x": np.abs(x) + 1}])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_top_k_of_at_most_a_count_as_detectors_take_it(target):
+    """TopK with k = Min(Shape(kept), 5): a size of the count, folded as min(nonzero, 5), at counts 0, 2 and all."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "axis0"], ["idx"]),
+             helper.make_node("Gather", ["x", "idx"], ["kept"]),
+             helper.make_node("Shape", ["kept"], ["size"]),
+             helper.make_node("Min", ["size", "cap"], ["k"]),
+             helper.make_node("TopK", ["kept", "k"], ["values", "positions"])]
+    x = rng.standard_normal(50).astype(F32)
+    model = graph_of(nodes, {"x": x}, ["values", "positions"], {"zero": np.array(0, F32),
+                                                                "axis0": np.array([0], I64), "cap": np.array([5], I64)})
+    two = np.full(50, -1, F32)
+    two[[7, 30]] = [2.0, 3.0]
+    check_calls(model, target, [{"x": x}, {"x": -np.abs(x) - 1}, {"x": two}, {"x": np.abs(x) + 1}])

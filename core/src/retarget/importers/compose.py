@@ -1729,6 +1729,16 @@ def _dynamic_axis_lowest(b: Builder, n, limit: int, what: str, otherwise: str) -
     return lowest
 
 
+def _min_with(k, n) -> bool:
+    """Whether size `k` is min(n, something): at most n whatever the symbols (a detector's k = min(count, 100))."""
+    from ..ir.symbolic import Min
+
+    if not isinstance(k, Sym) or len(k.terms) != 1:
+        return False
+    (atoms, coefficient), = k.terms
+    return coefficient == 1 and len(atoms) == 1 and isinstance(atoms[0], Min) and n in (atoms[0].a, atoms[0].b)
+
+
 def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | None = None) -> tuple[Value, Value]:
     """(values, int64 indices) of the first `k` (default: all) elements of `x` sorted along `axis`, as torch's
     stable sort orders them: equal elements keep their order, NaN is larger than every number. No sort op:
@@ -1742,7 +1752,7 @@ def sort(b: Builder, x: Value, axis: int, descending: bool = False, k: int | Non
     n = shape[axis]
     k = n if k is None else k
     lowest = _dynamic_axis_lowest(b, n, SORT_AXIS_LIMIT, "sorting", "sort along an axis of static size")
-    if isinstance(n, Sym) and k != n and not (isinstance(k, int) and 0 <= k <= lowest):
+    if isinstance(n, Sym) and k != n and not (isinstance(k, int) and 0 <= k <= lowest) and not _min_with(k, n):
         raise UnsupportedOpError(f"the top {k} of an axis of {n} elements (at least {lowest}) is not supported: "
                                  "at its smallest sizes there are fewer than k",
                                  hint=f"raise the symbol's lower bound to {k} (torch.export.Dim's min), or take "

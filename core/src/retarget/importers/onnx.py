@@ -1920,6 +1920,17 @@ def _sym_arith(fn):
     return fold
 
 
+def _sym_min(n):
+    """Min of sizes (a detector's k = min(count, 100)): `dim_min`'s, elementwise over the inputs."""
+    from ..ir.symbolic import dim_min
+
+    arrays = [np.asarray(_known_ints(n, i), dtype=object) for i in range(len(n.node.input))]
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = np.frompyfunc(dim_min, 2, 1)(out, a)
+    return np.asarray(out, dtype=object)
+
+
 def _sym_gather(n):
     data, idx = np.asarray(_known_ints(n, 0), dtype=object), np.asarray(_known_ints(n, 1)).astype(np.int64)
     axis = n.attr("axis", 0)
@@ -1983,7 +1994,7 @@ SYMBOLIC_FOLDS = {
     "Mul": _sym_arith(lambda a, b: a * b), "Div": _sym_arith(lambda a, b: a // b),  # sizes: trunc == floor
     "Gather": _sym_gather, "Unsqueeze": _sym_unsqueeze, "Squeeze": _sym_squeeze, "Concat": _sym_concat,
     "Slice": _sym_slice, "Identity": _sym_same, "Cast": _sym_cast, "Reshape": _sym_reshape,
-    "ReduceProd": _sym_reduce_prod,
+    "ReduceProd": _sym_reduce_prod, "Min": _sym_min,
 }
 
 
