@@ -220,3 +220,39 @@ def test_einsum_matches_numpy(equation, shapes):
                        [tensor(n, list(s)) for n, s in zip(names, shapes)], [tensor("y", list(expected.shape))])
     (got,) = run_function(verify(OnnxImporter().load(model)).functions["main"], arrays)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset, axis", [(11, None), (11, 2), (12, 0), (13, None), (13, 1)])
+def test_softmax_family_before_opset_13_coerces_to_2d(op, opset, axis):
+    """Before opset 13 these flatten x to [d0 ... d(axis-1), d(axis) ...] (axis 1 by default) and work along the
+    second; from 13 on along `axis` (-1 by default). Against onnxruntime (onnx's reference applies opset 13's
+    semantics to every version)."""
+    from retarget.testing.onnx_cases import reference_outputs
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    node = helper.make_node(op, ["x"], ["y"], **({} if axis is None else {"axis": axis}))
+    model = make_model([node], [tensor("x", [2, 3, 4])], [tensor("y", [2, 3, 4])], opset=opset)
+    (got,) = run_function(verify(OnnxImporter().load(model)).functions["main"], [x])
+    expected = reference_outputs(model, {"x": x}, onnxruntime=True)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_opset_older_than_11_is_refused_with_how_to_convert():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])], [tensor("y", [2])], opset=10)
+    with pytest.raises(UnsupportedOpError, match="opset 10 is older than 11") as info:
+        OnnxImporter().load(model)
+    assert "version_converter" in info.value.hint
+
+
+def test_opset_11_resize_takes_tf_half_pixel_for_nn():
+    from retarget.testing.onnx_cases import assert_same, reference_outputs
+
+    x = np.random.default_rng(0).standard_normal((1, 1, 4, 5)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="tf_half_pixel_for_nn")
+    model = make_model([node], [tensor("x", [1, 1, 4, 5])], [tensor("y", [1, 1, 6, 11])],
+                       [numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+                        numpy_helper.from_array(np.array([1, 1, 1.7, 2.3], np.float32), "scales")], opset=11)
+    (got,) = run_function(verify(OnnxImporter().load(model)).functions["main"], [x])
+    assert_same([got], reference_outputs(model, {"x": x}, onnxruntime=True))

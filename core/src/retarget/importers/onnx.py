@@ -1,4 +1,4 @@
-"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 13 to 21, and the
+"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 11 to 21, and the
 newer ops of opsets 23 to 28: Attention, RMSNormalization, RotaryEmbedding, Swish, SwiGLU, TensorScatter,
 CausalConvWithState, LinearAttention, BitCast). Families of ops live in modules of their own, which register here:
 `onnx_quant` (quantized ops), `onnx_recurrent` (RNN, GRU, LSTM and opset 27's recurrences), `onnx_control` (If,
@@ -33,7 +33,7 @@ from ..ir.symbolic import Sym, dim_min, divide_exactly, sanitize
 from ..registry import registrar
 from . import compose as C
 
-MIN_OPSET, MAX_OPSET = 13, 21
+MIN_OPSET, MAX_OPSET = 11, 21
 
 # TensorProto.DataType -> retarget element type
 _ONNX_DTYPES = {1: "f32", 2: "ui8", 3: "i8", 4: "ui16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16",
@@ -700,11 +700,21 @@ def _axis(n, x, default):
     return C.normalize_axis(n.attr("axis", default), x.type.rank)
 
 
+def _coerced_2d(n, x: Value, along):
+    """Opsets before 13's Softmax, LogSoftmax and Hardmax: x as [d0 * ... * d(axis-1), d(axis) * ... ] (axis 1 by
+    default), `along` its last axis, and the result in x's shape; from 13 on, `along` x's `axis` (-1 by default)."""
+    if n.opset >= 13:
+        return along(x, _axis(n, x, -1))
+    axis = _axis(n, x, 1)
+    rows = math.prod(x.type.shape[:axis]) if axis else 1
+    flat = n.b.op("rt.reshape", [x], {"shape": (rows, math.prod(x.type.shape[axis:]))})
+    return n.b.op("rt.reshape", [along(flat, 1)], {"shape": x.type.shape})
+
+
 @handles("Softmax", "LogSoftmax")
 def _softmax(n):
-    x = n(0)
     fn = C.softmax if n.node.op_type == "Softmax" else C.log_softmax
-    return fn(n.b, x, _axis(n, x, -1))
+    return _coerced_2d(n, n(0), lambda x, axis: fn(n.b, x, axis))
 
 
 @handles("LayerNormalization")
@@ -1513,6 +1523,7 @@ RESIZE_COORDINATES = {  # ONNX's coordinate_transformation_mode: the input posit
     "pytorch_half_pixel": lambda x, scale, size, out, length: (x + 0.5) / scale - 0.5 if length > 1 else 0 * x,
     "align_corners": lambda x, scale, size, out, length: x * (size - 1) / (length - 1) if length > 1 else 0 * x,
     "asymmetric": lambda x, scale, size, out, length: x / scale,
+    "tf_half_pixel_for_nn": lambda x, scale, size, out, length: (x + 0.5) / scale,  # opset 11's, for nearest
     "half_pixel_symmetric": lambda x, scale, size, out, length:  # centred where rounding shrank the output
         size / 2 * (1 - out / length) + (x + 0.5) / scale - 0.5,
 }
@@ -1770,11 +1781,12 @@ def _cumulative(n):
 @handles("Hardmax")
 def _hardmax(n):
     """1 at the first maximum along the axis, 0 elsewhere."""
-    x = n(0)
-    axis = _axis(n, x, -1)
-    first = n.b.op("rt.cast", [n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": True})], {"dtype": "i32"})
-    position = n.b.op("rt.iota", [], {"shape": x.type.shape, "axis": axis, "dtype": "i32"})
-    return _cast_to(n, n.b.op("rt.cmp", [position, first], {"predicate": "eq"}), x.type.dtype)
+    def along(x, axis):
+        first = n.b.op("rt.cast", [n.b.op("rt.argmax", [x], {"axis": axis, "keepdims": True})], {"dtype": "i32"})
+        position = n.b.op("rt.iota", [], {"shape": x.type.shape, "axis": axis, "dtype": "i32"})
+        return _cast_to(n, n.b.op("rt.cmp", [position, first], {"predicate": "eq"}), x.type.dtype)
+
+    return _coerced_2d(n, n(0), along)
 
 
 @handles("EyeLike")
