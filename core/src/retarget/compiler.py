@@ -204,6 +204,11 @@ def compile(  # noqa: A001 - the public verb
             notes(f"the fallback ({', '.join(secondary.tables)}) is not needed: the targets run every op")
         elif primary.name not in used:
             notes(f"every op runs on the fallback ({', '.join(secondary.tables)}); the module holds only its code")
+    if len(used) > 1 and staged:
+        raise UnsupportedOpError(f"function {', '.join(staged)} has sizes that depend on the data (it runs as stages "
+                                 "with host ops between them), and a module split by --fallback runs static "
+                                 "functions only", hint="leave out --fallback, and compile for a target that runs "
+                                 "every op (--explain shows which one refuses what)")
     if len(used) > 1:
         artifact = _partitioned(source, placements, {primary.name: resolved, secondary.name: resolved_fallback},
                                 [p for p in names if p in used], dump)

@@ -249,3 +249,11 @@ def test_top_k_of_at_most_a_count_as_detectors_take_it(target):
     two = np.full(50, -1, F32)
     two[[7, 30]] = [2.0, 3.0]
     check_calls(model, target, [{"x": x}, {"x": -np.abs(x) - 1}, {"x": two}, {"x": np.abs(x) + 1}])
+
+
+def test_a_split_module_is_refused_with_what_to_do():
+    from retarget.errors import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match="sizes that depend on the data") as info:
+        retarget.compile(masked_model(), "vmvx", fallback="llvm-cpu", refuse=["rt.gather"])
+    assert "--fallback" in info.value.hint
