@@ -98,6 +98,12 @@ for _classes, _per_class, _kernel, _kind in ((3, [2, 3, 2], "RBF", "NONE"), (4, 
          "coefficients": rng.standard_normal((_classes - 1) * _count).tolist(),
          "rho": rng.standard_normal(_classes * (_classes - 1) // 2).tolist(),
          "classlabels_ints": [2, 5, 7, 9][:_classes], "post_transform": _kind})
+CASES["LabelEncoder of int64s to floats, a default"] = (
+    "LabelEncoder", {"x": np.array([[3, 7, 1], [9, 3, 7]], I64)}, ("y",), None,
+    {"keys_int64s": [1, 3, 7], "values_floats": [0.5, -2.0, 4.0], "default_float": 9.5})
+CASES["LabelEncoder of floats to int64s, NaN to the default"] = (
+    "LabelEncoder", {"x": np.array([0.25, np.nan, 2.0, -1.0, 0.25], F32)}, ("y",), None,
+    {"keys_floats": [0.25, 2.0, -1.0], "values_int64s": [10, 20, 30], "default_int64": -7})
 CASES["SVMClassifier without support vectors (linear), 3 classes"] = (
     "SVMClassifier", {"x": X}, ("label", "scores"), None,
     {"kernel_type": "LINEAR", "kernel_params": [0.0, 0.0, 0], "coefficients": rng.standard_normal(12).tolist(),

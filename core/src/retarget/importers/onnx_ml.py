@@ -6,7 +6,7 @@ DictVectorizer, CategoryMapper, LabelEncoder of strings) are refused: the graph 
   divided by max(norm, 1e-30)),
   Binarizer, Imputer (a value or NaN replaced, per feature), ArrayFeatureExtractor (a 1-D input as one row, as
   onnxruntime does), FeatureVectorizer, OneHotEncoder of integer categories (`zeros=0`'s check of unknown values is
-  left out: no run-time error in a compiled module; they encode as all zeros).
+  left out: no run-time error in a compiled module; they encode as all zeros), LabelEncoder of numbers.
 - LinearRegressor and LinearClassifier (integer class labels): one matrix product; labels and the binary case's
   scores as onnxruntime gives them, where onnx's reference differs (`_linear_classifier`).
 - SVMRegressor (every kernel: LINEAR, POLY, RBF, SIGMOID; `one_class` too) and SVMClassifier (libsvm's one-vs-one
@@ -33,8 +33,6 @@ REFUSAL_HINTS.update({
                          "to_onnx(model, X, options={'zipmap': False})) and read the probabilities as a tensor",
     "ai.onnx.ml.DictVectorizer": f"DictVectorizer reads maps, and {_NUMBERS_ONLY}: vectorize outside the model",
     "ai.onnx.ml.CategoryMapper": f"CategoryMapper maps strings, and {_NUMBERS_ONLY}: map them outside the model",
-    "ai.onnx.ml.LabelEncoder": f"LabelEncoder here maps labels, often strings, and {_NUMBERS_ONLY}: encode them "
-                               "outside the model",
 })
 
 
@@ -148,6 +146,38 @@ def _feature_vectorizer(n):
                                        "value": 0.0})
         parts.append(n.b.op("rt.cast", [x], {"dtype": "f32"}) if x.type.dtype.name != "f32" else x)
     return parts[0] if len(parts) == 1 else n.b.op("rt.concat", parts, {"axis": parts[0].type.rank - 1})
+
+
+@handles("ai.onnx.ml.LabelEncoder")
+def _label_encoder(n):
+    """Numbers to numbers (keys_floats/int64s/tensor to values_floats/int64s/tensor): each element's value, or the
+    default where no key equals it (NaN never does); a repeated key maps as its last entry, as a dict would."""
+    _no_strings(n, "keys_strings", "values_strings")
+    keys = next((np.asarray(n.attr(k)) for k in ("keys_floats", "keys_int64s", "keys_tensor")
+                 if n.attr(k) is not None and np.asarray(n.attr(k)).size), None)
+    for name, kind, default in (("values_floats", np.float32, n.attr("default_float", -0.0)),
+                                ("values_int64s", np.int64, n.attr("default_int64", -1)),
+                                ("values_tensor", None, n.attr("default_tensor"))):
+        values = n.attr(name)
+        if values is not None and np.asarray(values).size:
+            values = np.asarray(values, dtype=kind)
+            if kind is None:  # a tensor: its own type, and the default a tensor of it
+                default = np.asarray(default if default is not None else 0, values.dtype).reshape(-1)[0]
+            break
+    else:
+        values = None
+    if keys is None or values is None or keys.size != values.size:
+        raise UnsupportedOpError("LabelEncoder needs numeric keys and values of one length")
+    x = n(0)
+    classes = dict(zip(keys.reshape(-1).tolist(), values.reshape(-1).tolist()))
+    table = n.b.constant(np.asarray(list(classes), dtype=x.type.dtype.np_dtype))
+    mapped = np.asarray(list(classes.values()), dtype=values.dtype)
+    hits = n.b.op("rt.cmp", [n.b.op("rt.reshape", [x], {"shape": (*x.type.shape, 1)}), table], {"predicate": "eq"})
+    last = x.type.rank
+    found = n.b.op("rt.reduce", [hits], {"kind": "or", "axes": (last,)})
+    which = n.b.op("rt.argmax", [n.b.op("rt.cast", [hits], {"dtype": "i32"})], {"axis": last})
+    value = n.b.op("rt.gather", [n.b.constant(mapped), which], {"axis": 0})
+    return n.b.op("rt.select", [found, value, n.b.constant(np.asarray(default, dtype=mapped.dtype))])
 
 
 @handles("ai.onnx.ml.OneHotEncoder")
