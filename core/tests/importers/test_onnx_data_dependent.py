@@ -257,3 +257,23 @@ def test_a_split_module_is_refused_with_what_to_do():
     with pytest.raises(UnsupportedOpError, match="sizes that depend on the data") as info:
         retarget.compile(masked_model(), "vmvx", fallback="llvm-cpu", refuse=["rt.gather"])
     assert "--fallback" in info.value.hint
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_three_levels_of_host_ops(target):
+    """Compress, a mean of what it kept, Compress again, then Unique: three levels, each count 0 or not (the mean of
+    nothing is NaN, and nothing passes it)."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["first"]),
+             helper.make_node("Compress", ["x", "first"], ["kept"], axis=0),
+             helper.make_node("ReduceMean", ["kept"], ["mean"], keepdims=1),
+             helper.make_node("Greater", ["kept", "mean"], ["second"]),
+             helper.make_node("Compress", ["kept", "second"], ["above"], axis=0),
+             helper.make_node("Round", ["above"], ["rounded"]),
+             helper.make_node("Unique", ["rounded"], ["values", "first_index", "inverse", "counts"]),
+             helper.make_node("Mul", ["values", "two"], ["y"])]
+    x = (rng.standard_normal(40) * 3).astype(F32)
+    model = graph_of(nodes, {"x": x}, ["y", "counts", "above"], {"zero": np.array(0, F32), "two": np.array(2, F32)},
+                     opset=17)
+    with np.errstate(invalid="ignore"):  # the reference's mean of nothing
+        check_calls(model, target, [{"x": x}, {"x": -np.abs(x) - 1}, {"x": np.full(40, 2.0, F32)},
+                                    {"x": np.abs(x) + 0.1}], rtol=1e-5)
