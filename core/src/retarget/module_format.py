@@ -102,11 +102,15 @@ class Artifact:
         return data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
 
 
+def stage_functions(chain: dict) -> list[str]:
+    """The functions a staged function's steps run: each stage and its zero-count variants (runtime_staged.py)."""
+    return [v["function"] for step in chain["steps"] if step["op"] == "run" for v in [step, *step["variants"]]]
+
+
 def public_functions(manifest: dict) -> list[str]:
     """The functions a caller sees: a function with data-dependent sizes by its own name, not its stages'."""
     staged = manifest.get("staged", {})
-    stages = {v["function"] for chain in staged.values() for step in chain["steps"] if step["op"] == "run"
-              for v in [step, *step["variants"]]}
+    stages = {name for chain in staged.values() for name in stage_functions(chain)}
     return [n for n in manifest["functions"] if n not in stages] + list(staged)
 
 

@@ -19,6 +19,7 @@ from . import dlpack
 from .errors import InputError, ModuleFormatError
 from .ir.core import TensorType
 from .ir.symbolic import bind, dims_from_json, evaluate_shape
+from .module_format import stage_functions
 from .runtime import Function, FunctionSignature, _tensor_type
 from .vmvx.kernels import KERNELS
 
@@ -39,9 +40,7 @@ class StagedFunction(Function):
         self._checks = self._input_checks(chain["inputs"])
         self.steps = chain["steps"]
         try:
-            self.stages = {s["function"]: stages[s["function"]] for s in self.steps if s["op"] == "run"}
-            self.stages.update({v["function"]: stages[v["function"]] for s in self.steps if s["op"] == "run"
-                                for v in s["variants"]})
+            self.stages = {name: stages[name] for name in stage_functions(chain)}
         except KeyError as e:
             raise ModuleFormatError(f"function '{name}' runs stage {e}, which the module lacks",
                                     hint="recompile the module") from None
@@ -83,15 +82,15 @@ class StagedFunction(Function):
                              "arrays", hint="leave out output=")
         arrays = self.check_inputs(args)
         values = dict(enumerate(arrays))
-        counts = bind([t.shape for t in self.input_types], [a.shape for a in arrays])  # the inputs' symbols, too
+        sizes = bind([t.shape for t in self.input_types], [a.shape for a in arrays])  # then the counts, as they come
         with self._lock:
             for step in self.steps:
                 if step["op"] == "host":
-                    values[step["output"]] = self._host(step, [values[i] for i in step["inputs"]], counts)
+                    values[step["output"]] = self._host(step, [values[i] for i in step["inputs"]], sizes)
                     continue
-                fn = self.stages[self._variant(step, counts)]
-                sizes = [np.zeros(counts[s], np.int8) for s in step.get("sizes", ())]
-                outs = fn(*[values[i] for i in step["inputs"]], *sizes, output="host")
+                fn = self.stages[self._variant(step, sizes)]
+                carriers = [np.zeros(sizes[s], np.int8) for s in step["sizes"]]  # inputs whose length is a size
+                outs = fn(*[values[i] for i in step["inputs"]], *carriers, output="host")
                 outs = outs if isinstance(outs, tuple) else (outs,)
                 values.update(zip(step["outputs"], outs))
             outs = [np.asarray(values[i]) for i in self.chain["returns"]]
@@ -113,20 +112,19 @@ class StagedFunction(Function):
                         "variants": [v["function"] for v in step["variants"]]})
         return out
 
-    def _host(self, step: dict, arrays: list, counts: dict) -> np.ndarray:
+    def _host(self, step: dict, arrays: list, sizes: dict) -> np.ndarray:
         out = np.require(KERNELS[step["name"]](step["attrs"], *arrays), requirements="C")
         shape, dtype = self._results[id(step)]
-        count = step["attrs"]["count"]
-        if isinstance(count, str):
-            counts.update(bind([shape], [out.shape]))
-        want = evaluate_shape(shape, counts)
+        if isinstance(step["attrs"]["count"], str):
+            sizes.update(bind([shape], [out.shape]))
+        want = evaluate_shape(shape, sizes)
         if tuple(out.shape) != tuple(want):  # the model fixed this size, or tied it to another one
             raise InputError(f"{step['name']} in function '{self.name}' gave a result of shape {list(out.shape)}, "
                              f"where the model's shapes need {list(want)}", hint="check the inputs' values")
         return out if out.dtype == dtype else out.astype(dtype)
 
-    def _variant(self, step: dict, counts: dict) -> str:
-        zeros = [c for c in step["counts"] if counts[c] == 0]
+    def _variant(self, step: dict, sizes: dict) -> str:
+        zeros = [c for c in step["counts"] if sizes[c] == 0]
         if not zeros:
             return step["function"]
         for v in step["variants"]:

@@ -1731,8 +1731,6 @@ def _dynamic_axis_lowest(b: Builder, n, limit: int, what: str, otherwise: str) -
 
 def _min_with(k, n) -> bool:
     """Whether size `k` is min(n, something): at most n whatever the symbols (a detector's k = min(count, 100))."""
-    from ..ir.symbolic import Min
-
     if not isinstance(k, Sym) or len(k.terms) != 1:
         return False
     (atoms, coefficient), = k.terms

@@ -2011,6 +2011,14 @@ SYMBOLIC_FOLDS = {
 
 
 # the op families kept in modules of their own register their handlers here
-from . import onnx_control, onnx_data_dependent, onnx_image, onnx_ml, onnx_quant, onnx_recurrent, onnx_signal  # noqa: E402,F401,E501
+from . import (  # noqa: E402,F401
+    onnx_control,
+    onnx_data_dependent,
+    onnx_image,
+    onnx_ml,
+    onnx_quant,
+    onnx_recurrent,
+    onnx_signal,
+)
 
 SUPPORTED_OPS = tuple(sorted(HANDLERS))

@@ -31,15 +31,8 @@ def _count(b: Builder, base: str, most) -> str:
     return b.fresh_symbol(base, SymbolRange(0, None if isinstance(most, Sym) else int(most))).name
 
 
-def _elements(t):
-    n = 1
-    for d in t.shape:
-        n = n * d
-    return n
-
-
 def nonzero(b: Builder, x: Value) -> Value:
-    return b.op("rt.nonzero", [x], {"count": _count(b, "nonzero", _elements(x.type))})
+    return b.op("rt.nonzero", [x], {"count": _count(b, "nonzero", x.type.num_elements)})
 
 
 @handles("NonZero")
@@ -63,7 +56,7 @@ def _compress(n):
 
 
 def _flattened(b: Builder, x: Value) -> Value:
-    return b.op("rt.reshape", [x], {"shape": (_elements(x.type),)})
+    return b.op("rt.reshape", [x], {"shape": (x.type.num_elements,)})
 
 
 @handles("Unique")
@@ -72,7 +65,7 @@ def _unique(n):
     axis = n.attr("axis")
     if axis is not None:
         axis = C.normalize_axis(axis, x.type.rank)
-    most = _elements(x.type) if axis is None else x.type.shape[axis]
+    most = x.type.num_elements if axis is None else x.type.shape[axis]
     attrs = {"count": _count(n.b, "unique", most), "sorted": bool(n.attr("sorted", 1)), "axis": axis}
     wanted = [i for i in range(4) if n.wants(i)] or [0]
     outputs = [None] * 4

@@ -26,7 +26,6 @@ from . import compose as C
 from .onnx import REFUSAL_HINTS, handles
 from .onnx_ml_trees import post_transform  # the tree ensembles register themselves too
 
-F32 = np.float32
 _NUMBERS_ONLY = "the graph IR holds tensors of numbers only"
 REFUSAL_HINTS.update({
     "ai.onnx.ml.ZipMap": f"ZipMap makes a sequence of maps, and {_NUMBERS_ONLY}: convert without it (skl2onnx: "

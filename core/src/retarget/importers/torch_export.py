@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import os
 import re
 from typing import Any
@@ -246,8 +247,6 @@ class _Converter:
             self.fn.returns.append(value)
 
     def _call(self, node):
-        import operator
-
         if node.target in _SIZE_ARITHMETIC:  # arithmetic on sizes (SymInts): done here, on our dimensions
             args = [self._arg(a) for a in node.args]
             if not all(isinstance(a, (int, Sym, Value)) for a in args):
@@ -347,8 +346,6 @@ class _Converter:
 
 def _size_arithmetic():
     """Python's operators on sizes, each with its spelling on rank-0 tensors (where a size is known only as data)."""
-    import operator
-
     def on(name):
         return lambda b, x, y: b.op(name, [x, y])
 
@@ -357,7 +354,7 @@ def _size_arithmetic():
 
 
 _SIZE_ARITHMETIC = _size_arithmetic()
-_SIZE_COMPARISONS = tuple(getattr(__import__("operator"), n) for n in ("ge", "gt", "le", "lt", "eq", "ne"))
+_SIZE_COMPARISONS = (operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne)
 
 
 def _static(d, node) -> int:

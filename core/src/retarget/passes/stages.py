@@ -88,13 +88,14 @@ def _split(fn: Function) -> tuple[dict[str, Function], dict]:
         if not op.operands and not sized:
             floating[op.result] = op
             continue
-        lv = max([sized, *(level[v] for v in op.operands if v not in floating)])
-        if op.name in HOST_OPS:
-            lv = max(lv, max((level[v] for v in op.operands if v not in floating), default=0) + 1)
+        inputs = max((level[v] for v in op.operands if v not in floating), default=0)
+        if op.name in HOST_OPS:  # runs after the stage of its inputs
+            lv = max(sized, inputs + 1)
             host_at.setdefault(lv, []).append(op)
             if isinstance(op.attrs["count"], str):
                 count_level[op.attrs["count"]] = lv
         else:
+            lv = max(sized, inputs)
             stage_ops.setdefault(lv, []).append(op)
         level[op.result] = lv
     last = max([*stage_ops, *host_at, 0])

@@ -259,10 +259,8 @@ def _reduce(attrs, x):
     kind = attrs["kind"]
     x = _wide(x) if kind in ("sum", "prod") else x
     if x.size == 0 and kind in ("max", "min"):  # over no elements: the identity, as a kernel's loop starts from it
-        start = (-np.inf if kind == "max" else np.inf) if x.dtype.kind == "f" else \
-            (np.iinfo(x.dtype).min if kind == "max" else np.iinfo(x.dtype).max) if x.dtype.kind in "iu" else \
-            kind == "min"
-        return _REDUCE[kind](x, axis=tuple(attrs["axes"]), keepdims=attrs.get("keepdims", False), initial=start)
+        return _REDUCE[kind](x, axis=tuple(attrs["axes"]), keepdims=attrs.get("keepdims", False),
+                             initial=_identity(kind, x.dtype))
     return _REDUCE[kind](x, axis=tuple(attrs["axes"]), keepdims=attrs.get("keepdims", False))
 
 
@@ -323,19 +321,22 @@ def _segment_reduce(attrs, values, starts, ends):
     running value does (`accumulate` is sequential; halves combine in f32); an empty segment is the identity."""
     combine, wide = _SCATTER_COMBINE[attrs["kind"]], _wide(values)
     rows = values.shape[0]
-    out = np.full((len(starts), *values.shape[1:]), _segment_identity(attrs["kind"], wide.dtype), wide.dtype)
+    out = np.full((len(starts), *values.shape[1:]), _identity(attrs["kind"], wide.dtype), wide.dtype)
     for b, (lo, hi) in enumerate(zip(np.clip(starts, 0, rows), np.clip(ends, 0, rows))):
         if hi > lo:
             out[b] = combine(out[b], combine.accumulate(wide[lo:hi], axis=0)[-1])
     return out.astype(values.dtype)
 
 
-def _segment_identity(kind: str, dtype):
+def _identity(kind: str, dtype):
+    """What a sum, product, max or min of no elements is: the value a kernel's running value starts from."""
     if kind in ("sum", "prod"):
         return 0 if kind == "sum" else 1
     low = kind == "max"
     if np.issubdtype(dtype, np.floating):
         return -np.inf if low else np.inf
+    if dtype == np.bool_:
+        return not low
     return np.iinfo(dtype).min if low else np.iinfo(dtype).max
 
 
