@@ -96,13 +96,6 @@ def test_custom_domain_op_is_unsupported():
         OnnxImporter().load(model)
 
 
-def test_old_opset_is_refused_with_a_hint():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])], [tensor("y", [2])], opset=9)
-    with pytest.raises(UnsupportedOpError, match="opset 9") as info:
-        OnnxImporter().load(model)
-    assert "version_converter" in info.value.hint
-
-
 def test_bad_files_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         OnnxImporter().load(tmp_path / "absent.onnx")
@@ -236,13 +229,6 @@ def test_softmax_family_before_opset_13_coerces_to_2d(op, opset, axis):
     (got,) = run_function(verify(OnnxImporter().load(model)).functions["main"], [x])
     expected = reference_outputs(model, {"x": x}, onnxruntime=True)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-
-
-def test_an_opset_older_than_11_is_refused_with_how_to_convert():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2])], [tensor("y", [2])], opset=10)
-    with pytest.raises(UnsupportedOpError, match="opset 10 is older than 11") as info:
-        OnnxImporter().load(model)
-    assert "version_converter" in info.value.hint
 
 
 def test_opset_11_resize_takes_tf_half_pixel_for_nn():

@@ -16,7 +16,8 @@ import warnings
 import numpy as np
 import pytest
 from retarget.errors import RetargetError
-from retarget.importers.onnx import MIN_OPSET, SHAPE_OPERANDS, SUPPORTED_OPS, OnnxImporter, op_key
+from retarget.importers.onnx import SHAPE_OPERANDS, SUPPORTED_OPS, OnnxImporter, op_key
+from retarget.importers.onnx_legacy import reads
 
 onnx = pytest.importorskip("onnx")
 
@@ -51,8 +52,9 @@ def node_cases():
     selected = {}
     for case in cases:
         ops = {op_key(n) for n in case.model.graph.node}
-        opsets = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")]
-        if ops and ops <= claimed and all(v >= MIN_OPSET for v in opsets):  # ai.onnx.ml's alone import none
+        opset = next((o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        read = all(reads(n.op_type, opset) for n in case.model.graph.node if n.domain in ("", "ai.onnx"))
+        if ops and ops <= claimed and read:  # each op's version at the case's opset (onnx_legacy)
             selected[case.name] = case
     return sorted(selected.items())
 

@@ -33,7 +33,7 @@ from ..ir.symbolic import Sym, dim_min, divide_exactly, sanitize
 from ..registry import registrar
 from . import compose as C
 
-MIN_OPSET, MAX_OPSET = 11, 21
+MAX_OPSET = 21
 
 # TensorProto.DataType -> retarget element type
 _ONNX_DTYPES = {1: "f32", 2: "ui8", 3: "i8", 4: "ui16", 5: "i16", 6: "i32", 7: "i64", 9: "i1", 10: "f16",
@@ -149,13 +149,10 @@ class _Converter:
         self.opsets = versions  # every domain's, e.g. "ai.onnx.ml" (onnx_ml.py)
         version = versions.get("", versions.get("ai.onnx"))
         if version is None and not any(n.domain in ("", "ai.onnx") for n in self.graph.node):
-            version = MIN_OPSET  # only other domains' ops (ai.onnx.ml's): no default opset to read
+            version = MAX_OPSET  # only other domains' ops (ai.onnx.ml's): no default opset to read
         if version is None:
             raise UnsupportedOpError("the model imports no default-domain ONNX opset")
-        if version < MIN_OPSET:
-            raise UnsupportedOpError(f"ONNX opset {version} is older than {MIN_OPSET}",
-                                     hint="convert it with onnx.version_converter.convert_version(model, 17)")
-        return version
+        return version  # each node is read by its op's version at this opset (onnx_legacy.handler_for)
 
     def run(self) -> Module:
         g = self.graph
@@ -225,6 +222,8 @@ class _Converter:
             raise UnsupportedOpError(f"ONNX op '{key}' ({where}) is not supported",
                                      hint=f"the supported domains: the default one and {', '.join(DOMAINS[2:])}")
         handler = HANDLERS.get(key)
+        if node.domain in ("", "ai.onnx"):
+            handler = onnx_legacy.handler_for(node.op_type, self.opset, handler, where)
         if handler is None and node.domain not in ("", "ai.onnx"):
             raise UnsupportedOpError(f"ONNX op '{key}' ({where}) is not supported by the onnx importer",
                                      hint=REFUSAL_HINTS.get(key) or "supported ops of that domain: " + ", ".join(
@@ -376,6 +375,19 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
 
 
 handles = registrar(HANDLERS)
+OLD_VERSIONS: dict[str, dict[int, Any]] = {}  # op -> {version: handler} of its older versions that differ
+
+
+def handles_old(op: str, *versions: int):
+    """Registers the handler of `op`'s `versions` older than opset 11's (`onnx_legacy`); 0 for an op onnx no
+    longer defines."""
+    def register(fn):
+        for version in versions:
+            OLD_VERSIONS.setdefault(op, {})[version] = fn
+        return fn
+
+    return register
+
 DOMAINS = ("", "ai.onnx", "ai.onnx.ml")  # ops of other domains register as "DOMAIN.OpType" (onnx_ml.py)
 REFUSAL_HINTS: dict[str, str] = {}  # what to do instead, for ops that are refused on purpose (by key)
 
@@ -2015,10 +2027,11 @@ from . import (  # noqa: E402,F401
     onnx_control,
     onnx_data_dependent,
     onnx_image,
+    onnx_legacy,
     onnx_ml,
     onnx_quant,
     onnx_recurrent,
     onnx_signal,
 )
 
-SUPPORTED_OPS = tuple(sorted(HANDLERS))
+SUPPORTED_OPS = tuple(sorted({*HANDLERS, *OLD_VERSIONS}))  # with the old ops: Upsample, Scatter, ...

@@ -17,7 +17,7 @@ branches, become constants. Control flow nests (an If in a Loop's body).
   scan outputs are stacked along a new axis 0 and must keep one shape and type.
 - Scan (opset 9 and later: no batch axis): unrolled along the scan axis, whose length must be static, with each
   scan input's and output's axis and direction (`scan_input_axes`, `scan_input_directions`, `scan_output_axes`,
-  `scan_output_directions`).
+  `scan_output_directions`). Opset 8's (a batch axis first): one scan for each batch element, restacked.
 - A Loop or Scan unrolls at most MAX_UNROLLED_NODES nodes (its iterations times the nodes of its body, nested
   subgraphs included) and is refused past that. Sequence and optional values are not supported: the graph IR
   holds tensors only.
@@ -31,7 +31,17 @@ from ..errors import InputError, RetargetError, UnsupportedOpError
 from ..ir.core import TensorType, Value
 from ..ir.dtypes import DTYPES, from_numpy
 from . import compose as C
-from .onnx import _NO_FOLD, SHAPE_OPERANDS, _constant, _dtype, _is_symbolic, _sizes_array, _to_array, handles
+from .onnx import (
+    _NO_FOLD,
+    SHAPE_OPERANDS,
+    _constant,
+    _dtype,
+    _is_symbolic,
+    _sizes_array,
+    _to_array,
+    handles,
+    handles_old,
+)
 
 # their subgraphs read enclosing tensors that are not among their inputs: never folded as a whole (their nodes
 # fold one by one)
@@ -266,7 +276,6 @@ def _next_condition(condition, where: str) -> bool:
 @handles("Scan")
 def _scan(n):
     """The body converted once per position along the scan axis, with (state, each scan input's slice there)."""
-    body = n.attr("body")
     inputs = [n.cv.env[name] for name in n.node.input]
     scan_count = int(n.attr("num_scan_inputs"))
     if not 1 <= scan_count <= len(inputs):
@@ -275,6 +284,15 @@ def _scan(n):
     in_axes = [C.normalize_axis(a, _type_of(x).rank)
                for a, x in zip(n.attr("scan_input_axes", [0] * scan_count), sequences, strict=True)]
     in_reversed = [bool(d) for d in n.attr("scan_input_directions", [0] * scan_count)]
+    outputs = len(n.attr("body").output) - len(states)
+    return _scan_over(n, states, sequences, in_axes, in_reversed, n.attr("scan_output_axes", [0] * outputs),
+                      [bool(d) for d in n.attr("scan_output_directions", [0] * outputs)])
+
+
+def _scan_over(n, states: list, sequences: list, in_axes: list, in_reversed: list, out_axes: list,
+               out_reversed: list) -> list:
+    """The final states and the stacked scan outputs of n's body run along the sequences."""
+    body = n.attr("body")
     length = _scan_length(sequences, in_axes)
     _check_unroll("Scan", length, _node_count(body))
     scan_outputs = body.output[len(states):]
@@ -286,11 +304,37 @@ def _scan(n):
         states = outputs[:len(states)]
         for stack, out in zip(stacks, outputs[len(states):], strict=True):
             stack.append(out)
-    out_axes = n.attr("scan_output_axes", [0] * len(scan_outputs))
-    out_reversed = [bool(d) for d in n.attr("scan_output_directions", [0] * len(scan_outputs))]
     return [*states, *(_stack(n, stack[::-1] if backwards else stack, axis, out)
                        for stack, axis, backwards, out in zip(stacks, out_axes, out_reversed, scan_outputs,
                                                                strict=True))]
+
+
+@handles_old("Scan", 8)
+def _scan_8(n):
+    """Opset 8's Scan: every state and scan input has a batch axis first, and the scan axis second; each batch
+    element scans on its own (a `sequence_lens` input must give every element the whole length)."""
+    inputs = [n.cv.env[name] if name else None for name in n.node.input]
+    scan_count = int(n.attr("num_scan_inputs"))
+    lengths, (states, sequences) = inputs[0], (inputs[1:len(inputs) - scan_count], inputs[len(inputs) - scan_count:])
+    if not 1 <= scan_count <= len(inputs) - 1:
+        raise InputError(f"Scan's num_scan_inputs is {scan_count}, and it has {len(inputs) - 1} inputs after "
+                         "sequence_lens")
+    batches = {_type_of(v).shape[0] for v in states + sequences}
+    if len(batches) != 1 or not isinstance(next(iter(batches)), int):
+        raise UnsupportedOpError(f"Scan-8's batch axes are {sorted(map(str, batches))}; they must be one static size",
+                                 hint=_UNROLL_HINT)
+    batch = batches.pop()
+    full = _type_of(sequences[0]).shape[1]
+    if lengths is not None and (_known(lengths) is None or (_known(lengths) != full).any()):
+        raise UnsupportedOpError(f"Scan-8 with sequence_lens shorter than the sequences ({full}), or known only at "
+                                 "run time, is not supported", hint="leave sequence_lens out, or give every batch "
+                                 "element the whole length")
+    directions = [bool(d) for d in n.attr("directions", [0] * scan_count)]
+    outputs = len(n.attr("body").output) - len(states)
+    per_batch = [_scan_over(n, [_element(n, s, 0, k) for s in states], [_element(n, x, 0, k) for x in sequences],
+                            [0] * scan_count, directions, [0] * outputs, [False] * outputs) for k in range(batch)]
+    body_outputs = n.attr("body").output
+    return [_stack(n, [results[i] for results in per_batch], 0, body_outputs[i]) for i in range(len(body_outputs))]
 
 
 def _scan_length(sequences: list, axes: list[int]) -> int:
