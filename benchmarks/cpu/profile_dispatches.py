@@ -58,7 +58,8 @@ def describe(fn) -> str:
 def main():
     warnings.filterwarnings("ignore")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default="mobilenet_v2", help="a zoo model name")
+    parser.add_argument("model", nargs="?", default="mobilenet_v2",
+                        help="a zoo model name, or a .onnx file of static input shapes (random inputs)")
     parser.add_argument("--top", type=int, default=15, help="how many dispatches to list")
     parser.add_argument("--repeat", type=int, default=20, help="submits per dispatch; the median counts")
     parser.add_argument("--device", action="append", help="local-sync (default) or local-task; repeat for both")
@@ -74,11 +75,21 @@ def main():
     from retarget.compiler import import_model
     from retarget.testing import zoo
 
-    model, inputs = zoo.make(args.model)
-    module = import_model(model, example_inputs=inputs)
+    if args.model.endswith(".onnx"):
+        import numpy as np
+        import onnx
+
+        module = import_model(args.model)
+        rng = np.random.default_rng(0)
+        arrays = [rng.uniform(0, 1, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+            for i in onnx.load(args.model).graph.input]
+    else:
+        model, inputs = zoo.make(args.model)
+        module = import_model(model, example_inputs=inputs)
+        arrays = [i.numpy() for i in inputs]
     functions = dispatch_functions(module)
     art = retarget.compile(module, args.target)
-    arrays = [i.numpy() for i in inputs]
     reports = {d: per_dispatch(retarget.load(art, d).main, arrays, repeats=args.repeat, inner=1) for d in devices}
 
     first = reports[devices[0]]

@@ -62,7 +62,18 @@ CASES = {  # name: (op, opset, inputs, constants, outputs, attributes)
         {"s": rng.uniform(0.5, 2, (3, 5, 7)).astype(F32), "b": rng.standard_normal((3, 5, 7)).astype(F32),
          "m": rng.standard_normal((3, 5, 7)).astype(F32), "v": rng.uniform(0.5, 2, (3, 5, 7)).astype(F32)},
         ("y",), {"spatial": 0}),
+    # the experimental ops of opsets 1 to 9, which onnx no longer defines and onnxruntime still runs
     "ImageScaler": ("ImageScaler", 8, {"x": IMAGE}, None, ("y",), {"scale": 0.5, "bias": [1.0, -2.0, 0.25]}),
+    "Affine": ("Affine", 7, {"x": IMAGE}, None, ("y",), {"alpha": -1.5, "beta": 0.25}),
+    "Scale": ("Scale", 8, {"x": IMAGE}, None, ("y",), {"scale": 3.0}),
+    "ScaledTanh": ("ScaledTanh", 8, {"x": IMAGE}, None, ("y",), {"alpha": 2.0, "beta": 0.5}),
+    "ParametricSoftplus": ("ParametricSoftplus", 8, {"x": IMAGE * 30}, None, ("y",), {"alpha": 2.0, "beta": 0.5}),
+    "Crop by borders": ("Crop", 8, {"x": IMAGE}, None, ("y",), {"border": [1, 2, 3, 0]}),
+    "Crop to a size": ("Crop", 8, {"x": IMAGE}, None, ("y",), {"border": [2, 1, 0, 0], "scale": [3, 4]}),
+    "ThresholdedRelu (experimental)": ("ThresholdedRelu", 9, {"x": IMAGE}, None, ("y",), {"alpha": 0.3}),
+    "MeanVarianceNormalization-1": ("MeanVarianceNormalization", 8, {"x": IMAGE}, None, ("y",), {}),
+    "MeanVarianceNormalization-1 across channels, mean only": (
+        "MeanVarianceNormalization", 8, {"x": IMAGE}, None, ("y",), {"across_channels": 1, "normalize_variance": 0}),
     # Upsample and Resize-10: asymmetric coordinates; nearest rounds down where an axis grows, up where it shrinks
     "Upsample-7 nearest, whole scales": ("Upsample", 7, {"x": IMAGE}, None, ("y",),
                                          {"mode": "nearest", "scales": [1.0, 1.0, 2.0, 3.0]}),
@@ -172,6 +183,12 @@ def test_versions_older_than_read_are_refused_with_what_to_do():
     assert "version_converter" in e.value.hint and "opset 7" in e.value.hint
 
 
+def test_an_op_before_the_opset_that_defines_it_is_refused():
+    model = one_node("Resize", {"x": IMAGE}, 9, scales([1, 1, 2, 2]))
+    with pytest.raises(UnsupportedOpError, match="'Resize' .*not defined at the model's opset 9 .*opset 10"):
+        OnnxImporter().load(model)
+
+
 @pytest.mark.parametrize("op, opset, constants, newer", [
     ("Upsample", 10, scales([1, 1, 2, 2]), "Resize"),
     ("Scatter", 11, {"i": np.zeros((1, 7), I64), "u": np.ones((1, 7), F32)}, "ScatterElements")])
@@ -191,3 +208,13 @@ def test_every_claimed_op_is_read_from_opset_7():
         unread = [op for op in defined if not onnx_legacy.reads(op, opset)]
         assert not unread, (opset, unread)
     assert not onnx_legacy.reads("Add", 6) and onnx_legacy.reads("Not", 1)  # Not has only version 1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tiny_yolov2_at_opset_8_matches_onnxruntime(target):
+    """The zoo's Tiny YOLOv2 layers (ImageScaler, BatchNormalization-7, a padded stride-1 MaxPool), a quarter as
+    wide and at 64x64, so that it runs in a test."""
+    from retarget.testing.old_onnx import tiny_yolov2
+
+    model, inputs = tiny_yolov2(opset=8, size=64, width=4)
+    matches_onnxruntime(model, target, inputs, rtol=1e-4, atol=1e-4)

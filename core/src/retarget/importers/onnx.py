@@ -1,8 +1,9 @@
-"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 11 to 21, and the
+"""ONNX frontend: a `.onnx` file or an `onnx.ModelProto` to graph IR (default domain, opsets 7 to 21, and the
 newer ops of opsets 23 to 28: Attention, RMSNormalization, RotaryEmbedding, Swish, SwiGLU, TensorScatter,
-CausalConvWithState, LinearAttention, BitCast). Families of ops live in modules of their own, which register here:
-`onnx_quant` (quantized ops), `onnx_recurrent` (RNN, GRU, LSTM and opset 27's recurrences), `onnx_control` (If,
-Loop, Scan), `onnx_signal` (DFT, STFT, windows, MelWeightMatrix), `onnx_image` (CenterCropPad, AffineGrid,
+CausalConvWithState, LinearAttention, BitCast). Handlers read each op as opset 11 and later define it;
+`onnx_legacy` reads the older versions that differ. Families of ops live in modules of their own, which register
+here: `onnx_quant` (quantized ops), `onnx_recurrent` (RNN, GRU, LSTM and opset 27's recurrences), `onnx_control`
+(If, Loop, Scan), `onnx_signal` (DFT, STFT, windows, MelWeightMatrix), `onnx_image` (CenterCropPad, AffineGrid,
 Col2Im, RoiAlign, TensorScatter).
 
 A graph input's `dim_param` ("batch") is a symbolic dimension of that name, shared by every

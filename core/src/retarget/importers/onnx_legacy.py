@@ -15,7 +15,10 @@ own (`OLD_VERSIONS`, here and in the op families' modules):
 - Scan-8: a batch axis first and `sequence_lens`; one opset-9 Scan for each batch element, restacked
   (`onnx_control`).
 - Scatter-9: ScatterElements (Scatter-11 is deprecated, and refused as onnxruntime refuses it).
-- ImageScaler (experimental, opsets 1 to 9; Tiny YOLOv2 begins with one): x * scale + bias[channel].
+- The experimental ops of opsets 1 to 9 that onnxruntime still runs, as it computes them (onnx no longer defines
+  them): ImageScaler (x * scale + bias[channel]; Tiny YOLOv2 begins with one), Affine, Scale, ScaledTanh,
+  ParametricSoftplus, Crop, ThresholdedRelu (as opset 10's) and MeanVarianceNormalization-1 (over axes 0, 2 and 3,
+  or all four with `across_channels`: the batch too, as onnxruntime computes it).
 
 Any other older version is refused, naming the op, its version and what to do.
 """
@@ -69,7 +72,11 @@ def handler_for(op: str, opset: int, current, where: str):
     version = since_version(op, opset)
     old = OLD_VERSIONS.get(op, {})
     if version is None:  # an experimental op gone from onnx (ImageScaler), or one the opset does not hold yet
-        return old.get(0, current)
+        if 0 in old or since_version(op, READ_FROM - 1) is None:  # the latter: a newer op, read as it is
+            return old.get(0, current)
+        raise UnsupportedOpError(f"ONNX op '{op}' ({where}) is not defined at the model's opset {opset} (it is from "
+                                 f"opset {_first_opset(op)})",
+                                 hint=f"import the opset that defines it, {_first_opset(op)} or later")
     if version in old:
         return old[version]
     if current is None and onnx.defs.get_schema(op, opset, "").deprecated:
@@ -82,8 +89,13 @@ def handler_for(op: str, opset: int, current, where: str):
     raise UnsupportedOpError(
         f"ONNX op '{op}' ({where}) is version {version} at the model's opset {opset}, which the onnx importer does "
         f"not read (it reads {op} from version{'s' if len(read) > 1 else ''} {', '.join(map(str, read))})",
-        hint=f"re-export the model at opset {MIN_OPSET} or later, or convert it: "
-             "onnx.version_converter.convert_version(model, 13)")
+        hint=f"re-export the model at opset {MIN_OPSET} or later, or convert it to opset {MIN_OPSET}: "
+             f"onnx.version_converter.convert_version(model, {MIN_OPSET}) (the least rewriting: its adapters to "
+             "later opsets turn Upsample into a Resize that computes other numbers)")
+
+
+def _first_opset(op: str) -> int:
+    return next(v for v in range(1, READ_FROM) if since_version(op, v) is not None)
 
 
 def reads(op: str, opset: int) -> bool:
@@ -97,9 +109,9 @@ def reads(op: str, opset: int) -> bool:
 # -- attributes that became inputs ------------------------------------------------------------------------------
 
 
-def _as_newer(n, op: str, inputs: list, drop: tuple = ()):
+def _as_newer(n, op: str, inputs: list, drop: tuple = (), **attrs):
     """Node `n` read by `op`'s current handler, with `inputs` (tensor names, arrays given as constants, or None
-    for an input left out) and n's attributes but those in `drop`."""
+    for an input left out), and n's attributes but those in `drop`, and `attrs`."""
     from onnx import helper
 
     names = []
@@ -109,7 +121,7 @@ def _as_newer(n, op: str, inputs: list, drop: tuple = ()):
             n.cv.env[name] = v
             v = name
         names.append(v or "")
-    node = helper.make_node(op, names, list(n.node.output), name=n.node.name)
+    node = helper.make_node(op, names, list(n.node.output), name=n.node.name, **attrs)
     node.attribute.extend(a for a in n.node.attribute if a.name not in drop)
     return HANDLERS[op](_Node(n.cv, node, n.b, n.fold))
 
@@ -212,3 +224,59 @@ def _image_scaler(n):
     bias = np.asarray(n.attr("bias", [0.0] * x.type.shape[1]), dtype=dtype)
     scaled = n.b.op("rt.mul", [x, n.b.constant(np.asarray(n.attr("scale", 1.0), dtype))])
     return n.b.op("rt.add", [scaled, C.channel_vector(n.b, n.b.constant(bias), x.type.rank)])
+
+
+# -- the experimental ops of opsets 1 to 9, as onnxruntime computes them ----------------------------------------
+
+
+def _times(n, x: Value, factor) -> Value:
+    return n.b.op("rt.mul", [x, C.scalar(n.b, factor, x)])
+
+
+@handles_old("Affine", 0)
+def _affine(n):
+    x = n(0)
+    return n.b.op("rt.add", [_times(n, x, n.attr("alpha", 1.0)), C.scalar(n.b, n.attr("beta", 0.0), x)])
+
+
+@handles_old("Scale", 0)
+def _scale(n):
+    return _times(n, n(0), n.attr("scale", 1.0))
+
+
+@handles_old("ScaledTanh", 0)
+def _scaled_tanh(n):
+    return _times(n, n.b.op("rt.tanh", [_times(n, n(0), n.attr("beta", 1.0))]), n.attr("alpha", 1.0))
+
+
+@handles_old("ParametricSoftplus", 0)
+def _parametric_softplus(n):
+    return _times(n, C.softplus(n.b, _times(n, n(0), n.attr("beta", 1.0))), n.attr("alpha", 1.0))
+
+
+@handles_old("Crop", 0)
+def _crop(n):
+    """`border` = (left, top, right, bottom) cut from an NCHW image; with `scale` = (height, width), that much is
+    kept from the top left corner instead."""
+    x = n(0)
+    left, top, right, bottom = (int(v) for v in n.attr("border"))
+    height, width = x.type.shape[2:]
+    size = n.attr("scale")
+    if size is not None:
+        height, width = top + int(size[0]), left + int(size[1])
+    else:
+        height, width = height - bottom, width - right
+    return C.slice_axis(n.b, C.slice_axis(n.b, x, 2, top, height), 3, left, width)
+
+
+@handles_old("MeanVarianceNormalization", 0)
+def _mean_variance_normalization_1(n):
+    axes = [0, 1, 2, 3] if n.attr("across_channels", 0) else [0, 2, 3]
+    if n.attr("normalize_variance", 1):
+        return _as_newer(n, "MeanVarianceNormalization", [n.node.input[0]], ("across_channels", "normalize_variance"),
+                         axes=axes)
+    x = n(0)
+    return n.b.op("rt.sub", [x, C.mean(n.b, x, tuple(axes), keepdims=True)])
+
+
+handles_old("ThresholdedRelu", 0)(HANDLERS["ThresholdedRelu"])  # experimental before opset 10, and the same
