@@ -9,12 +9,12 @@ from retarget.kernel import ir as k
 from retarget.kernel.lower import lower_dispatch
 
 
-def _lowered(weight_shape, attrs, image):
+def _lowered(weight_shape, attrs, image, target="llvm-cpu:x86-64-v3"):
     x = Value(TensorType(image, dtypes.f32))
     fn = Function("conv", [x])
     b = Builder(fn)
     fn.returns = [b.op("rt.conv2d", [x, b.constant(np.ones(weight_shape, np.float32))], attrs)]
-    return lower_dispatch(fn, resolve_target("llvm-cpu:x86-64-v3")[1])
+    return lower_dispatch(fn, resolve_target(target)[1])
 
 
 def _loops(body):
@@ -44,3 +44,14 @@ def test_a_depthwise_tile_holds_one_channel_and_a_dense_conv_tile_several():
     dense = _lowered((8, 4, 3, 3), {"pad": (1, 1, 1, 1)}, (1, 4, 16, 16))
     assert depthwise.schedule["tile_channels"] == 1
     assert dense.schedule["tile_channels"] > 1
+
+
+def test_a_tile_never_reads_more_weight_rows_in_one_cache_set_than_the_set_has_ways():
+    """1024 input channels x 3x3 put a conv's weight rows 36 KB apart, a multiple of 4 KB: every row in one set
+    of the first-level cache. A tile of more channels than its 8 ways evicted its own weights at every step."""
+    from retarget.kernel.lower import L1_WAYS
+
+    avx512 = "llvm-cpu:x86-64-v4"  # 32 vector registers: room for tiles of 12 channels
+    deep = _lowered((32, 1024, 3, 3), {"pad": (1, 1, 1, 1)}, (1, 1024, 13, 13), avx512)
+    shallow = _lowered((32, 768, 3, 3), {"pad": (1, 1, 1, 1)}, (1, 768, 13, 13), avx512)
+    assert deep.schedule["tile_channels"] <= L1_WAYS < shallow.schedule["tile_channels"]
