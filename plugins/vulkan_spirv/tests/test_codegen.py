@@ -271,3 +271,27 @@ def test_the_standing_check_stops_at_a_module_that_does_not_validate(monkeypatch
         compile_kernels([sum_kernel("broken", 3, 100)], desc())
     monkeypatch.setenv(validate.SPIRV_VAL_ENV, "0")
     compile_kernels([sum_kernel("broken", 3, 100)], desc())  # unchecked when the setting is off
+
+
+def _ext_instructions(binary: bytes) -> list[int]:
+    """The GLSL.std.450 instruction numbers of a module's OpExtInst (opcode 12: type, id, set, instruction)."""
+    words = struct.unpack(f"<{len(binary) // 4}I", binary)[5:]
+    found, at = [], 0
+    while at < len(words):
+        count, opcode = words[at] >> 16, words[at] & 0xFFFF
+        if opcode == 12:
+            found.append(words[at + 4])
+        at += count
+    return found
+
+
+@pytest.mark.parametrize("dtype, corrected", [(dtypes.f32, True), (dtypes.f16, True), (dtypes.DTYPES["f64"], False)])
+def test_an_f32_division_takes_one_newton_step_of_fused_multiply_adds(dtype, corrected, tmp_path):
+    """Vulkan lets OpFDiv be 2.5 ulp off (NVIDIA's is): x / scale moved across a rounding tie and
+    DynamicQuantizeLinear gave 128 for 127.5. A residual and a correction, each an Fma, round it correctly (f16 is
+    computed in f32; f64's division is left to the driver)."""
+    div = elementwise("div", lambda a, b: k.Binary("div", a, b), [dtype, dtype], dtype, 8)
+    binary = generate(div, ALL_CAPABILITIES).binary
+    assert _ext_instructions(binary).count(spirv.GLSL["Fma"]) == (2 if corrected else 0)
+    if SPIRV_VAL:
+        spirv_val(binary, tmp_path)

@@ -193,3 +193,13 @@ def test_export_of_a_module_with_data_dependent_sizes_says_the_loader_cannot_run
     art = retarget.compile(Module({"main": fn}), "webgpu-spirv")
     with pytest.raises(RetargetError, match="main has sizes that depend on the data"):
         export(art, tmp_path)
+
+
+def test_a_float_division_is_rounded_correctly_through_fused_multiply_adds(webgpu_device):
+    """WGSL lets `/` be 2.5 ulp off (NVIDIA's is); the division helper takes one Newton step with `fma`."""
+    from retarget.kernel import ir as k
+    from retarget.testing.op_cases import elementwise
+
+    meta = render(elementwise("div", lambda a, b: k.Binary("div", a, b), [dtypes.f32] * 2, dtypes.f32, 8), DEFAULT)
+    assert "rt_fdiv_f32(" in meta["wgsl"] and "fma(fma(-q, b, a)" in meta["wgsl"]
+    webgpu_device.shader_module(meta["wgsl"], meta["name"])

@@ -404,7 +404,7 @@ WGSL_OPS = {
     "atan.float": f"select(atan({{0}}), {{0}}, {_WGSL_NAN.format('{0}')})",
     "not.int": "(~{0})", "not.bool": "(!{0})", "neg.uint": "(0u - {0})",  # WGSL has no unary - of u32
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
-    "div.float": "({0} / {1})", "div.int": "rt_div_{s}({0}, {1})",
+    "div.float": "rt_fdiv_{s}({0}, {1})", "div.int": "rt_div_{s}({0}, {1})",
     "rem.float": "rt_fmod_{s}({0}, {1})",
     "rem.int": "rt_rem_{s}({0}, {1})",
     "pow.float": "rt_pow_{s}({0}, {1})", "pow.int": "rt_pow_{s}({0}, {1})",
@@ -451,6 +451,12 @@ WGSL_HELPERS = (
     ("rt_max_$s", ("bool",), "fn rt_max_$s(a: $T, b: $T) -> $T { return a || b; }"),  # WGSL orders no bools
     ("rt_min_$s", ("bool",), "fn rt_min_$s(a: $T, b: $T) -> $T { return a && b; }"),
     ("rt_sigmoid_$s", ("float",), "fn rt_sigmoid_$s(x: $T) -> $T { return $T(1) / ($T(1) + exp(-x)); }"),
+    # a / b rounded correctly: WGSL lets `/` be 2.5 ulp off, and NVIDIA's is, which moved quotients across rounding
+    # ties (DynamicQuantizeLinear's x / scale); one Newton step of fused multiply-adds corrects it, and where that
+    # step is NaN (b zero or infinite) the quotient stands
+    ("rt_fdiv_$s", ("float",),
+     "fn rt_fdiv_$s(a: $T, b: $T) -> $T {\n  let q = a / b;\n  let refined = fma(fma(-q, b, a), $T(1) / b, q);\n"
+     f"  return select(refined, q, {_WGSL_NAN.format('refined')});\n}}"),
     ("rt_tanh_$s", ("float",),  # Cephes tanhf: drivers' tanh, (e^2x - 1) / (e^2x + 1), loses digits near 0 (1e-3 of
      # Mish's tanh(softplus(-10)) on lavapipe), so an odd polynomial below 0.625, 1 - 2 / (e^2|x| + 1) above
      "fn rt_tanh_$s(x: $T) -> $T {\n  let a = abs(x);\n  if (a < $T(0.625)) {\n    let z = x * x;\n"

@@ -1071,6 +1071,8 @@ class _Codegen:
                                                           self.op("IsInf", tb, a)))
             keep = self.op("LogicalAnd", tb, self.op("IsInf", tb, b), finite_a)
             return self.select(keep, a, self.op("FRem", t, a, b), t)
+        if op == "div" and c.bits == 32:
+            return self.rounded_div(a, b, t)
         if op in plain:
             return self.op(plain[op], t, a, b)
         if op in ("max", "min"):  # NaN wins, as numpy's maximum
@@ -1084,6 +1086,15 @@ class _Codegen:
         if op == "pow":
             return self.pow(a, b, t, c)
         raise self.fail(f"binary op '{op}' on {c} is not supported")
+
+    def rounded_div(self, a: int, b: int, t: int) -> int:
+        """a / b rounded correctly. Vulkan lets OpFDiv be 2.5 ulp off, and NVIDIA's is: a quotient on a rounding
+        tie moved to the other side of it (DynamicQuantizeLinear's x / scale gave 128 for 127.5). One Newton step
+        of fused multiply-adds corrects it; where that step is NaN (b zero or infinite) the quotient stands."""
+        q = self.op("FDiv", t, a, b)
+        residual = self.ext("Fma", t, self.op("FNegate", t, q), b, a)
+        refined = self.ext("Fma", t, residual, self.op("FDiv", t, self.f32(1.0), b), q)
+        return self.select(self.op("IsNan", self.t_bool, refined), q, refined, t)
 
     def pow_const(self, base: k.Expr, exponent: float, c: DType) -> int | None:
         """x ** 1, 2, 3, 0.5 and -1 exactly, as models write them (variance, RMS norm)."""

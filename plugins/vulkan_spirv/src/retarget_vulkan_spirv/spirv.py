@@ -67,7 +67,7 @@ GLSL = {  # GLSL.std.450 instruction numbers
     "RoundEven": 2, "FAbs": 4, "SAbs": 5, "FSign": 6, "SSign": 7, "Floor": 8, "Ceil": 9, "Sin": 13, "Cos": 14,
     "Tan": 15, "Atan": 18, "Tanh": 21, "Atan2": 25, "Pow": 26, "Exp": 27, "Log": 28, "Sqrt": 31,
     "InverseSqrt": 32, "FMin": 37, "UMin": 38, "SMin": 39, "FMax": 40, "UMax": 41, "SMax": 42, "FClamp": 43,
-    "FrexpStruct": 52, "Ldexp": 53,
+    "Fma": 50, "FrexpStruct": 52, "Ldexp": 53,
 }
 
 
