@@ -83,3 +83,41 @@ def test_no_kernel_binds_more_buffers_than_the_limit_and_the_result_is_unchanged
     assert len(concats) > 1 and max(len(op.operands) for op in concats) < MAX_KERNEL_BUFFERS
     np.testing.assert_allclose(retarget.load(retarget.compile(module, "vmvx"), "local-sync").main(*xs), expected,
                                rtol=1e-6, atol=1e-5)
+
+
+def _conv_then(epilogue):
+    """A conv whose result `epilogue(builder, y)` reads (several times), compiled and interpreted."""
+    x = Value(TensorType((1, 4, 8, 8), dtypes.f32))
+    fn = Function("f", [x])
+    b = Builder(fn)
+    y = b.op("rt.conv2d", [x, b.constant(rng.standard_normal((6, 4, 3, 3)).astype(np.float32))], {"pad": (1, 1, 1, 1)})
+    fn.returns = list(epilogue(b, y))
+    return Module({"f": fn}), rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+
+
+def _leaky_relu(b, y):  # as the importers write it: max(y, 0) + 0.1 * min(y, 0)
+    zero = b.constant(np.float32(0))
+    yield b.op("rt.add", [b.op("rt.max", [y, zero]), b.op("rt.mul", [b.op("rt.min", [y, zero]),
+                                                                     b.constant(np.float32(0.1))])])
+
+
+def _silu(b, y):
+    yield b.op("rt.mul", [y, b.op("rt.sigmoid", [y])])
+
+
+def _two_results(b, y):  # relu(y) and 2 * y both returned: two epilogues, so the conv keeps its own kernel
+    yield b.op("rt.max", [y, b.constant(np.float32(0))])
+    yield b.op("rt.mul", [y, b.constant(np.float32(2))])
+
+
+def test_a_conv_result_that_one_epilogue_reads_several_times_is_one_dispatch():
+    for epilogue, kernels in ((_leaky_relu, 1), (_silu, 1), (_two_results, 3)):
+        module, x = _conv_then(epilogue)
+        expected = run_function(module.functions["f"], [x])
+        assert len(form_dispatches(module.functions["f"])) == kernels, epilogue.__name__
+        for target, device in (("vmvx", "local-sync"), ("llvm-cpu", "local-task")):
+            art = retarget.compile(module, target)
+            assert len(art.manifest["executables"][0]["entry_points"]) == kernels
+            got = retarget.load(art, device).f(x)
+            for out, want in zip(got if isinstance(got, (list, tuple)) else [got], expected, strict=True):
+                np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)

@@ -9,6 +9,8 @@ Fusion (greedy, in program order) groups ops around at most one *root*, an op
 that needs loops of its own (`LOOP_OPS`):
 - an elementwise op joins the group of a producer whose value only it uses:
   the epilogue of a conv or matmul (bias, ReLU6), or a chain of elementwise ops;
+- a conv's or matmul's result that several elementwise ops read, all of one root-less group, takes that group
+  as its epilogue (LeakyRelu's min and max of it, SiLU's x * sigmoid(x), GELU's), once the greedy pass is done;
 - data movement (transpose, slice, pad, broadcast, ...) joins only root-less
   groups, since it reads its operand at other indices than it writes;
 - a reduction takes single-use root-less producers as its prologue (each input
@@ -121,6 +123,38 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
         for o in group:
             group_of[o] = group
         order.append(group)
+    return _shared_epilogues(order, group_of, used_by, returned, placement, root)
+
+
+def _shared_epilogues(order, group_of, used_by, returned, placement, root) -> list[list[Operation]]:
+    """`order` with each rooted group whose output only one root-less group of elementwise ops reads, at the
+    output's own indices, merged with that group (where the kernel's buffers allow): the greedy pass fuses an
+    epilogue only into the producer of a value that one op reads."""
+    from ..ir.ops import OPS
+
+    merged = True
+    while merged:
+        merged = False
+        for group in order:
+            top = root(group)
+            out = group[-1].result
+            users = used_by.get(out, [])
+            if top is None or top.name in NO_EPILOGUE_ROOTS or out in returned or len(users) < 2:
+                continue
+            epilogue = group_of[users[0]]
+            if (any(group_of[u] is not epilogue for u in users) or root(epilogue) is not None
+                    or not all(OPS[o.name].elementwise for o in epilogue)
+                    or any(u.result.type.shape != out.type.shape for u in users)
+                    or any(placement.get(o) != placement.get(top) for o in epilogue)
+                    or kernel_buffers(group + epilogue) > MAX_KERNEL_BUFFERS):
+                continue
+            position = {op: i for i, op in enumerate(epilogue + group)}
+            combined = sorted(group + epilogue, key=lambda o: (o in epilogue, position[o]))
+            order = [combined if g is epilogue else g for g in order if g is not group]
+            for o in combined:
+                group_of[o] = combined
+            merged = True
+            break
     return order
 
 
