@@ -153,6 +153,9 @@ class _Converter:
             version = MAX_OPSET  # only other domains' ops (ai.onnx.ml's): no default opset to read
         if version is None:
             raise UnsupportedOpError("the model imports no default-domain ONNX opset")
+        if version < 1:
+            raise InputError(f"the model imports ONNX opset {version}, which does not exist",
+                             hint="the model is corrupt; re-export it")
         return version  # each node is read by its op's version at this opset (onnx_legacy.handler_for)
 
     def run(self) -> Module:

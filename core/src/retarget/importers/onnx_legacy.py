@@ -54,21 +54,26 @@ DEPRECATED_HINTS = {"Upsample": "since opset 10, Resize does what Upsample did: 
 
 
 @functools.cache
-def since_version(op: str, opset: int) -> int | None:
-    """The version of default-domain `op` that `opset` holds, or None where onnx knows no such op there."""
+def _schema(op: str, opset: int):
+    """onnx's schema of default-domain `op` at `opset` (past onnx's newest opset: at its newest), or None where
+    onnx knows no such op there."""
     import onnx.defs
 
     try:
-        return onnx.defs.get_schema(op, opset, "").since_version
+        return onnx.defs.get_schema(op, min(opset, onnx.defs.onnx_opset_version()), "")
     except onnx.defs.SchemaError:
         return None
+
+
+def since_version(op: str, opset: int) -> int | None:
+    """The version of default-domain `op` that `opset` holds, or None where onnx knows no such op there."""
+    schema = _schema(op, opset)
+    return schema.since_version if schema is not None else None
 
 
 def handler_for(op: str, opset: int, current, where: str):
     """The handler of `op`'s version at `opset`: `current` (HANDLERS') where the handlers read that version, else
     one of OLD_VERSIONS'; an older version read by neither is refused."""
-    import onnx.defs
-
     version = since_version(op, opset)
     old = OLD_VERSIONS.get(op, {})
     if version is None:  # an experimental op gone from onnx (ImageScaler), or one the opset does not hold yet
@@ -79,7 +84,7 @@ def handler_for(op: str, opset: int, current, where: str):
                                  hint=f"import the opset that defines it, {_first_opset(op)} or later")
     if version in old:
         return old[version]
-    if current is None and onnx.defs.get_schema(op, opset, "").deprecated:
+    if current is None and _schema(op, opset).deprecated:
         raise UnsupportedOpError(f"ONNX op '{op}' ({where}) is deprecated at the model's opset {opset}",
                                  hint=DEPRECATED_HINTS.get(op, "re-export the model without it"))
     newest_read = since_version(op, max(opset, READ_FROM))
