@@ -121,3 +121,23 @@ def test_a_conv_result_that_one_epilogue_reads_several_times_is_one_dispatch():
             got = retarget.load(art, device).f(x)
             for out, want in zip(got if isinstance(got, (list, tuple)) else [got], expected, strict=True):
                 np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_reduction_or_a_viewed_result_keeps_its_own_kernel_under_a_shared_epilogue():
+    """Only a conv's or matmul's result takes an epilogue that reads it twice: a reduction's stays a buffer (its
+    kernel reads the sum once, where it is complete), and so does a result a view reads too."""
+    x = Value(TensorType((4, 16), dtypes.f32))
+    fn = Function("f", [x])
+    b = Builder(fn)
+    s = b.op("rt.reduce", [x], {"kind": "sum", "axes": (1,), "keepdims": True})
+    fn.returns = [b.op("rt.mul", [b.op("rt.add", [s, b.constant(np.float32(1))]), b.op("rt.exp", [s])])]
+    assert [[op.name for op in d.function.ops if op.name != "rt.constant"] for d in form_dispatches(fn)] == [
+        ["rt.reduce"], ["rt.add", "rt.exp", "rt.mul"]]
+    module, x_value = Module({"f": fn}), rng.standard_normal((4, 16)).astype(np.float32)
+    for target, device in (("vmvx", "local-sync"), ("llvm-cpu", "local-task")):
+        got = retarget.load(retarget.compile(module, target), device).f(x_value)
+        np.testing.assert_allclose(got, run_function(fn, [x_value])[0], rtol=1e-5)
+
+    module, x_value = _conv_then(lambda b, y: [b.op("rt.mul", [y, b.op("rt.sigmoid", [y])]),
+                                               b.op("rt.reshape", [y], {"shape": (6, 64)})])
+    assert len(form_dispatches(module.functions["f"])) == 2

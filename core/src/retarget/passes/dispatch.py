@@ -41,6 +41,7 @@ LOOP_OPS = ("rt.matmul", "rt.conv2d", "rt.max_pool2d", "rt.avg_pool2d", "rt.redu
 PROLOGUE_ROOTS = ("rt.reduce", "rt.argmax", "rt.scatter", "rt.segment_reduce")
 NO_EPILOGUE_ROOTS = ("rt.scatter",)  # write their output out of order: nothing can read it inside the kernel
 DEQUANTIZE_ROOTS = ("rt.matmul", "rt.conv2d")  # take a dequantization as their prologue
+EPILOGUE_DAG_ROOTS = ("rt.matmul", "rt.conv2d", "rt.quantized_matmul")  # whose result an epilogue may read twice
 DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")
 # Every backend passes a kernel's buffers somewhere bounded: Vulkan an element base each in 128 bytes of push
 # constants (the least a device may have, the sizes known at run time after them), Metal 31 buffer slots.
@@ -139,7 +140,8 @@ def _shared_epilogues(order, group_of, used_by, returned, placement, root) -> li
             top = root(group)
             out = group[-1].result
             users = used_by.get(out, [])
-            if top is None or top.name in NO_EPILOGUE_ROOTS or out in returned or len(users) < 2:
+            if top is None or top.name not in EPILOGUE_DAG_ROOTS or out in returned or len(users) < 2 \
+                    or any(u not in group_of for u in users):  # a view of it is read elsewhere
                 continue
             epilogue = group_of[users[0]]
             if (any(group_of[u] is not epilogue for u in users) or root(epilogue) is not None
