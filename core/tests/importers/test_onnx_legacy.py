@@ -218,3 +218,15 @@ def test_tiny_yolov2_at_opset_8_matches_onnxruntime(target):
 
     model, inputs = tiny_yolov2(opset=8, size=64, width=4)
     matches_onnxruntime(model, target, inputs, rtol=1e-4, atol=1e-4)
+
+
+def test_what_the_fuzzer_found_in_the_version_lookup():
+    """An opset past onnx's newest reads as the newest (2^40 made onnx's get_schema raise TypeError), an op type
+    that is not text (protobuf hands invalid UTF-8 over as bytes) is no op onnx knows, and an opset below 1 is
+    an input error."""
+    from retarget.errors import InputError
+
+    assert onnx_legacy.since_version("Relu", 2**40) == onnx_legacy.since_version("Relu", onnx.defs.onnx_opset_version())
+    assert onnx_legacy.since_version(b"Re\xfflu", 7) is None
+    with pytest.raises(InputError, match="opset 0, which does not exist"):
+        OnnxImporter().load(one_node("Relu", {"x": IMAGE}, 0))

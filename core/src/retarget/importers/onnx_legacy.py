@@ -59,6 +59,8 @@ def _schema(op: str, opset: int):
     onnx knows no such op there."""
     import onnx.defs
 
+    if not isinstance(op, str):  # an op type that is not UTF-8 text (protobuf hands it over as bytes)
+        return None
     try:
         return onnx.defs.get_schema(op, min(opset, onnx.defs.onnx_opset_version()), "")
     except onnx.defs.SchemaError:
