@@ -81,3 +81,17 @@ def test_dynamic_dims_print_as_question_marks():
 def test_dense_attr_compares_by_value():
     assert DenseAttr(np.ones(3, np.float32)) == DenseAttr(np.ones(3, np.float32))
     assert DenseAttr(np.ones(3, np.float32)) != DenseAttr(np.ones(3, np.float16))
+
+
+def test_broadcasting_builds_its_mismatch_message_only_when_shapes_mismatch(monkeypatch):
+    """The fuzzer's find: an ONNX Expand whose shape was a 128 x 128 weight gave a rank of 16384, and each axis
+    built the mismatch message of both shapes before knowing it matched (quadratic: more than 10 s)."""
+    import pytest
+    from retarget.ir import ops
+
+    texts = []
+    monkeypatch.setattr(ops, "_text", lambda shape: texts.append(shape) or str(list(shape)))
+    assert ops.broadcast_shapes((1,) * 20000, (2,) * 20000, (2,) * 20000) == (2,) * 20000
+    assert texts == []
+    with pytest.raises(ops._Fail, match=r"\[2, 3\] and \[4, 3\] do not broadcast"):
+        ops.broadcast_shapes((2, 3), (4, 3))

@@ -138,7 +138,8 @@ def broadcast_shapes(*shapes):
         wide = [d for d in dims if d != 1]
         result = wide[0] if wide else 1
         for d in wide[1:]:
-            _same(result, d, f"shapes {' and '.join(_text(s) for s in shapes)} do not broadcast")
+            if d != result:  # the message only when it fails: a rank of thousands made it quadratic
+                _same(result, d, f"shapes {' and '.join(_text(s) for s in shapes)} do not broadcast")
         out.append(result)
     return tuple(out)
 
