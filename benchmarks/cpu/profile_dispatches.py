@@ -76,20 +76,17 @@ def main():
     from retarget.testing import zoo
 
     if args.model.endswith(".onnx"):
-        import numpy as np
-        import onnx
+        from retarget.bench.module import random_inputs
 
         module = import_model(args.model)
-        rng = np.random.default_rng(0)
-        arrays = [rng.uniform(0, 1, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
-            onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
-            for i in onnx.load(args.model).graph.input]
+        art = retarget.compile(module, args.target)
+        arrays = random_inputs(retarget.load(art, devices[0]).main)
     else:
         model, inputs = zoo.make(args.model)
         module = import_model(model, example_inputs=inputs)
+        art = retarget.compile(module, args.target)
         arrays = [i.numpy() for i in inputs]
     functions = dispatch_functions(module)
-    art = retarget.compile(module, args.target)
     reports = {d: per_dispatch(retarget.load(art, d).main, arrays, repeats=args.repeat, inner=1) for d in devices}
 
     first = reports[devices[0]]

@@ -13,7 +13,7 @@ from onnx import helper  # noqa: E402
 from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers import onnx_legacy  # noqa: E402
 from retarget.importers.onnx import SUPPORTED_OPS, OnnxImporter  # noqa: E402
-from retarget.testing.onnx_cases import assert_same, compiled_outputs, graph_of, reference_outputs  # noqa: E402
+from retarget.testing.onnx_cases import graph_of, matches_reference, model_of  # noqa: E402
 from retarget.testing.torch_cases import importer_targets  # noqa: E402
 
 TARGETS = importer_targets()  # vmvx and llvm-cpu, or RETARGET_IMPORTER_TARGETS (GPUs too)
@@ -22,14 +22,8 @@ rng = np.random.default_rng(0)
 IMAGE = rng.standard_normal((2, 3, 5, 7)).astype(F32)
 
 
-def one_node(op, inputs: dict, opset: int, constants=None, outputs=("y",), **attrs):
-    node = helper.make_node(op, [*inputs, *(constants or {})], list(outputs), **attrs)
-    return graph_of([node], inputs, list(outputs), constants, opset=opset)
-
-
 def matches_onnxruntime(model, target, inputs: dict, rtol=1e-5, atol=1e-6):
-    assert_same(compiled_outputs(model, target, *inputs.values()), reference_outputs(model, inputs, onnxruntime=True),
-                rtol, atol)
+    matches_reference(model, target, inputs, rtol, atol, onnxruntime=True)
 
 
 def scales(values):
@@ -95,7 +89,7 @@ CASES = {  # name: (op, opset, inputs, constants, outputs, attributes)
 @pytest.mark.parametrize("case", list(CASES))
 def test_old_version_matches_onnxruntime(case, target):
     op, opset, inputs, constants, outputs, attrs = CASES[case]
-    matches_onnxruntime(one_node(op, inputs, opset, constants, outputs, **attrs), target, inputs)
+    matches_onnxruntime(model_of(op, inputs, constants, opset, outputs, **attrs), target, inputs)
 
 
 def scan_8_model(directions):
@@ -177,14 +171,14 @@ def test_an_old_detector_matches_onnxruntime(opset, target):
 
 def test_versions_older_than_read_are_refused_with_what_to_do():
     x = {"a": IMAGE, "b": IMAGE}
-    model = one_node("Add", x, 6, broadcast=0)
+    model = model_of("Add", x, opset=6, broadcast=0)
     with pytest.raises(UnsupportedOpError, match=r"'Add' .*version 6 at the model's opset 6.*versions? 7") as e:
         OnnxImporter().load(model)
     assert "version_converter" in e.value.hint and "opset 7" in e.value.hint
 
 
 def test_an_op_before_the_opset_that_defines_it_is_refused():
-    model = one_node("Resize", {"x": IMAGE}, 9, scales([1, 1, 2, 2]))
+    model = model_of("Resize", {"x": IMAGE}, scales([1, 1, 2, 2]), 9)
     with pytest.raises(UnsupportedOpError, match="'Resize' .*not defined at the model's opset 9 .*opset 10"):
         OnnxImporter().load(model)
 
@@ -193,7 +187,7 @@ def test_an_op_before_the_opset_that_defines_it_is_refused():
     ("Upsample", 10, scales([1, 1, 2, 2]), "Resize"),
     ("Scatter", 11, {"i": np.zeros((1, 7), I64), "u": np.ones((1, 7), F32)}, "ScatterElements")])
 def test_ops_past_their_deprecation_are_refused(op, opset, constants, newer):
-    model = one_node(op, {"x": IMAGE[0, 0]}, opset, constants)
+    model = model_of(op, {"x": IMAGE[0, 0]}, constants, opset)
     with pytest.raises(UnsupportedOpError, match=f"deprecated at the model's opset {opset}") as e:
         OnnxImporter().load(model)
     assert newer in e.value.hint
@@ -229,4 +223,4 @@ def test_what_the_fuzzer_found_in_the_version_lookup():
     assert onnx_legacy.since_version("Relu", 2**40) == onnx_legacy.since_version("Relu", onnx.defs.onnx_opset_version())
     assert onnx_legacy.since_version(b"Re\xfflu", 7) is None
     with pytest.raises(InputError, match="opset 0, which does not exist"):
-        OnnxImporter().load(one_node("Relu", {"x": IMAGE}, 0))
+        OnnxImporter().load(model_of("Relu", {"x": IMAGE}, opset=0))

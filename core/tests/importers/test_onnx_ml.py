@@ -12,7 +12,13 @@ onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 from retarget.errors import UnsupportedOpError  # noqa: E402
 from retarget.importers.onnx import OnnxImporter  # noqa: E402
-from retarget.testing.onnx_cases import assert_same, compiled_outputs, graph_of, reference_outputs  # noqa: E402
+from retarget.testing.onnx_cases import (  # noqa: E402
+    assert_same,
+    compiled_outputs,
+    graph_of,
+    matches_reference,
+    reference_outputs,
+)
 from retarget.testing.torch_cases import importer_targets  # noqa: E402
 
 TARGETS = importer_targets()  # vmvx and llvm-cpu, or RETARGET_IMPORTER_TARGETS (GPUs too)
@@ -28,8 +34,7 @@ def ml_model(op, inputs: dict, outputs=("y",), constants=None, **attrs):
 
 
 def matches_onnxruntime(model, target, inputs: dict, rtol=1e-5, atol=1e-6):
-    assert_same(compiled_outputs(model, target, *inputs.values()), reference_outputs(model, inputs, onnxruntime=True),
-                rtol, atol)
+    matches_reference(model, target, inputs, rtol, atol, onnxruntime=True)
 
 
 X = rng.standard_normal((6, 4)).astype(F32)

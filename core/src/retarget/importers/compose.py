@@ -278,17 +278,20 @@ def channel_vector(b: Builder, v: Value, rank: int, axis: int = 1) -> Value:
     return b.op("rt.reshape", [v], {"shape": shape})
 
 
-def batch_norm(b: Builder, x: Value, scale: Value, bias: Value, mean_: Value, var: Value, eps: float) -> Value:
+def batch_norm(b: Builder, x: Value, scale: Value, bias: Value, mean_: Value, var: Value, eps: float,
+               per_channel: bool = True) -> Value:
     """Inference batch norm on NC... input: (x - mean) * scale / sqrt(var + eps) + bias.
 
     Written as one multiply and one add of per-channel constants, so that constant
-    folding leaves `x * a + c`, which folds into a preceding conv."""
+    folding leaves `x * a + c`, which folds into a preceding conv. Without `per_channel`, the
+    statistics have the shape of one sample ([C, D1, ...], ONNX's BatchNormalization-7 `spatial=0`)."""
     rank = x.type.rank
     inv = b.op("rt.rsqrt", [b.op("rt.add", [var, scalar(b, eps, var)])])
     a = b.op("rt.mul", [scale, inv])
     c = b.op("rt.sub", [bias, b.op("rt.mul", [mean_, a])])
-    y = b.op("rt.mul", [x, channel_vector(b, a, rank)])
-    return b.op("rt.add", [y, channel_vector(b, c, rank)])
+    if per_channel:
+        a, c = channel_vector(b, a, rank), channel_vector(b, c, rank)
+    return b.op("rt.add", [b.op("rt.mul", [x, a]), c])
 
 
 def _statistics_type(x: Value) -> str | None:

@@ -315,10 +315,10 @@ def _scan_8(n):
     element scans on its own (a `sequence_lens` input must give every element the whole length)."""
     inputs = [n.cv.env[name] if name else None for name in n.node.input]
     scan_count = int(n.attr("num_scan_inputs"))
-    lengths, (states, sequences) = inputs[0], (inputs[1:len(inputs) - scan_count], inputs[len(inputs) - scan_count:])
     if not 1 <= scan_count <= len(inputs) - 1:
         raise InputError(f"Scan's num_scan_inputs is {scan_count}, and it has {len(inputs) - 1} inputs after "
                          "sequence_lens")
+    lengths, states, sequences = inputs[0], inputs[1:-scan_count], inputs[-scan_count:]
     batches = {_type_of(v).shape[0] for v in states + sequences}
     if len(batches) != 1 or not isinstance(next(iter(batches)), int):
         raise UnsupportedOpError(f"Scan-8's batch axes are {sorted(map(str, batches))}; they must be one static size",
@@ -330,11 +330,11 @@ def _scan_8(n):
                                  "run time, is not supported", hint="leave sequence_lens out, or give every batch "
                                  "element the whole length")
     directions = [bool(d) for d in n.attr("directions", [0] * scan_count)]
-    outputs = len(n.attr("body").output) - len(states)
+    body_outputs = n.attr("body").output
+    outputs = len(body_outputs) - len(states)
     per_batch = [_scan_over(n, [_element(n, s, 0, k) for s in states], [_element(n, x, 0, k) for x in sequences],
                             [0] * scan_count, directions, [0] * outputs, [False] * outputs) for k in range(batch)]
-    body_outputs = n.attr("body").output
-    return [_stack(n, [results[i] for results in per_batch], 0, body_outputs[i]) for i in range(len(body_outputs))]
+    return [_stack(n, [results[i] for results in per_batch], 0, out) for i, out in enumerate(body_outputs)]
 
 
 def _scan_length(sequences: list, axes: list[int]) -> int:

@@ -207,6 +207,10 @@ def _upsample(n):
     return x
 
 
+def _times(n, x: Value, factor) -> Value:
+    return n.b.op("rt.mul", [x, C.scalar(n.b, factor, x)])
+
+
 # -- BatchNormalization-7, ImageScaler --------------------------------------------------------------------------
 
 
@@ -214,30 +218,21 @@ def _upsample(n):
 def _batch_norm_7(n):
     if n.attr("spatial", 1):
         return _as_newer(n, "BatchNormalization", list(n.node.input), drop=("spatial",))
-    x, scale, bias, mean, var = (n(i) for i in range(5))
     if n.n_outputs() > 1:
         raise UnsupportedOpError("BatchNormalization-7 in training (its running statistics as outputs) is not "
                                  "supported", hint="export the model in inference mode")
-    # spatial=0: every statistic has the shape of one sample, [C, D1, ...], broadcast over the batch: x * a + c
-    b = n.b
-    a = b.op("rt.mul", [scale, b.op("rt.rsqrt", [b.op("rt.add", [var, C.scalar(b, n.attr("epsilon", 1e-5), var)])])])
-    return b.op("rt.add", [b.op("rt.mul", [x, a]), b.op("rt.sub", [bias, b.op("rt.mul", [mean, a])])])
+    # spatial=0: every statistic has the shape of one sample, [C, D1, ...], broadcast over the batch
+    return C.batch_norm(n.b, *(n(i) for i in range(5)), n.attr("epsilon", 1e-5), per_channel=False)
 
 
 @handles_old("ImageScaler", 0)
 def _image_scaler(n):
     x = n(0)
-    dtype = x.type.dtype.np_dtype
-    bias = np.asarray(n.attr("bias", [0.0] * x.type.shape[1]), dtype=dtype)
-    scaled = n.b.op("rt.mul", [x, n.b.constant(np.asarray(n.attr("scale", 1.0), dtype))])
-    return n.b.op("rt.add", [scaled, C.channel_vector(n.b, n.b.constant(bias), x.type.rank)])
+    bias = n.b.constant(np.asarray(n.attr("bias", [0.0] * x.type.shape[1]), dtype=x.type.dtype.np_dtype))
+    return n.b.op("rt.add", [_times(n, x, n.attr("scale", 1.0)), C.channel_vector(n.b, bias, x.type.rank)])
 
 
 # -- the experimental ops of opsets 1 to 9, as onnxruntime computes them ----------------------------------------
-
-
-def _times(n, x: Value, factor) -> Value:
-    return n.b.op("rt.mul", [x, C.scalar(n.b, factor, x)])
 
 
 @handles_old("Affine", 0)

@@ -1148,7 +1148,7 @@ class _Lowering:
         blocks of 12 compute 72; in 16, 64."""
         most = min(((32 if self.desc.extra.get("vector_bits", 256) >= 512 else 16) - 4) // vectors, most_rows)
         target = min(target, most)
-        options = range(max(1, target * 2 // 3), max(target, most) + 1) if channels > target else [channels]
+        options = range(max(1, target * 2 // 3), most + 1) if channels > target else [channels]
 
         return min(options, key=lambda b: (-(-channels // b) * b - channels, abs(b - target), -b))
 

@@ -133,30 +133,26 @@ def _shared_epilogues(order, group_of, used_by, returned, placement, root) -> li
     epilogue only into the producer of a value that one op reads."""
     from ..ir.ops import OPS
 
-    merged = True
-    while merged:
-        merged = False
-        for group in order:
-            top = root(group)
-            out = group[-1].result
-            users = used_by.get(out, [])
-            if top is None or top.name not in EPILOGUE_DAG_ROOTS or out in returned or len(users) < 2 \
-                    or any(u not in group_of for u in users):  # a view of it is read elsewhere
-                continue
-            epilogue = group_of[users[0]]
-            if (any(group_of[u] is not epilogue for u in users) or root(epilogue) is not None
-                    or not all(OPS[o.name].elementwise for o in epilogue)
-                    or any(u.result.type.shape != out.type.shape for u in users)
-                    or any(placement.get(o) != placement.get(top) for o in epilogue)
-                    or kernel_buffers(group + epilogue) > MAX_KERNEL_BUFFERS):
-                continue
-            position = {op: i for i, op in enumerate(epilogue + group)}
-            combined = sorted(group + epilogue, key=lambda o: (o in epilogue, position[o]))
-            order = [combined if g is epilogue else g for g in order if g is not group]
-            for o in combined:
-                group_of[o] = combined
-            merged = True
-            break
+    order = list(order)
+    at = 0
+    while at < len(order):  # an epilogue comes after its producer: a merged group is looked at again there
+        group = order[at]
+        top, out = root(group), group[-1].result
+        users = used_by.get(out, [])
+        epilogue = group_of.get(users[0]) if users else None  # None: a view of it is read elsewhere
+        if (top is None or top.name not in EPILOGUE_DAG_ROOTS or out in returned or len(users) < 2
+                or any(group_of.get(u) is not epilogue for u in users) or epilogue is None
+                or root(epilogue) is not None or not all(OPS[o.name].elementwise for o in epilogue)
+                or any(u.result.type.shape != out.type.shape for u in users)
+                or any(placement.get(o) != placement.get(top) for o in epilogue)
+                or kernel_buffers(group + epilogue) > MAX_KERNEL_BUFFERS):
+            at += 1
+            continue
+        combined = group + epilogue  # each in program order, and the epilogue reads the group's output
+        order[next(i for i, g in enumerate(order) if g is epilogue)] = combined
+        del order[at]
+        for o in combined:
+            group_of[o] = combined
     return order
 
 
