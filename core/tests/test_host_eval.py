@@ -180,6 +180,27 @@ def random_case(seed, batches=2, classes=3, count=200, ties=False):
     return boxes, scores
 
 
+def detector_case(seed, objects=12, boxes_each=30, classes=4, ties=False):
+    """A detector's raw output: jittered boxes around each object, so suppressions chain and overlap."""
+    rng = np.random.default_rng(seed)
+    centre = np.repeat(rng.uniform(0, 200, (objects, 2)), boxes_each, axis=0)
+    size = np.repeat(rng.uniform(10, 60, (objects, 2)), boxes_each, axis=0)
+    centre += rng.normal(0, 0.15, centre.shape) * size
+    size *= rng.uniform(0.7, 1.3, size.shape)
+    boxes = np.concatenate([centre - size / 2, centre + size / 2], axis=1)[:, [1, 0, 3, 2]].astype(np.float32)
+    scores = rng.random((1, classes, boxes.shape[0])).astype(np.float32)
+    if ties:
+        scores = np.round(scores * 4) / 4
+    return boxes[None], scores
+
+
+def chain_case(count):
+    """Boxes a quarter of a width apart, each suppressing its neighbours only, scored in order: they alternate."""
+    left = np.arange(count, dtype=np.float32) / 4
+    boxes = np.stack([np.zeros(count), left, np.ones(count), left + 1], axis=1).astype(np.float32)
+    return boxes[None], np.linspace(1, 0.5, count, dtype=np.float32).reshape(1, 1, count)
+
+
 def nms_inputs(boxes, scores, max_output=None, iou=None, score=None):
     return {"boxes": boxes, "scores": scores, "max_output_boxes_per_class": max_output,
             "iou_threshold": iou, "score_threshold": score}
@@ -236,14 +257,51 @@ NMS_CASES = {
     "random-200-center": (nms_inputs(*random_case(7), np.array([30]), f32(0.3), f32(0.3)), 1),
     "random-200-float64": (nms_inputs(*(a.astype(np.float64) for a in random_case(8)), np.array([40]),
                                       np.array([0.3]), np.array([0.3])), 0),
+    "random-200-float16": (nms_inputs(*(a.astype(np.float16) for a in random_case(11)), np.array([40]),
+                                      np.array([0.3], np.float16), np.array([0.3], np.float16)), 0),
+    "detector": (nms_inputs(*detector_case(12), np.array([25]), f32(0.45), f32(0.2)), 0),
+    "detector-tied-scores": (nms_inputs(*detector_case(13, ties=True), np.array([1000]), f32(0.5)), 0),
+    "chain": (nms_inputs(*chain_case(30), np.array([100]), f32(0.5)), 0),
+    "long-chain": (nms_inputs(*chain_case(150), np.array([40]), f32(0.5)), 0),
 }
 
 
+@pytest.fixture(params=["pairs", "pairs-small-chunks", "steps"])
+def nms_path(request, monkeypatch):
+    """Which of host_eval's greedy selections runs: the suppression graph (its pairs found a few at a time too),
+    never falling back, or the steps alone."""
+    if request.param == "steps":
+        monkeypatch.setattr(host_eval, "PAIRS_TESTED_AT_MOST", -1)
+        return request.param
+    monkeypatch.setattr(host_eval, "ROUNDS_AT_MOST", 1 << 30)
+    if request.param == "pairs-small-chunks":
+        monkeypatch.setattr(host_eval, "PAIRS_A_CHUNK", 3)
+    steps = host_eval._greedy_steps
+
+    def only_without_candidates(ext, order, sizes, max_output, iou_threshold):
+        assert max_output == 0 or not sizes.any(), "the graph fell back to steps"
+        return steps(ext, order, sizes, max_output, iou_threshold)
+
+    monkeypatch.setattr(host_eval, "_greedy_steps", only_without_candidates)
+    return request.param
+
+
 @pytest.mark.parametrize("name", list(NMS_CASES))
-def test_non_max_suppression(name):
+def test_non_max_suppression(name, nms_path):
     inputs, center = NMS_CASES[name]
     got = host_eval.non_max_suppression(*inputs.values(), center_point_box=center)
     assert_same(got, reference("NonMaxSuppression", inputs, center_point_box=center))
+
+
+def test_non_max_suppression_long_chain_falls_back():
+    """Suppressions chained deeper than the graph's rounds: the steps take over, and agree."""
+    inputs, _ = NMS_CASES["long-chain"]
+    assert host_eval._greedy_by_pairs(host_eval._suppressing_pairs(host_eval._extents(inputs["boxes"][0], 0),
+                                                                   np.float32(0.5)),
+                                      150, np.arange(150)[None], np.array([150]), 40) is None
+    expected = reference("NonMaxSuppression", inputs)
+    assert_same(host_eval.non_max_suppression(*inputs.values()), expected)
+    assert expected[0].shape[0] == 40 and (np.diff(expected[0][:, 2]) == 2).all()  # every other box
 
 
 def test_non_max_suppression_defaults():

@@ -77,48 +77,136 @@ def _extents(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
     return np.stack([x_min, x_max, y_min, y_max, (x_max - x_min) * (y_max - y_min)])
 
 
+def _iou_exceeds(a: np.ndarray, b: np.ndarray, iou_threshold) -> np.ndarray:
+    """Whether boxes a and b (extents, `_extents`, [5, ...] each) suppress each other: the reference's
+    suppress_by_iou, vectorized and symmetric (max, min and a + b are). A pair suppresses only if the intersection
+    is nonempty in x and y and of positive area, both areas and the union are positive (so degenerate boxes never
+    divide by zero), and IoU > iou_threshold, strictly. The reference tests `<=` and returns early; the strict
+    tests here agree on NaN too: a NaN anywhere (a NaN coordinate, inf - inf) makes an extent, an area, the union
+    and so the IoU NaN, and every comparison with NaN is false."""
+    ix_min, ix_max = np.maximum(a[0], b[0]), np.minimum(a[1], b[1])
+    iy_min, iy_max = np.maximum(a[2], b[2]), np.minimum(a[3], b[3])
+    inter = (ix_max - ix_min) * (iy_max - iy_min)
+    union = a[4] + b[4] - inter  # in the reference's order: area1 + area2 - intersection
+    valid = (ix_max > ix_min) & (iy_max > iy_min) & (inter > 0) & (a[4] > 0) & (b[4] > 0) & (union > 0)
+    return valid & (inter / union > iou_threshold)
+
+
 def _suppressed(candidates: np.ndarray, chosen: np.ndarray, alive: np.ndarray, iou_threshold) -> np.ndarray:
     """Which live candidates the chosen box of their row suppresses: `candidates` [5, classes, M] and `chosen`
-    [5, classes] hold extents (`_extents`), `alive` [classes, M].
-
-    This is the reference's suppress_by_iou(box1 = a candidate, box2 = the chosen box), vectorized. A pair is
-    suppressed only if the intersection is nonempty in x and y and of positive area, both areas and the union are
-    positive (so degenerate boxes never divide by zero), and IoU > iou_threshold, strictly. The reference tests
-    `<=` and returns early; the strict tests here agree on NaN too: a NaN anywhere (a NaN coordinate, inf - inf)
-    makes an extent, an area, the union and so the IoU NaN, and every comparison with NaN is false. Only the pairs
-    that overlap in x and in y (a few, in a detector's output) get the whole test."""
+    [5, classes] hold extents (`_extents`), `alive` [classes, M]. Only the pairs that overlap in x and in y (a few,
+    in a detector's output) get `_iou_exceeds`' whole test."""
     x_min, x_max, y_min, y_max, _ = candidates
     c = chosen[:, :, None]
     rows, cols = np.nonzero(alive & (x_min < c[1]) & (x_max > c[0]) & (y_min < c[3]) & (y_max > c[2]))
-    x_min, x_max, y_min, y_max, area = candidates[:, rows, cols]
-    c_x_min, c_x_max, c_y_min, c_y_max, c_area = chosen[:, rows]
-    ix_min, ix_max = np.maximum(x_min, c_x_min), np.minimum(x_max, c_x_max)
-    iy_min, iy_max = np.maximum(y_min, c_y_min), np.minimum(y_max, c_y_max)
-    inter = (ix_max - ix_min) * (iy_max - iy_min)
-    union = area + c_area - inter  # in the reference's order: area1 + area2 - intersection
-    valid = (ix_max > ix_min) & (iy_max > iy_min) & (inter > 0) & (area > 0) & (c_area > 0) & (union > 0)
     out = np.zeros(alive.shape, bool)
-    out[rows, cols] = valid & (inter / union > iou_threshold)
+    out[rows, cols] = _iou_exceeds(candidates[:, rows, cols], chosen[:, rows], iou_threshold)
     return out
 
 
-def _greedy(ext: np.ndarray, orders: list[np.ndarray], max_output: int, iou_threshold) -> list[list[int]]:
+# Past these, the pair graph would cost more memory than the step-by-step greedy costs time.
+PAIRS_TESTED_AT_MOST = 1 << 22  # box pairs that overlap in x
+PAIRS_A_CHUNK = 1 << 14
+CLASS_PAIRS_AT_MOST = 1 << 23  # suppressing pairs times classes
+ROUNDS_AT_MOST = 64  # the graph's longest chain of suppressions, about
+
+
+def _suppressing_pairs(ext: np.ndarray, iou_threshold) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every pair of boxes (u, v), once, that suppress each other (`_iou_exceeds`). Sweep and prune: boxes sorted by
+    x_min, each paired with those after it that start before it ends; of those, the pairs that overlap in y get the
+    whole test. None if more than PAIRS_TESTED_AT_MOST pairs overlap in x."""
+    x_min, x_max = ext[0], ext[1]
+    by_x = np.flatnonzero(~np.isnan(x_min))  # a NaN extent suppresses nothing
+    by_x = by_x[np.argsort(x_min[by_x], kind="stable")]
+    starts = np.arange(1, by_x.size + 1)
+    ends = np.searchsorted(x_min[by_x], x_max[by_x], side="left")  # the later boxes with x_min < this x_max
+    counts = np.where(np.isnan(x_max[by_x]), 0, np.maximum(ends - starts, 0))
+    total = int(counts.sum())
+    if total > PAIRS_TESTED_AT_MOST:
+        return None
+    y_min, y_max = ext[2, by_x], ext[3, by_x]
+    near = []  # the pairs that overlap in y too, as positions in by_x, a chunk of boxes at a time: arrays that fit
+    bounds = np.searchsorted(np.cumsum(counts), np.arange(PAIRS_A_CHUNK, total, PAIRS_A_CHUNK))  # in the cache
+    for lo, hi in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [by_x.size]]).tolist()):
+        chunk = counts[lo:hi]
+        first = np.repeat(np.arange(lo, hi), chunk)
+        second = np.arange(first.size) + np.repeat(starts[lo:hi] - np.cumsum(chunk) + chunk, chunk)
+        both = (y_min[first] < y_max[second]) & (y_max[first] > y_min[second])
+        near.append((first[both], second[both]))
+    u, v = (by_x[np.concatenate(side)] for side in zip(*near))
+    hit = _iou_exceeds(np.take(ext, u, axis=1), np.take(ext, v, axis=1), iou_threshold)
+    return u[hit], v[hit]
+
+
+def _greedy_by_pairs(pairs: tuple[np.ndarray, np.ndarray], boxes: int, order: np.ndarray, sizes: np.ndarray,
+                     max_output: int) -> list[np.ndarray] | None:
+    """`_greedy`'s result from the pairs that suppress each other: a candidate is kept iff no candidate kept before
+    it in its class's order suppresses it, so each class's pairs point from the earlier to the later, and rounds
+    decide every candidate whose earlier neighbours are decided (suppressed if one is kept, else kept) at once.
+    Each class keeps its first max_output. A candidate's fate depends only on those before it, so this is the
+    greedy's answer; its cost is numpy's per round, and rounds are the longest chain of suppressions (a few, in a
+    detector's output). None where the graph is too large or too deep: `_greedy` then steps."""
+    u, v = pairs
+    classes, width = order.shape
+    if u.size * classes > CLASS_PAIRS_AT_MOST:
+        return None
+    valid = np.arange(width) < sizes[:, None]
+    rank = np.full((classes, boxes), -1, np.intp)
+    rows = np.broadcast_to(np.arange(classes)[:, None], order.shape)
+    rank[rows[valid], order[valid]] = np.broadcast_to(np.arange(width), order.shape)[valid]
+    rank_u, rank_v = rank[:, u], rank[:, v]
+    cls, pair = np.nonzero((rank_u >= 0) & (rank_v >= 0))
+    a, b = rank_u[cls, pair], rank_v[cls, pair]
+    src, dst = cls * width + np.minimum(a, b), cls * width + np.maximum(a, b)  # node: class * width + rank
+    state = valid.astype(np.int8).reshape(-1)  # 1 kept, 0 suppressed (or no candidate), -1 undecided
+    state[dst] = -1
+    waiting = np.zeros(state.size, bool)
+    for _ in range(ROUNDS_AT_MOST):
+        if not dst.size:
+            break
+        from_state = state[src]
+        state[dst[from_state == 1]] = 0
+        blocked = dst[from_state == -1]
+        undecided = dst[state[dst] == -1]
+        waiting[blocked] = True
+        state[undecided[~waiting[undecided]]] = 1
+        waiting[blocked] = False
+        live = state[dst] == -1
+        src, dst = src[live], dst[live]
+    else:
+        if dst.size:
+            return None
+    kept = state.reshape(classes, width) == 1
+    kept &= np.cumsum(kept, axis=1) <= max_output
+    return [row[k] for row, k in zip(order, kept)]
+
+
+def _greedy(ext: np.ndarray, order: np.ndarray, sizes: np.ndarray, max_output: int,
+            iou_threshold) -> list[np.ndarray]:
     """Each class's kept boxes, greedily: the best live candidate is kept, and the later ones it suppresses die.
-    Every class takes its step together (one vectorized step per kept box of the class that keeps most), so the
-    cost is numpy's per step, not Python's per class and box. Classes with nothing left drop out, and once half of
-    the columns are dead each row's live candidates are packed to the left, in order."""
-    kept: list[list[int]] = [[] for _ in orders]
-    width = max((o.size for o in orders), default=0)
-    if width == 0 or max_output == 0:
-        return kept
-    order = np.zeros((len(orders), width), np.intp)
-    alive = np.zeros((len(orders), width), bool)
-    for c, o in enumerate(orders):
-        order[c, :o.size], alive[c, :o.size] = o, True
-    classes = np.arange(len(orders))
+    `order` [classes, width] holds each class's candidates best first, its first `sizes` of each row. From the
+    graph of boxes that suppress each other where it is small (`_greedy_by_pairs`), else step by step."""
+    if max_output and sizes.any():
+        pairs = _suppressing_pairs(ext, iou_threshold)
+        kept = None if pairs is None else _greedy_by_pairs(pairs, ext.shape[1], order, sizes, max_output)
+        if kept is not None:
+            return kept
+    return _greedy_steps(ext, order, sizes, max_output, iou_threshold)
+
+
+def _greedy_steps(ext: np.ndarray, order: np.ndarray, sizes: np.ndarray, max_output: int,
+                  iou_threshold) -> list[np.ndarray]:
+    """`_greedy`, a kept box a step. Every class takes its step together (one vectorized step per kept box of the
+    class that keeps most), so the cost is numpy's per step, not Python's per class and box. Classes with nothing
+    left drop out, and once half of the columns are dead each row's live candidates are packed to the left, in
+    order."""
+    kept: list[list[int]] = [[] for _ in sizes]
+    alive = np.arange(order.shape[1]) < sizes[:, None]
+    classes = np.flatnonzero(sizes)
+    order, alive = order[classes], alive[classes]
     ranked = ext[:, order]  # [5, classes, width]: the candidates' extents, best first
-    everyone = np.arange(len(orders))
-    for step in range(max_output):
+    everyone = np.arange(classes.size)
+    for step in range(max_output if classes.size else 0):
         pos = alive.argmax(axis=1)
         for c, p in zip(classes.tolist(), order[everyone[:classes.size], pos].tolist()):
             kept[c].append(p)
@@ -138,7 +226,7 @@ def _greedy(ext: np.ndarray, orders: list[np.ndarray], max_output: int, iou_thre
             packed = np.argsort(~alive, axis=1, kind="stable")[:, :counts.max()]
             order, alive = np.take_along_axis(order, packed, 1), np.take_along_axis(alive, packed, 1)
             ranked = np.take_along_axis(ranked, packed[None], 2)
-    return kept
+    return [np.array(k, np.intp) for k in kept]
 
 
 def _reference_order(class_scores: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -150,6 +238,34 @@ def _reference_order(class_scores: np.ndarray, candidates: np.ndarray) -> np.nda
         return -1 if sa < sb or (sa == sb and a > b) else 0
 
     return np.array(sorted(candidates.tolist(), key=functools.cmp_to_key(less))[::-1], dtype=np.int64)
+
+
+def _candidate_orders(scores: np.ndarray, score_min) -> tuple[np.ndarray, np.ndarray]:
+    """Each class's candidates (a score > score_min, all without one), best first, equal scores (-0.0 and 0.0
+    among them) by ascending index: `order` [classes, most candidates], whose first `sizes` of each row count.
+    Rows holding a NaN candidate go in the reference's order (`_reference_order`)."""
+    classes, boxes = scores.shape
+    candidate = np.ones(scores.shape, bool) if score_min is None else scores > score_min
+    sizes = candidate.sum(axis=1)
+    flat = np.flatnonzero(candidate)  # class * boxes + box, ascending
+    cls, box = np.divmod(flat, max(boxes, 1))
+    values = scores.reshape(-1)[flat]
+    box_bits = max(boxes - 1, 1).bit_length()
+    if scores.dtype in (np.float16, np.float32) and max(classes - 1, 1).bit_length() + 32 + box_bits <= 64:
+        # one sort of unique 64-bit keys, numpy's fastest: the class, the score's bits flipped so that they sort
+        # descending (-0.0 as 0.0), then the box
+        bits = (values.astype(np.float32) + np.float32(0)).view(np.uint32)
+        descending = np.where(bits >> 31 == 1, bits, ~bits & np.uint32(0x7FFFFFFF)).astype(np.uint64)
+        key = cls.astype(np.uint64) << np.uint64(32 + box_bits) | descending << np.uint64(box_bits) | box.astype(
+            np.uint64)
+        box = (np.sort(key) & np.uint64((1 << box_bits) - 1)).astype(np.intp)
+    else:  # lexsort is stable: by class, then descending score, then (the order it was given) ascending box
+        box = box[np.lexsort((-values, cls))]
+    order = np.zeros((classes, int(sizes.max(initial=0))), np.intp)
+    order[cls, np.arange(flat.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = box  # cls ascends, as box's
+    for c in np.unique(cls[np.isnan(values)]).tolist():
+        order[c, :sizes[c]] = _reference_order(scores[c], np.flatnonzero(candidate[c]))
+    return order, sizes
 
 
 def non_max_suppression(boxes: np.ndarray, scores: np.ndarray, max_output_boxes_per_class: np.ndarray | None = None,
@@ -182,20 +298,14 @@ def non_max_suppression(boxes: np.ndarray, scores: np.ndarray, max_output_boxes_
     iou = 0 if iou is None else iou
     score_min = _scalar(score_threshold)
 
-    selected = []  # (batch, class, box) rows, in the reference's order
+    selected = [np.zeros((0, 3), np.int64)]  # (batch, class, box) rows, in the reference's order
     with np.errstate(all="ignore"):  # inf - inf, overflow and 0/0 give what the reference's scalars give
         for b in range(boxes.shape[0] if max_output else 0):
-            orders = []
-            for c in range(scores.shape[1]):
-                class_scores = scores[b, c]
-                if score_min is None:
-                    candidates = np.arange(class_scores.size)
-                else:
-                    candidates = np.flatnonzero(class_scores > score_min)
-                if np.isnan(class_scores[candidates]).any():
-                    orders.append(_reference_order(class_scores, candidates))
-                else:  # stable: equal scores (-0.0 and 0.0 included) keep ascending index order
-                    orders.append(candidates[np.argsort(-class_scores[candidates], kind="stable")])
-            kept = _greedy(_extents(boxes[b], center_point_box), orders, max_output, iou)
-            selected += [(b, c, box) for c, boxes_kept in enumerate(kept) for box in boxes_kept]
-    return [np.array(selected, dtype=np.int64).reshape(-1, 3)]
+            order, sizes = _candidate_orders(scores[b], score_min)
+            kept = _greedy(_extents(boxes[b], center_point_box), order, sizes, max_output, iou)
+            counts = [k.size for k in kept]
+            rows = np.empty((sum(counts), 3), np.int64)
+            rows[:, 0], rows[:, 1] = b, np.repeat(np.arange(len(kept)), counts)
+            rows[:, 2] = np.concatenate(kept) if kept else 0
+            selected.append(rows)
+    return [np.concatenate(selected)]
