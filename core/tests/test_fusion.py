@@ -141,3 +141,51 @@ def test_a_reduction_or_a_viewed_result_keeps_its_own_kernel_under_a_shared_epil
     module, x_value = _conv_then(lambda b, y: [b.op("rt.mul", [y, b.op("rt.sigmoid", [y])]),
                                                b.op("rt.reshape", [y], {"shape": (6, 64)})])
     assert len(form_dispatches(module.functions["f"])) == 2
+
+
+def _chain_then_gather(ops: int):
+    """`ops` elementwise ops on i32 indices [64], then a gather of [16, 3] rows at them: each index read 3 times."""
+    ids = Value(TensorType((64,), dtypes.i32))
+    fn = Function("f", [ids])
+    b = Builder(fn)
+    at = ids
+    for step in range(ops):  # a walk of sorts: each op single-use, the value kept in [0, 16)
+        at = b.op("rt.rem", [b.op("rt.add", [at, b.constant(np.int32(step + 1))]), b.constant(np.int32(16))]) \
+            if step % 2 else b.op("rt.abs", [at])
+    table = b.constant(rng.standard_normal((16, 3)).astype(np.float32))
+    fn.returns = [b.op("rt.reduce", [b.op("rt.gather", [table, at], {"axis": 0})],
+                       {"kind": "sum", "axes": (1,), "keepdims": False})]
+    return Module({"f": fn}), rng.integers(0, 16, 64).astype(np.int32)
+
+
+def test_a_costly_chain_that_a_gather_reads_per_row_keeps_its_own_kernel():
+    """A gather of [16, 3] rows reads each index 3 times: a chain of a few ops is fused and recomputed, a longer
+    one (a tree ensemble's step) is a kernel of its own, and the results are the same."""
+    for ops, kernels in ((4, 1), (12, 2)):
+        module, ids = _chain_then_gather(ops)
+        names = [[op.name for op in d.function.ops if op.name != "rt.constant"]
+                 for d in form_dispatches(module.functions["f"])]
+        assert len(names) == kernels, names
+        assert names[-1][-2:] == ["rt.gather", "rt.reduce"]
+        expected = run_function(module.functions["f"], [ids])[0]
+        for target, device in (("vmvx", "local-sync"), ("llvm-cpu", "local-task")):
+            np.testing.assert_array_equal(retarget.load(retarget.compile(module, target), device).f(ids), expected)
+
+
+def test_an_elementwise_kernel_of_many_ops_spreads_over_workgroups_sooner():
+    """The CPU schedule's threshold for several workgroups counts an elementwise kernel's ops: 64K elements of one
+    add stay in one workgroup, 64K elements of a chain of 12 ops do not."""
+    from retarget.kernel.lower import lower_dispatch
+    from retarget.protocols import TargetDesc
+
+    cpu = TargetDesc("c", "c99", "c-source", extra={"vector_bits": 256, "cores": 2})
+    for ops, groups in ((1, 1), (12, 2)):
+        x = Value(TensorType((256, 256), dtypes.f32))
+        fn = Function("f", [x])
+        b = Builder(fn)
+        y = x
+        for _ in range(ops):
+            y = b.op("rt.add", [y, b.constant(np.float32(1))])
+        fn.returns = [y]
+        (d,) = form_dispatches(fn)
+        assert lower_dispatch(d.function, cpu).workgroup_count[0] == groups

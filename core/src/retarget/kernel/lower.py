@@ -462,12 +462,17 @@ class _Lowering:
             j = self.fresh("j")
             tail = [Loop(j, n % tile, [self.store(lead + [Var(j) + tail_start])], "vector")] \
                 if isinstance(n, Sym) or n % tile else []
-            return self.parallel(n // tile, n, chunk, tail)
+            return self.parallel(n // tile, n * self._ops_per_element(), chunk, tail)
         last = self.parallel_span(shape, outer, len(shape) - 1)
         rest, wrap = self.loops(shape[last + 1:])
         lead = [k.const(0)] * outer
         count, body = self.parallel_index(shape, outer, last, lambda at: wrap([self.store(lead + at + rest)]))
-        return self.parallel(count, self.out.type.num_elements, body)
+        return self.parallel(count, self.out.type.num_elements * self._ops_per_element(), body)
+
+    def _ops_per_element(self) -> int:
+        """An elementwise dispatch's work per element: its ops, as a fused chain of them (a tree ensemble's step of
+        gathers and compares: ~25) costs that many times one op's."""
+        return max(1, sum(op.name != "rt.constant" for op in self.fn.ops))
 
     def _reduce(self, op) -> list:
         kind, axes = op.attrs["kind"], tuple(op.attrs["axes"])

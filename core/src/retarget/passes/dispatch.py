@@ -18,6 +18,9 @@ that needs loops of its own (`LOOP_OPS`):
   does not, since it reads each input element many times, except for weight
   dequantization (`rt.dequantize` and data movement of its result): that is the
   point of packed weights, which stay packed in memory and unpack as kernels read them;
+- a root-less group of more than RECOMPUTED_AT_MOST ops stays a kernel of its own where its consumer reads each
+  of its elements several times (a gather's indices, a broadcast operand): fused, each would be computed again at
+  every read;
 - a scatter takes single-use root-less producers as its prologue too (data is read once, the indices and
   updates once per chunk), and nothing joins it as an epilogue: it writes its output out of order.
 Every group has exactly one output, so a kernel writes one buffer. A group binds at most
@@ -46,6 +49,7 @@ DATA_MOVEMENT = ("rt.transpose", "rt.broadcast", "rt.slice")
 # Every backend passes a kernel's buffers somewhere bounded: Vulkan an element base each in 128 bytes of push
 # constants (the least a device may have, the sizes known at run time after them), Metal 31 buffer slots.
 MAX_KERNEL_BUFFERS = 24
+RECOMPUTED_AT_MOST = 8  # ops of a root-less group that a kernel may recompute for each of several reads
 
 
 @dataclass(eq=False)
@@ -105,7 +109,8 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
             if group is not None and single_use and group[-1] is v.owner and group not in producers \
                     and placement.get(v.owner) == placement.get(op):
                 producers.append(group)
-        producers = [g for g in producers if root(g) is None or root(g).name not in NO_EPILOGUE_ROOTS]
+        producers = [g for g in producers if (root(g) is None or root(g).name not in NO_EPILOGUE_ROOTS)
+                     and not (root(g) is None and _recomputed(g, op))]
         rooted = [g for g in producers if root(g) is not None]
         rootless = [g for g in producers if root(g) is None]
         if op.name in LOOP_OPS:
@@ -125,6 +130,25 @@ def _groups(fn: Function, placement: dict[Operation, str]) -> list[list[Operatio
             group_of[o] = group
         order.append(group)
     return _shared_epilogues(order, group_of, used_by, returned, placement, root)
+
+
+def _recomputed(group: list[Operation], op: Operation) -> bool:
+    """Whether fusing root-less `group` into `op` would compute each of its elements again and again at a cost:
+    `op` reads the group's output at several of its own indices (a gather's indices, once per row of the table it
+    gathers; an operand that a broadcast or elementwise op broadcasts) and the group is more than a few ops (a
+    tree ensemble's step: ~25 ops with gathers, which the gather of its leaves' [T, N, targets] values would
+    compute once per target)."""
+    from ..ir.ops import OPS
+
+    out = group[-1].result
+    if sum(o.name != "rt.constant" for o in group) <= RECOMPUTED_AT_MOST:
+        return False
+    if op.name == "rt.gather":
+        repeats = out is op.operands[1]
+    else:
+        repeats = op.name == "rt.broadcast" or OPS[op.name].elementwise
+    total, once = op.result.type.num_elements, out.type.num_elements
+    return repeats and isinstance(total, int) and isinstance(once, int) and total >= 2 * once
 
 
 def _shared_epilogues(order, group_of, used_by, returned, placement, root) -> list[list[Operation]]:
