@@ -95,3 +95,14 @@ def test_broadcasting_builds_its_mismatch_message_only_when_shapes_mismatch(monk
     assert texts == []
     with pytest.raises(ops._Fail, match=r"\[2, 3\] and \[4, 3\] do not broadcast"):
         ops.broadcast_shapes((2, 3), (4, 3))
+
+
+def test_a_mismatch_message_of_a_huge_rank_is_short():
+    """The fuzzer's next find: shapes of a huge rank that do not broadcast spent seconds writing every dimension."""
+    import pytest
+    from retarget.ir import ops
+
+    with pytest.raises(ops._Fail, match=r"\[1, 1, 1, 1, 1, 1, 1, 1, \.\.\., 1, 1, 1, 3\] \(rank 300000\) and "
+                                        r"\[4\] do not broadcast") as failure:
+        ops.broadcast_shapes((1,) * 299999 + (3,), (4,))
+    assert len(str(failure.value)) < 200

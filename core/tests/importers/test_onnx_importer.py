@@ -195,6 +195,16 @@ def test_training_dropout_without_a_seed_is_refused_with_a_hint():
     assert "drop" in e.value.message and "seed" in e.value.hint
 
 
+def test_a_shape_of_more_dimensions_than_numpy_holds_is_refused():
+    """The fuzzer's find: an Expand to a shape of thousands of entries built a tensor of that rank (and spent
+    seconds writing it into an error message). Past 64 dimensions, numpy's limit, the shape is refused by name."""
+    shape = numpy_helper.from_array(np.ones(65, np.int64), "s")
+    model = make_model([helper.make_node("Expand", ["x", "s"], ["y"])], [tensor("x", [2, 3])], [tensor("y", None)],
+                       [shape])
+    with pytest.raises(UnsupportedOpError, match="a shape operand of 65 entries: at most 64 dimensions"):
+        OnnxImporter().load(model)
+
+
 @pytest.mark.parametrize("equation, shapes", [
     ("...ij,...kj->...ik", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # what torch exports for x @ y^T
     ("...ji,...jk->...ik", [(3, 4, 5), (3, 4, 2)]),

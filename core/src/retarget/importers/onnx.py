@@ -296,9 +296,16 @@ def _sizes(v) -> str:
     return "[" + ", ".join(str(d) for d in np.asarray(v).reshape(-1)) + "]"
 
 
+MAX_RANK = 64  # numpy's: no array holds more dimensions
+
+
 def _dims(values) -> list:
-    """Entries of a shape operand: ints, or symbolic sizes."""
-    return [d if isinstance(d, Sym) else int(d) for d in np.asarray(values).reshape(-1)]
+    """Entries of a shape operand (or of per-axis starts, ends or sizes): ints, or symbolic sizes."""
+    values = np.asarray(values).reshape(-1)
+    if values.size > MAX_RANK:
+        raise UnsupportedOpError(f"a shape operand of {values.size} entries: at most {MAX_RANK} dimensions are "
+                                 "supported (numpy's limit)")
+    return [d if isinstance(d, Sym) else int(d) for d in values]
 
 
 def _constant(b: Builder, array: np.ndarray) -> Value:

@@ -65,6 +65,8 @@ def _schema(op: str, opset: int):
         return onnx.defs.get_schema(op, min(opset, onnx.defs.onnx_opset_version()), "")
     except onnx.defs.SchemaError:
         return None
+    except TypeError:  # text that is not UTF-8 (a lone surrogate) reaches onnx's C++ as no string at all
+        return None
 
 
 def since_version(op: str, opset: int) -> int | None:

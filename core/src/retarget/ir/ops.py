@@ -145,6 +145,10 @@ def broadcast_shapes(*shapes):
 
 
 def _text(shape) -> str:
+    """A shape for a message: in full up to 16 dimensions, else its ends and its rank."""
+    if len(shape) > 16:
+        return "[" + ", ".join(str(d) for d in shape[:8]) + ", ..., " + ", ".join(str(d) for d in shape[-4:]) + \
+            f"] (rank {len(shape)})"
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
