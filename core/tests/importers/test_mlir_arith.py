@@ -170,6 +170,22 @@ def test_hex_float_splat_is_a_bit_pattern():
     assert np.all(a == -np.inf) and b == np.inf
 
 
+@pytest.mark.parametrize("constant", ["dense<0xFF8000002> : tensor<2xf32>", "dense<[0x3C00, 0x1FFFF]> : tensor<2xf16>",
+                                      "0x7F8000002 : f32"])
+def test_a_hex_bit_pattern_wider_than_its_float_is_a_parse_error(constant):
+    """The fuzzer's find: a pattern past the type's bits raised OverflowError from numpy (struct.error for a
+    scalar); it is an error at its line and column."""
+    from retarget.errors import ParseError
+
+    result = "tensor<2xf32>" if "2xf32" in constant else "tensor<2xf16>" if "f16" in constant else "f32"
+    text = f"""func.func @f() -> {result} {{
+      %0 = arith.constant {constant}
+      return %0 : {result}
+    }}"""
+    with pytest.raises(ParseError, match=r":2:\d+: the bit pattern 0x[0-9a-f]+ does not fit a (32-bit f32|16-bit f16)"):
+        import_mlir(text, "t.mlir")
+
+
 def test_dense_resource_constant_reads_the_blob():
     values = np.array([1, -2, 3], np.int32)
     blob = "0x04000000" + values.tobytes().hex().upper()

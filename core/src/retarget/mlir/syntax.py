@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import math
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -753,11 +752,7 @@ def _typed_number(value, t, parser: Parser, pos: int):
     if isinstance(t, DType):
         if t.is_float:
             if isinstance(value, int) and parser.text[pos:].lstrip("-+").startswith("0x"):
-                bits = {16: "<e", 32: "<f", 64: "<d"}.get(t.bits)
-                if bits is None or t.name == "bf16":
-                    return float(np.frombuffer(struct.pack("<I", value)[:2], dtype=t.np_dtype)[0])
-                ints = {16: "<H", 32: "<I", 64: "<Q"}[t.bits]
-                return struct.unpack(bits, struct.pack(ints, value))[0]
+                return _float_of_bits(value, t, parser, pos)
             return float(value)
         if t.kind == "bool":
             return bool(value)
@@ -784,13 +779,18 @@ def _has_hex_bits(payload) -> bool:
     return isinstance(payload, _HexBits)
 
 
-def _hex_bits_to_float(payload, dt: DType):
+def _hex_bits_to_float(payload, dt: DType, parser: Parser, pos: int):
     if isinstance(payload, list):
-        return [_hex_bits_to_float(p, dt) for p in payload]
-    if not isinstance(payload, _HexBits):
-        return payload
+        return [_hex_bits_to_float(p, dt, parser, pos) for p in payload]
+    return _float_of_bits(int(payload), dt, parser, pos) if isinstance(payload, _HexBits) else payload
+
+
+def _float_of_bits(bits: int, dt: DType, parser: Parser, pos: int) -> float:
+    """The float of `dt` whose bit pattern is `bits` (MLIR's `0x7F800000 : f32`)."""
+    if not 0 <= bits < 1 << dt.bits:
+        raise parser.error(f"the bit pattern {bits:#x} does not fit a {dt.bits}-bit {dt.name}", pos)
     uint = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
-    return float(np.array(int(payload), dtype=uint).view(dt.np_dtype))
+    return float(np.array(bits, dtype=uint).view(dt.np_dtype))
 
 
 def _dense_array(literal, ttype: TensorType, parser: Parser, pos: int) -> np.ndarray:
@@ -802,7 +802,7 @@ def _dense_array(literal, ttype: TensorType, parser: Parser, pos: int) -> np.nda
         raw = _hex_bytes(payload, parser, pos)
         return _array_from_bytes(raw, ttype, parser, pos)
     if ttype.dtype.is_float and _has_hex_bits(payload):
-        payload = _hex_bits_to_float(payload, ttype.dtype)
+        payload = _hex_bits_to_float(payload, ttype.dtype, parser, pos)
     try:
         data = np.array(payload, dtype=np.float64 if ttype.dtype.is_float else object)
     except (ValueError, OverflowError, TypeError):  # ragged rows, or integers past float64
