@@ -295,3 +295,25 @@ def test_an_f32_division_takes_one_newton_step_of_fused_multiply_adds(dtype, cor
     assert _ext_instructions(binary).count(spirv.GLSL["Fma"]) == (2 if corrected else 0)
     if SPIRV_VAL:
         spirv_val(binary, tmp_path)
+
+
+def test_rounding_to_f16_inside_an_f32_kernel_is_arithmetic_not_a_conversion_pair():
+    """f32(f16(x)) with 16-bit types on offer: no FConvert to a 16-bit float, which NVIDIA's driver (580) dropped
+    together with the conversion back, leaving the value unrounded; `round_to_f16`'s f32 arithmetic instead."""
+    from retarget.kernel.lower import lower_dispatch
+    from retarget.passes.dispatch import form_dispatches
+    from retarget.testing.graphs import f16_rounding_module
+
+    module, _, _ = f16_rounding_module()
+    (dispatch,) = form_dispatches(module.functions["main"])
+    binary = generate(lower_dispatch(dispatch.function, desc()), ALL_CAPABILITIES).binary
+    words = struct.unpack(f"<{len(binary) // 4}I", binary)
+    at, half_types, converts_to = 5, set(), []
+    while at < len(words):
+        count, opcode = words[at] >> 16, words[at] & 0xFFFF
+        if opcode == 22 and words[at + 2] == 16:  # OpTypeFloat %id 16
+            half_types.add(words[at + 1])
+        if opcode == 115:  # OpFConvert %type %id %value
+            converts_to.append(words[at + 1])
+        at += count
+    assert not half_types & set(converts_to)
